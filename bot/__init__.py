@@ -1,0 +1,1 @@
+"""The community runtime: wires adapters, the engine and storage together."""

@@ -1,0 +1,49 @@
+"""What an adapter may call on the runtime, and what the runtime expects of an adapter.
+
+Adapters get a `ChatRuntime` and nothing else from `bot/`: that keeps every platform
+quirk on the adapter's side of this line and lets tests drive adapters against a
+runtime wired to loopback servers.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Protocol
+
+from bot.messages import CommandRequest, CommandResult, Community, IncomingMessage, Reply
+
+
+class ChatRuntime(Protocol):
+    async def handle(self, message: IncomingMessage) -> Reply | None:
+        """Answer one message (None: ignored, e.g. empty or not addressed).
+
+        Never raises for bad input or LLM faults: those come back as a NOTICE reply.
+        Post-processing continues in the background after this returns.
+        """
+        ...
+
+    async def run_command(self, request: CommandRequest) -> CommandResult:
+        """Run one `/sonality` command; refusals and errors come back as results."""
+        ...
+
+    async def complete(
+        self, community: Community, kind: Literal["version", "topic"], prefix: str
+    ) -> list[str]:
+        """Autocomplete choices (version numbers or belief topics), best first, at most 25."""
+        ...
+
+
+class Adapter(Protocol):
+    """A platform connection started by `python -m bot`."""
+
+    name: str
+
+    async def start(self) -> None:
+        """Connect and serve until `close()`; raise `StartupError` on fatal misconfiguration."""
+        ...
+
+    async def close(self) -> None:
+        ...
+
+
+class StartupError(RuntimeError):
+    """A configuration problem the admin must fix; shown as one clear line, exit code 2."""

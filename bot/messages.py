@@ -1,0 +1,94 @@
+"""The one neutral message type in and the one neutral reply out.
+
+Adapters translate platform events into `IncomingMessage` and render `Reply` /
+`CommandResult` back; nothing past this module knows which platform spoke.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Community(BaseModel):
+    """A personality's home: a Discord guild, a Slack workspace, the terminal, a DM.
+
+    `id` is globally unique and namespaced by platform ("discord:123", "slack:T042",
+    "terminal:local"), so two platforms can never share a personality by accident.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str = Field(min_length=1, max_length=200)
+    name: str = ""
+
+
+class User(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    id: str = Field(min_length=1, max_length=200)
+    name: str = ""
+    is_bot: bool = False
+
+
+class IncomingMessage(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    community: Community
+    channel_id: str
+    thread_id: str | None = None
+    message_id: str | None = None
+    user: User
+    text: str
+    addressed: bool = True  # @mention, reply to the bot, DM, or terminal line
+
+
+class ReplyKind(StrEnum):
+    ANSWER = "answer"  # the personality's reply
+    NOTICE = "notice"  # a short system message: rate limited, LLM unavailable, ...
+
+
+class Reply(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    text: str
+    kind: ReplyKind = ReplyKind.ANSWER
+    truncated: bool = False  # the incoming message was cut before the engine saw it
+    # Short status for the terminal's status line; adapters may ignore it.
+    status: str = ""
+
+
+class CommandRequest(BaseModel):
+    """`/sonality <name> <args...>` from any platform."""
+
+    model_config = ConfigDict(frozen=True)
+
+    community: Community
+    caller: User
+    is_moderator: bool  # decided by the adapter (Manage Server, workspace admin, ...)
+    name: str
+    args: tuple[str, ...] = ()
+
+
+class CommandResult(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    text: str
+    ok: bool = True
+    # Refusals and errors are best shown only to the caller (ephemeral) where possible.
+    private: bool = False
+    title: str = ""
+
+
+COMMAND_NAMES: tuple[str, ...] = (
+    "beliefs",
+    "rollback",
+    "history",
+    "diff",
+    "snapshot",
+    "status",
+    "reflect",
+    "help",
+)
+MODERATOR_COMMANDS: frozenset[str] = frozenset({"rollback", "reflect"})

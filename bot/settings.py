@@ -1,0 +1,107 @@
+"""Typed settings, read once at start from the environment (and `.env`).
+
+Engine constants (`SONALITY_ESS_THRESHOLD`, ...) live in `sonality.config` as the seed
+specifies; this is everything the bot around the engine needs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from sonality import config as engine_config
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_file=".env", env_file_encoding="utf-8", extra="ignore", populate_by_name=True
+    )
+
+    # --- LLM -------------------------------------------------------------------
+    anthropic_api_key: SecretStr | None = Field(default=None, alias="ANTHROPIC_API_KEY")
+    anthropic_base_url: str | None = Field(default=None, alias="ANTHROPIC_BASE_URL")
+    model: str = Field(default=engine_config.MODEL, alias="SONALITY_MODEL")
+    ess_model: str = Field(default=engine_config.ESS_MODEL, alias="SONALITY_ESS_MODEL")
+    max_concurrent_llm: int = Field(default=16, ge=1, alias="SONALITY_MAX_CONCURRENT_LLM")
+    llm_max_retries: int = Field(default=3, ge=0, alias="SONALITY_LLM_MAX_RETRIES")
+    llm_timeout_seconds: float = Field(default=60.0, gt=0, alias="SONALITY_LLM_TIMEOUT_SECONDS")
+
+    # --- storage ---------------------------------------------------------------
+    data_dir: Path = Field(default=Path("data"), alias="SONALITY_DATA_DIR")
+    database_path: Path | None = Field(default=None, alias="SONALITY_DATABASE_PATH")
+    chroma_dir: Path | None = Field(default=None, alias="SONALITY_CHROMA_DIR")
+    model_cache_dir: Path | None = Field(default=None, alias="SONALITY_MODEL_CACHE_DIR")
+
+    # --- conversation ------------------------------------------------------------
+    max_message_chars: int = Field(default=4000, ge=100, alias="SONALITY_MAX_MESSAGE_CHARS")
+    buffer_turns: int = Field(default=12, ge=0, alias="SONALITY_BUFFER_TURNS")
+    buffer_chars: int = Field(default=12000, ge=0, alias="SONALITY_BUFFER_CHARS")
+    buffer_ttl_minutes: float = Field(default=120.0, gt=0, alias="SONALITY_BUFFER_TTL_MINUTES")
+    rate_limit_messages: int = Field(default=6, ge=1, alias="SONALITY_RATE_LIMIT_MESSAGES")
+    rate_limit_window_seconds: float = Field(
+        default=60.0, gt=0, alias="SONALITY_RATE_LIMIT_WINDOW_SECONDS"
+    )
+    agent_idle_evict_minutes: float = Field(
+        default=30.0, gt=0, alias="SONALITY_AGENT_IDLE_EVICT_MINUTES"
+    )
+
+    # --- scheduler -------------------------------------------------------------------
+    nightly_hour: int = Field(default=4, ge=0, le=23, alias="SONALITY_NIGHTLY_HOUR")
+    timezone: str = Field(default="UTC", alias="SONALITY_TIMEZONE")
+    nightly_jitter_seconds: int = Field(default=900, ge=0, alias="SONALITY_NIGHTLY_JITTER_SECONDS")
+    idle_reflect_minutes: float = Field(default=30.0, gt=0, alias="SONALITY_IDLE_REFLECT_MINUTES")
+    idle_check_seconds: float = Field(default=60.0, gt=0, alias="SONALITY_IDLE_CHECK_SECONDS")
+
+    # --- terminal ------------------------------------------------------------------
+    terminal_user: str = Field(default="you", alias="SONALITY_TERMINAL_USER")
+
+    # --- Discord -----------------------------------------------------------------------
+    discord_token: SecretStr | None = Field(default=None, alias="DISCORD_TOKEN")
+    discord_api_base_url: str = Field(
+        default="https://discord.com/api/v10", alias="DISCORD_API_BASE_URL"
+    )
+    discord_gateway_url: str = Field(
+        default="wss://gateway.discord.gg/", alias="DISCORD_GATEWAY_URL"
+    )
+    discord_dev_guild_id: int | None = Field(default=None, alias="DISCORD_DEV_GUILD_ID")
+    discord_shard_count: int | None = Field(default=None, ge=1, alias="DISCORD_SHARD_COUNT")
+    discord_allow_dms: bool = Field(default=False, alias="DISCORD_ALLOW_DMS")
+
+    # --- Slack -------------------------------------------------------------------------
+    slack_bot_token: SecretStr | None = Field(default=None, alias="SLACK_BOT_TOKEN")
+    slack_app_token: SecretStr | None = Field(default=None, alias="SLACK_APP_TOKEN")
+    slack_signing_secret: SecretStr | None = Field(default=None, alias="SLACK_SIGNING_SECRET")
+    slack_client_id: str | None = Field(default=None, alias="SLACK_CLIENT_ID")
+    slack_client_secret: SecretStr | None = Field(default=None, alias="SLACK_CLIENT_SECRET")
+    slack_api_url: str = Field(default="https://slack.com/api/", alias="SLACK_API_URL")
+    slack_port: int = Field(default=3000, ge=1, le=65535, alias="SLACK_PORT")
+    slack_moderator_ids: str = Field(default="", alias="SLACK_MODERATOR_IDS")
+    slack_allow_dms: bool = Field(default=False, alias="SLACK_ALLOW_DMS")
+
+    log_level: str = Field(default="INFO", alias="SONALITY_LOG_LEVEL")
+
+    @property
+    def resolved_database_path(self) -> Path:
+        return self.database_path or self.data_dir / "sonality.sqlite3"
+
+    @property
+    def resolved_chroma_dir(self) -> Path:
+        return self.chroma_dir or self.data_dir / "chromadb"
+
+    @property
+    def resolved_model_cache_dir(self) -> Path:
+        return self.model_cache_dir or self.data_dir / "models"
+
+    @property
+    def discord_enabled(self) -> bool:
+        return self.discord_token is not None
+
+    @property
+    def slack_enabled(self) -> bool:
+        return self.slack_bot_token is not None or self.slack_client_id is not None
+
+    @property
+    def slack_moderators(self) -> frozenset[str]:
+        return frozenset(x.strip() for x in self.slack_moderator_ids.split(",") if x.strip())

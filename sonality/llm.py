@@ -1,0 +1,102 @@
+"""The small LLM interface the engine depends on.
+
+The engine never talks to a vendor SDK directly: it asks this protocol for a text
+reply or for one forced tool call, and always gets token usage back so the host can
+account for cost per community. `sonality.anthropic_llm` implements it with the
+official SDK; tests drive that implementation against a loopback server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Usage(BaseModel):
+    """Token counts of one LLM call, as the provider reports them."""
+
+    model_config = ConfigDict(frozen=True)
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
+        )
+
+
+class SystemBlock(BaseModel):
+    """One piece of a system prompt; `cache=True` marks the end of a cacheable prefix."""
+
+    model_config = ConfigDict(frozen=True)
+
+    text: str
+    cache: bool = False
+
+
+class ChatTurn(BaseModel):
+    """One message of a conversation sent to the model."""
+
+    model_config = ConfigDict(frozen=True)
+
+    role: Literal["user", "assistant"]
+    content: str
+
+
+class TextResult(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    text: str
+    model: str
+    usage: Usage = Field(default_factory=Usage)
+
+
+class ToolResult(BaseModel):
+    """The arguments the model passed to the forced tool (unvalidated: callers check)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    tool_input: dict[str, Any]
+    model: str
+    usage: Usage = Field(default_factory=Usage)
+
+
+class LLMError(RuntimeError):
+    """The LLM could not produce an answer (after the client's own retries)."""
+
+
+class LLMClient(Protocol):
+    """What the engine needs from a language model."""
+
+    async def reply(
+        self,
+        *,
+        system: Sequence[SystemBlock],
+        messages: Sequence[ChatTurn],
+        max_tokens: int,
+        model: str | None = None,
+        purpose: str = "reply",
+    ) -> TextResult:
+        """Return a plain text answer. Raises `LLMError` when none can be had."""
+        ...
+
+    async def call_tool(
+        self,
+        *,
+        system: Sequence[SystemBlock],
+        messages: Sequence[ChatTurn],
+        tool: dict[str, Any],
+        max_tokens: int,
+        model: str | None = None,
+        purpose: str = "tool",
+    ) -> ToolResult:
+        """Force the model to call `tool` once and return its input. Raises `LLMError`."""
+        ...

@@ -1,0 +1,127 @@
+"""The persistence interface the engine depends on, one instance per community.
+
+Why a protocol: the engine must survive a crash between "reply sent" and "personality
+updated" without knowing what database sits underneath. The contract is an outbox:
+`record_interaction` is durable before the reply leaves, and `commit` writes the new
+state version, its audit events, its token usage and the outbox acknowledgement in one
+transaction. Anything recorded but not committed is handed back by
+`pending_interactions` on the next start and processed exactly once.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from sonality.llm import Usage
+
+if TYPE_CHECKING:
+    from sonality.memory.sponge import SpongeState
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Speaker(BaseModel):
+    """Who said something, in platform-neutral form."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    name: str
+
+
+class InteractionRecord(BaseModel):
+    """One answered message whose post-processing may still be pending (the outbox row)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    speaker: Speaker
+    message: str
+    reply: str
+    created_at: datetime = Field(default_factory=utcnow)
+    model: str = ""
+    reply_usage: Usage = Field(default_factory=Usage)
+
+
+class AuditEvent(BaseModel):
+    """An entry of the audit trail (ESS classification, reflection, rollback, ...)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: str
+    interaction: int
+    payload: dict[str, Any] = Field(default_factory=dict)
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class UsageRecord(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    purpose: str
+    model: str
+    usage: Usage
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class StateCommit(BaseModel):
+    """Everything one state change writes, applied atomically by the store."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    state: SpongeState
+    cause: str  # "seed" | "interaction" | "reflection" | "rollback" | "decay"
+    change: str  # one line for humans: what changed in this version
+    events: list[AuditEvent] = Field(default_factory=list)
+    usage: list[UsageRecord] = Field(default_factory=list)
+    interaction_id: str | None = None  # outbox row acknowledged by this commit
+    actor: str | None = None  # who caused it, for moderator actions
+
+
+class VersionInfo(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    version: int
+    cause: str
+    change: str
+    interaction_count: int
+    created_at: datetime
+    actor: str | None = None
+
+
+class StateStore(Protocol):
+    """Durable state of one community's personality."""
+
+    async def latest_state(self) -> SpongeState | None:
+        """The newest committed state, or None for a community never seen."""
+        ...
+
+    async def state_at(self, version: int) -> SpongeState | None:
+        ...
+
+    async def versions(self, limit: int = 20, before: int | None = None) -> list[VersionInfo]:
+        """Newest first."""
+        ...
+
+    async def record_interaction(self, record: InteractionRecord) -> None:
+        """Durably note an answered message before its reply is delivered."""
+        ...
+
+    async def pending_interactions(self) -> list[InteractionRecord]:
+        """Recorded but not yet committed interactions, oldest first."""
+        ...
+
+    async def mark_interaction_failed(self, interaction_id: str, error: str) -> int:
+        """Count a failed post-processing attempt; returns attempts so far.
+
+        After too many attempts the store stops returning it as pending.
+        """
+        ...
+
+    async def commit(self, commit: StateCommit) -> None:
+        """Append the new version + events + usage and ack the outbox row, atomically."""
+        ...
