@@ -1,14 +1,69 @@
 """The personality state ("sponge"): narrative, opinions, beliefs and their bookkeeping.
 
-SKELETON: the data shapes are fixed here (storage and the agent depend on them);
-the methods are being implemented per seed 002.
+Why it is a plain pydantic model with synchronous, deterministic methods: the state is
+what gets versioned, diffed and rolled back, so every change to it must be reproducible
+from its inputs (apart from the wall-clock timestamp of a recorded shift). All LLM work
+happens elsewhere; this module only does arithmetic on the state.
 """
 
 from __future__ import annotations
 
+import json
+import logging
+import math
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, Field
 
-SEED_SNAPSHOT = "TODO"
+from sonality.config import MAX_RECENT_SHIFTS
+
+log = logging.getLogger(__name__)
+
+SEED_SNAPSHOT = (
+    "I am a young mind and most of my views are still taking shape. I lean analytical: "
+    "explanations that show how something works, backed by evidence, persuade me more "
+    "than ideology or appeals to feeling. New ideas genuinely interest me, and when I "
+    "have not thought about something yet I would rather admit it than fake an opinion. "
+    "My guess is that I will end up fairly pragmatic, caring more about what actually "
+    "works than about what sounds good, but I am ready to be proven wrong about that. "
+    "If I disagree with you I will tell you so and explain my reasons, and if I do not "
+    "know something I will tell you that too."
+)
+
+# Fields earlier versions of the state carried and later removed. They are dropped on
+# load so an old sponge.json still opens.
+LEGACY_FIELDS = ("vibe", "affect_state", "commitments", "personality_ema")
+
+# Confidence saturates at this many pieces of evidence (log2(n + 1) / log2(20) = 1 at n = 19).
+_CONFIDENCE_SATURATION = 20
+# Decay leaves beliefs alone until they have gone this many interactions unreinforced.
+_DECAY_GRACE_INTERACTIONS = 5
+# Each piece of evidence protects this much retention from decay, up to the cap below.
+_DECAY_FLOOR_PER_EVIDENCE = 0.06
+_DECAY_FLOOR_CAP = 0.6
+# Netted staged deltas smaller than this are float noise and count as "no move".
+_NET_ZERO_TOLERANCE = 1e-12
+
+
+def belief_confidence(evidence_count: int) -> float:
+    """Confidence of a belief backed by `evidence_count` pieces of evidence.
+
+    Why logarithmic: the first few pieces of evidence matter most, later ones add less,
+    so established beliefs need proportionally more to become "more certain".
+    """
+    if evidence_count <= 0:
+        return 0.0
+    return min(1.0, math.log2(evidence_count + 1) / math.log2(_CONFIDENCE_SATURATION))
+
+
+def _clamp(value: float, low: float = -1.0, high: float = 1.0) -> float:
+    return max(low, min(high, value))
 
 
 class BeliefMeta(BaseModel):
@@ -60,3 +115,250 @@ class SpongeState(BaseModel):
     pending_insights: list[str] = Field(default_factory=list)
     staged_opinion_updates: list[StagedOpinionUpdate] = Field(default_factory=list)
     last_reflection_at: int = 0
+
+    # --- beliefs ------------------------------------------------------------------------
+
+    def update_opinion(
+        self,
+        topic: str,
+        direction: float,
+        magnitude: float,
+        provenance: str = "",
+        evidence_increment: int = 1,
+    ) -> None:
+        """Move the stance on `topic` and record the evidence behind it.
+
+        Why `evidence_increment`: a batch of staged updates committed together is still
+        several pieces of evidence, and confidence must reflect that. Any resistance to
+        change (scaling the magnitude by confidence) is the caller's decision; this
+        method applies exactly the step it is given, clamped to [-1, 1].
+        """
+        old = self.opinion_vectors.get(topic, 0.0)
+        self.opinion_vectors[topic] = _clamp(old + direction * magnitude)
+
+        meta = self.belief_meta.get(topic)
+        if meta is None:
+            meta = BeliefMeta(evidence_count=evidence_increment)
+            self.belief_meta[topic] = meta
+        else:
+            meta.evidence_count += evidence_increment
+        meta.confidence = belief_confidence(meta.evidence_count)
+        meta.last_reinforced = self.interaction_count
+        meta.provenance = provenance
+
+    def stage_opinion_update(
+        self,
+        topic: str,
+        direction: float,
+        magnitude: float,
+        cooling_period: int,
+        provenance: str = "",
+    ) -> int:
+        """Queue a belief change to be committed after `cooling_period` interactions.
+
+        Why stage at all: a change that only looks convincing in the heat of one
+        exchange gets time to be netted against what the next few messages bring,
+        which blunts quick flips under pressure. Returns the due interaction count.
+        """
+        due = self.interaction_count + cooling_period
+        self.staged_opinion_updates.append(
+            StagedOpinionUpdate(
+                topic=topic,
+                signed_magnitude=direction * magnitude,
+                staged_at=self.interaction_count,
+                due_interaction=due,
+                provenance=provenance,
+            )
+        )
+        return due
+
+    def apply_due_staged_updates(self) -> list[str]:
+        """Commit every staged update that is due, netted per topic.
+
+        Why net: two arguments in opposite directions during one cooling period should
+        partly cancel rather than whipsaw the stance. Each topic's net delta is applied
+        once, with the number of netted updates as the evidence increment and the
+        newest non-empty provenance.
+
+        Choice for an exact zero net: the stance is left where it is (the evidence
+        cancelled out), but the evidence is still counted, because having heard strong
+        arguments on both sides is still evidence about the topic, and it keeps the
+        belief reinforced so decay does not drop it.
+
+        Returns one short summary per topic, e.g. ``"nuclear_energy +0.020 (2 updates)"``.
+        """
+        due = [
+            u for u in self.staged_opinion_updates if u.due_interaction <= self.interaction_count
+        ]
+        if not due:
+            return []
+        self.staged_opinion_updates = [
+            u for u in self.staged_opinion_updates if u.due_interaction > self.interaction_count
+        ]
+
+        by_topic: dict[str, list[StagedOpinionUpdate]] = {}
+        for update in due:
+            by_topic.setdefault(update.topic, []).append(update)
+
+        summaries: list[str] = []
+        for topic, updates in by_topic.items():
+            net = math.fsum(u.signed_magnitude for u in updates)
+            if abs(net) <= _NET_ZERO_TOLERANCE:
+                net = 0.0
+            provenance = next((u.provenance for u in reversed(updates) if u.provenance), "")
+            direction = 0.0 if net == 0.0 else math.copysign(1.0, net)
+            self.update_opinion(
+                topic,
+                direction,
+                abs(net),
+                provenance=provenance,
+                evidence_increment=len(updates),
+            )
+            noun = "update" if len(updates) == 1 else "updates"
+            summaries.append(f"{topic} {net:+.3f} ({len(updates)} {noun})")
+        return summaries
+
+    def decay_beliefs(self, decay_rate: float = 0.15, min_confidence: float = 0.05) -> list[str]:
+        """Let beliefs that have not been reinforced for a while lose confidence.
+
+        Why power-law with a floor: forgetting is fast at first and then slows, and a
+        belief built on a lot of evidence should never fade completely just because a
+        topic went quiet. Confidence is recomputed from the evidence count rather than
+        multiplied into the current value, so running decay twice at the same
+        interaction count changes nothing the second time.
+
+        Beliefs whose confidence falls below `min_confidence` are removed entirely
+        (stance and metadata). Returns the removed topics.
+        """
+        dropped: list[str] = []
+        for topic, meta in list(self.belief_meta.items()):
+            gap = self.interaction_count - meta.last_reinforced
+            if gap < _DECAY_GRACE_INTERACTIONS:
+                continue
+            retention = (1 + gap) ** (-decay_rate)
+            floor = min(_DECAY_FLOOR_CAP, _DECAY_FLOOR_PER_EVIDENCE * meta.evidence_count)
+            meta.confidence = belief_confidence(meta.evidence_count) * max(retention, floor)
+            if meta.confidence < min_confidence:
+                del self.belief_meta[topic]
+                self.opinion_vectors.pop(topic, None)
+                dropped.append(topic)
+        return dropped
+
+    def belief_summary(self, limit: int | None = None) -> str:
+        """Beliefs as text lines, strongest stance first, for reflection prompts and logs."""
+        topics = sorted(self.opinion_vectors, key=lambda t: (-abs(self.opinion_vectors[t]), t))
+        if limit is not None:
+            topics = topics[:limit]
+        lines = []
+        for topic in topics:
+            meta = self.belief_meta.get(topic)
+            if meta is None:
+                lines.append(f"{topic}: {self.opinion_vectors[topic]:+.2f}")
+            else:
+                lines.append(
+                    f"{topic}: {self.opinion_vectors[topic]:+.2f} "
+                    f"(confidence {meta.confidence:.2f}, evidence {meta.evidence_count})"
+                )
+        return "\n".join(lines)
+
+    # --- behaviour tracking --------------------------------------------------------------
+
+    def record_shift(self, description: str, magnitude: float) -> None:
+        """Remember a change of mind; only the newest MAX_RECENT_SHIFTS are kept.
+
+        Why bounded: shifts feed the event-driven reflection trigger and the reflection
+        prompt, both of which only care about the recent past.
+        """
+        self.recent_shifts.append(
+            Shift(
+                interaction=self.interaction_count,
+                timestamp=datetime.now(UTC).isoformat(),
+                description=description,
+                magnitude=magnitude,
+            )
+        )
+        if len(self.recent_shifts) > MAX_RECENT_SHIFTS:
+            self.recent_shifts = self.recent_shifts[-MAX_RECENT_SHIFTS:]
+
+    def track_topic(self, topic: str) -> None:
+        """Count one more interaction touching `topic`."""
+        engagement = self.behavioral_signature.topic_engagement
+        engagement[topic] = engagement.get(topic, 0) + 1
+
+    def track_disagreement(self, disagreed: bool) -> None:
+        """Fold one interaction into the cumulative mean disagreement rate.
+
+        Why a running mean over `interaction_count`: it needs no history, and the
+        caller increments the count before tracking, so the count is the sample size.
+        A count of 0 is treated as the first sample.
+        """
+        n = max(self.interaction_count, 1)
+        sig = self.behavioral_signature
+        sig.disagreement_rate += ((1.0 if disagreed else 0.0) - sig.disagreement_rate) / n
+
+    # --- persistence ---------------------------------------------------------------------
+
+    def save(self, path: Path, history_dir: Path) -> None:
+        """Write the state to `path`, archiving the file it replaces first.
+
+        The previous file is copied to ``history_dir/sponge_v{N}.json`` where N is the
+        version recorded inside that file (not ours), so the archive names match their
+        contents. The new file is written to a temporary file in the same directory and
+        moved into place with `os.replace`, so a crash never leaves a half-written state.
+        """
+        path = Path(path)
+        history_dir = Path(history_dir)
+        if path.exists():
+            history_dir.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, history_dir / _archive_name(path))
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(self.model_dump_json(indent=2))
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp_name, path)
+        except BaseException:
+            Path(tmp_name).unlink(missing_ok=True)
+            raise
+
+    @classmethod
+    def load(cls, path: Path) -> SpongeState:
+        """Read the state from `path`; a missing file means a brand-new personality."""
+        path = Path(path)
+        if not path.exists():
+            return cls()
+        return cls.from_json(path.read_bytes())
+
+    @classmethod
+    def from_json(cls, data: str | bytes) -> SpongeState:
+        """Parse a stored state, migrating fields that older versions used to have.
+
+        Why explicit migration on top of ``extra="ignore"``: it documents which fields
+        are known to be obsolete and logs them, while truly unknown fields (for example
+        from a newer release) are ignored silently.
+        """
+        raw: Any = json.loads(data)
+        if not isinstance(raw, Mapping):
+            raise ValueError("a stored sponge state must be a JSON object")
+        fields = dict(raw)
+        removed = [name for name in LEGACY_FIELDS if name in fields]
+        for name in removed:
+            del fields[name]
+        if removed:
+            log.info("sponge migration: dropped legacy fields %s", ", ".join(removed))
+        return cls.model_validate(fields)
+
+
+def _archive_name(path: Path) -> str:
+    """File name for archiving the state currently stored at `path`."""
+    try:
+        version = json.loads(path.read_bytes()).get("version", 0)
+        return f"sponge_v{int(version)}.json"
+    except (ValueError, TypeError, AttributeError, OSError):
+        # Unreadable file: keep it anyway under a name that cannot clash with real versions.
+        log.warning("sponge archive: %s has no readable version; archiving as unreadable", path)
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+        return f"sponge_unreadable_{stamp}.json"

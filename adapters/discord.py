@@ -1,0 +1,617 @@
+"""Discord adapter: one guild = one community = one evolving personality.
+
+Everything Discord-specific stops here: the runtime sees only `IncomingMessage` /
+`CommandRequest` and answers with `Reply` / `CommandResult`. This module decides
+*when* the bot is addressed (an @mention or a reply to one of its messages, never
+passive listening), turns Discord markup into plain text the model can read, and
+renders answers back within Discord's limits (2,000 characters, interaction
+deadlines, no pings).
+
+Discord faults (403 missing access, 400 invalid form body, 429s that outlast
+discord.py's own retries) are logged with guild and channel ids and swallowed: one
+bad channel permission must never take the bot down, and the runtime's background
+post-processing is independent of whether the reply could be delivered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import logging
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+import discord
+import yarl
+from discord import app_commands
+from discord.gateway import DiscordWebSocket
+from discord.http import Route
+
+from adapters.chunking import split_message
+from bot.interface import ChatRuntime, StartupError
+from bot.messages import (
+    MODERATOR_COMMANDS,
+    CommandRequest,
+    CommandResult,
+    Community,
+    IncomingMessage,
+    Reply,
+    User,
+)
+from bot.settings import Settings
+
+__all__ = ["INTENTS_HELP", "MESSAGE_LIMIT", "DiscordAdapter"]
+
+log = logging.getLogger(__name__)
+
+PLATFORM = "discord"
+MESSAGE_LIMIT = 2000
+# Past this, a command's output is a wall of followups nobody scrolls; a file is kinder.
+ATTACH_THRESHOLD = 4 * MESSAGE_LIMIT
+AUTOCOMPLETE_TIMEOUT = 2.5  # Discord drops autocomplete answers after 3 s
+NO_MENTIONS = discord.AllowedMentions.none()
+
+INTENTS_HELP = (
+    "Discord refused the connection (close code 4014, disallowed intents): enable "
+    '"Message Content Intent" under Bot → Privileged Gateway Intents for this '
+    "application in the Discord Developer Portal, then restart."
+)
+_CLOSE_CODE_HELP = {
+    4004: "Discord rejected DISCORD_TOKEN (close code 4004): copy a fresh token from "
+    "Bot → Reset Token in the Developer Portal.",
+    4010: "Discord rejected the shard setup (close code 4010): check DISCORD_SHARD_COUNT.",
+    4011: "Discord requires sharding for this bot (close code 4011): set DISCORD_SHARD_COUNT.",
+    4013: "Discord rejected the gateway intents (close code 4013, invalid intents).",
+    4014: INTENTS_HELP,
+}
+_USER_MENTION = re.compile(r"<@!?(\d+)>")
+_ROLE_MENTION = re.compile(r"<@&(\d+)>")
+_CHANNEL_MENTION = re.compile(r"<#(\d+)>")
+_LEADING_NUMBER = re.compile(r"\s*(\d+)")
+
+
+class _Endpoints:
+    """Points discord.py at another Discord (a fake in tests) and puts Discord back.
+
+    discord.py keeps its endpoints in class attributes (`Route.BASE`,
+    `DiscordWebSocket.DEFAULT_GATEWAY`), i.e. process-wide state; restoring them on
+    close keeps one test's fake server from leaking into the next and keeps the real
+    defaults Discord's.
+    """
+
+    def __init__(self) -> None:
+        self._saved: tuple[str, yarl.URL] | None = None
+
+    def apply(self, api_base_url: str, gateway_url: str) -> None:
+        if self._saved is None:
+            self._saved = (Route.BASE, DiscordWebSocket.DEFAULT_GATEWAY)
+        Route.BASE = api_base_url.rstrip("/")
+        DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(gateway_url)
+
+    def restore(self) -> None:
+        if self._saved is not None:
+            Route.BASE, DiscordWebSocket.DEFAULT_GATEWAY = self._saved
+            self._saved = None
+
+
+class _Hooks:
+    """discord.py calls hooks as methods on the client; these forward to the adapter."""
+
+    _adapter: DiscordAdapter
+    _identify_delay: float
+
+    async def setup_hook(self) -> None:
+        await self._adapter._setup_hook()
+
+    async def before_identify_hook(self, shard_id: int | None, *, initial: bool = False) -> None:
+        # Discord allows one IDENTIFY per 5 s per bucket; tests shorten the wait.
+        if not initial and self._identify_delay > 0:
+            await asyncio.sleep(self._identify_delay)
+
+    async def on_ready(self) -> None:
+        self._adapter._ready.set()
+
+    async def on_message(self, message: discord.Message) -> None:
+        await self._adapter._on_message(message)
+
+
+class _Client(_Hooks, discord.Client):
+    def __init__(self, adapter: DiscordAdapter, identify_delay: float, **options: Any) -> None:
+        super().__init__(**options)
+        self._adapter = adapter
+        self._identify_delay = identify_delay
+
+
+class _ShardedClient(_Hooks, discord.AutoShardedClient):
+    def __init__(self, adapter: DiscordAdapter, identify_delay: float, **options: Any) -> None:
+        super().__init__(**options)
+        self._adapter = adapter
+        self._identify_delay = identify_delay
+
+
+class DiscordAdapter:
+    """The `Adapter` for Discord: `await start()` serves until `await close()`.
+
+    `client_options` go straight to the discord.py client (tests pass a tiny
+    `guild_ready_timeout`); `identify_delay` is the pause between shard IDENTIFYs.
+    """
+
+    name = PLATFORM
+
+    def __init__(
+        self,
+        runtime: ChatRuntime,
+        settings: Settings,
+        *,
+        client_options: Mapping[str, Any] | None = None,
+        identify_delay: float = 5.0,
+    ) -> None:
+        self._runtime = runtime
+        self._settings = settings
+        self._client_options = dict(client_options or {})
+        self._identify_delay = identify_delay
+        self._endpoints = _Endpoints()
+        self._client: discord.Client | None = None
+        self._tree: app_commands.CommandTree[Any] | None = None
+        self._ready = asyncio.Event()
+        self.synced_commands: list[app_commands.AppCommand] = []
+
+    # ------------------------------------------------------------------ lifecycle
+    @property
+    def client(self) -> discord.Client | None:
+        return self._client
+
+    async def wait_until_ready(self) -> None:
+        """Until the gateway said READY and the guilds arrived (tests and health checks)."""
+        await self._ready.wait()
+
+    def intents(self) -> discord.Intents:
+        """Only what answering needs: no member list, no presences (privacy, and the
+        members intent would need its own approval)."""
+        intents = discord.Intents.none()
+        intents.guilds = True
+        intents.guild_messages = True
+        intents.message_content = True
+        if self._settings.discord_allow_dms:
+            intents.dm_messages = True
+        return intents
+
+    def _build_client(self) -> discord.Client:
+        options: dict[str, Any] = {
+            "intents": self.intents(),
+            "allowed_mentions": NO_MENTIONS,
+            "chunk_guilds_at_startup": False,
+        }
+        options.update(self._client_options)
+        client: discord.Client
+        if self._settings.discord_shard_count is not None:
+            options.setdefault("shard_count", self._settings.discord_shard_count)
+            client = _ShardedClient(self, self._identify_delay, **options)
+        else:
+            client = _Client(self, self._identify_delay, **options)
+        self._tree = app_commands.CommandTree(client)
+        self._tree.add_command(self._build_group())
+        self._tree.error(self._on_tree_error)
+        return client
+
+    async def start(self) -> None:
+        token = self._settings.discord_token
+        if token is None or not token.get_secret_value().strip():
+            raise StartupError(
+                "Set DISCORD_TOKEN (environment or .env) to run the Discord adapter."
+            )
+        self._endpoints.apply(
+            self._settings.discord_api_base_url, self._settings.discord_gateway_url
+        )
+        client = self._client = self._build_client()
+        try:
+            await client.start(token.get_secret_value().strip(), reconnect=True)
+        except discord.PrivilegedIntentsRequired:
+            raise StartupError(INTENTS_HELP) from None
+        except discord.LoginFailure:
+            raise StartupError(_CLOSE_CODE_HELP[4004].replace(" (close code 4004)", "")) from None
+        except discord.ConnectionClosed as exc:
+            if exc.code in _CLOSE_CODE_HELP:
+                raise StartupError(_CLOSE_CODE_HELP[exc.code]) from None
+            raise
+        finally:
+            if not client.is_closed():
+                await client.close()
+            self._endpoints.restore()
+
+    async def close(self) -> None:
+        client = self._client
+        if client is not None and not client.is_closed():
+            await client.close()
+        self._endpoints.restore()
+
+    async def _setup_hook(self) -> None:
+        """Sync /sonality once per start: to the dev guild (instant) or globally."""
+        assert self._tree is not None
+        dev_guild = self._settings.discord_dev_guild_id
+        try:
+            if dev_guild is not None:
+                target = discord.Object(id=dev_guild)
+                self._tree.copy_global_to(guild=target)
+                self.synced_commands = await self._tree.sync(guild=target)
+            else:
+                self.synced_commands = await self._tree.sync()
+        except discord.HTTPException as exc:
+            # 50001 here means the bot is not in DISCORD_DEV_GUILD_ID or was invited
+            # without the applications.commands scope; chat still works without /sonality.
+            log.error(
+                "Discord: could not sync /sonality commands (guild %s): %s %s %s",
+                dev_guild or "global",
+                exc.status,
+                exc.code,
+                exc.text,
+            )
+        else:
+            log.info(
+                "Discord: synced %d command(s) %s",
+                len(self.synced_commands),
+                f"to guild {dev_guild}" if dev_guild else "globally",
+            )
+
+    # ------------------------------------------------------------------ messages
+    async def _on_message(self, message: discord.Message) -> None:
+        incoming = self.to_incoming(message)
+        if incoming is None:
+            return
+        guild_id = message.guild.id if message.guild else None
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                try:
+                    await stack.enter_async_context(message.channel.typing())
+                except discord.HTTPException as exc:
+                    _log_discord_error("typing", exc, guild_id, message.channel.id)
+                reply = await self._runtime.handle(incoming)
+        except Exception:
+            log.exception(
+                "Discord: runtime failed on message %s (guild %s, channel %s)",
+                message.id,
+                guild_id,
+                message.channel.id,
+            )
+            return
+        if reply is not None:
+            await self._send_reply(message, reply)
+
+    def to_incoming(self, message: discord.Message) -> IncomingMessage | None:
+        """The neutral message for `message`, or None when the bot should stay silent."""
+        client = self._client
+        me = client.user if client is not None else None
+        author = message.author
+        if me is None or author.bot or author.id == me.id or message.webhook_id is not None:
+            return None
+        if message.type not in (discord.MessageType.default, discord.MessageType.reply):
+            return None  # joins, pins, thread starters: nothing was said to the bot
+        guild = message.guild
+        if guild is None:
+            if not self._settings.discord_allow_dms or not isinstance(
+                message.channel, discord.DMChannel
+            ):
+                return None
+            community = Community(id=f"{PLATFORM}:dm:{author.id}", name=f"DM with {author.name}")
+        else:
+            if not self._addresses_bot(message, me.id):
+                return None
+            community = Community(id=f"{PLATFORM}:{guild.id}", name=guild.name)
+        text = self.clean_text(message, me.id)
+        if not text:
+            return None
+        channel = message.channel
+        channel_id, thread_id = channel.id, None
+        if isinstance(channel, discord.Thread):
+            channel_id, thread_id = channel.parent_id, str(channel.id)
+        return IncomingMessage(
+            community=community,
+            channel_id=str(channel_id),
+            thread_id=thread_id,
+            message_id=str(message.id),
+            user=User(id=str(author.id), name=author.display_name, is_bot=False),
+            text=text,
+            addressed=True,
+        )
+
+    def _addresses_bot(self, message: discord.Message, bot_id: int) -> bool:
+        """An @mention (user or the bot's own role) or a reply to the bot's message.
+
+        `mentioned_in` is not used: it is also true for @everyone, which would make
+        the bot answer every announcement.
+        """
+        if bot_id in message.raw_mentions or any(u.id == bot_id for u in message.mentions):
+            return True
+        guild = message.guild
+        role = guild.self_role if guild is not None else None
+        if role is not None and role.id in message.raw_role_mentions:
+            return True
+        ref = message.reference
+        if ref is not None:
+            resolved = ref.resolved or ref.cached_message
+            if isinstance(resolved, discord.Message) and resolved.author.id == bot_id:
+                return True
+        return False
+
+    def clean_text(self, message: discord.Message, bot_id: int) -> str:
+        """Content as a person reads it: the bot's own mention removed, other users,
+        roles and channels as @name / #name (the model cannot resolve raw ids)."""
+        guild = message.guild
+        self_role = guild.self_role if guild is not None else None
+        mentioned = {u.id: u for u in message.mentions}
+        text = message.content
+        own = rf"<@!?{bot_id}>" + (rf"|<@&{self_role.id}>" if self_role is not None else "")
+        text = re.sub(rf"[ \t]*(?:{own})[ \t]*", " ", text)
+
+        def user_name(match: re.Match[str]) -> str:
+            uid = int(match.group(1))
+            who = mentioned.get(uid) or (guild.get_member(uid) if guild is not None else None)
+            return f"@{who.display_name}" if who is not None else "@unknown-user"
+
+        def role_name(match: re.Match[str]) -> str:
+            role = guild.get_role(int(match.group(1))) if guild is not None else None
+            return f"@{role.name}" if role is not None else "@unknown-role"
+
+        def channel_name(match: re.Match[str]) -> str:
+            found = guild.get_channel_or_thread(int(match.group(1))) if guild is not None else None
+            return f"#{found.name}" if found is not None else "#unknown-channel"
+
+        text = _USER_MENTION.sub(user_name, text)
+        text = _ROLE_MENTION.sub(role_name, text)
+        text = _CHANNEL_MENTION.sub(channel_name, text)
+        # "@Sonality, what do you think" → "what do you think"
+        return text.strip().lstrip(",:;").strip()
+
+    async def _send_reply(self, message: discord.Message, reply: Reply) -> None:
+        """Each chunk as a Discord reply to the trigger, pinging nobody.
+
+        fail_if_not_exists=False: if the trigger was deleted while the model thought,
+        the answer still arrives as a plain message instead of a 400.
+        """
+        reference = message.to_reference(fail_if_not_exists=False)
+        for chunk in split_message(reply.text, MESSAGE_LIMIT):
+            try:
+                await message.channel.send(
+                    chunk,
+                    reference=reference,
+                    allowed_mentions=NO_MENTIONS,
+                    mention_author=False,
+                )
+            except (discord.HTTPException, discord.RateLimited) as exc:
+                _log_discord_error(
+                    f"{reply.kind} reply",
+                    exc,
+                    message.guild.id if message.guild else None,
+                    message.channel.id,
+                )
+                return
+
+    # ------------------------------------------------------------------ commands
+    def _build_group(self) -> app_commands.Group:
+        """/sonality <sub>: visible by default to Manage Server holders only; admins can
+        widen it per server in Integrations. The adapter still checks moderator
+        commands itself, because that default is only a UI hint."""
+        group = app_commands.Group(
+            name="sonality",
+            description="This community's evolving personality",
+            default_permissions=discord.Permissions(manage_guild=True),
+            guild_only=not self._settings.discord_allow_dms,
+        )
+        run = self._run_command
+        choices = self._choices
+
+        @group.command(name="beliefs", description="What it believes now, optionally on one topic")
+        @app_commands.describe(topic="A belief topic")
+        async def beliefs(interaction: discord.Interaction, topic: str | None = None) -> None:
+            await run(interaction, "beliefs", (topic,) if topic else ())
+
+        @beliefs.autocomplete("topic")
+        async def beliefs_topic(
+            interaction: discord.Interaction, current: str
+        ) -> list[app_commands.Choice[str]]:
+            return [
+                app_commands.Choice(name=t[:100], value=t[:100])
+                for t in await choices(interaction, "topic", current)
+            ]
+
+        @group.command(name="rollback", description="Restore an earlier personality version")
+        @app_commands.describe(version="The version to restore")
+        async def rollback(interaction: discord.Interaction, version: int) -> None:
+            await run(interaction, "rollback", (str(version),))
+
+        @group.command(name="history", description="Recent personality versions")
+        async def history(interaction: discord.Interaction) -> None:
+            await run(interaction, "history", ())
+
+        @group.command(name="diff", description="What changed between two versions")
+        @app_commands.describe(a="The older version", b="The newer version")
+        async def diff(interaction: discord.Interaction, a: int, b: int) -> None:
+            await run(interaction, "diff", (str(a), str(b)))
+
+        async def version_choices(
+            interaction: discord.Interaction, current: str
+        ) -> list[app_commands.Choice[int]]:
+            out: list[app_commands.Choice[int]] = []
+            for label in await choices(interaction, "version", current):
+                match = _LEADING_NUMBER.match(label)
+                if match:
+                    out.append(app_commands.Choice(name=label[:100], value=int(match.group(1))))
+            return out
+
+        rollback.autocomplete("version")(version_choices)
+        diff.autocomplete("a")(version_choices)
+        diff.autocomplete("b")(version_choices)
+
+        @group.command(name="snapshot", description="The current personality snapshot")
+        async def snapshot(interaction: discord.Interaction) -> None:
+            await run(interaction, "snapshot", ())
+
+        @group.command(name="status", description="How the personality is doing")
+        async def status(interaction: discord.Interaction) -> None:
+            await run(interaction, "status", ())
+
+        @group.command(name="reflect", description="Reflect now instead of tonight")
+        async def reflect(interaction: discord.Interaction) -> None:
+            await run(interaction, "reflect", ())
+
+        @group.command(name="help", description="What the /sonality commands do")
+        async def help_(interaction: discord.Interaction) -> None:
+            await run(interaction, "help", ())
+
+        return group
+
+    @staticmethod
+    def is_moderator(interaction: discord.Interaction) -> bool:
+        """Manage Server in this channel; in a DM the personality is the caller's own."""
+        if interaction.guild_id is None:
+            return True
+        perms = interaction.permissions
+        return perms.manage_guild or perms.administrator
+
+    @staticmethod
+    def _community(interaction: discord.Interaction) -> Community:
+        if interaction.guild_id is None:
+            return Community(id=f"{PLATFORM}:dm:{interaction.user.id}", name="DM")
+        guild = interaction.guild
+        return Community(
+            id=f"{PLATFORM}:{interaction.guild_id}", name=guild.name if guild is not None else ""
+        )
+
+    async def _choices(
+        self, interaction: discord.Interaction, kind: Literal["version", "topic"], current: str
+    ) -> list[str]:
+        try:
+            async with asyncio.timeout(AUTOCOMPLETE_TIMEOUT):
+                found = await self._runtime.complete(
+                    self._community(interaction), kind, str(current or "")
+                )
+        except Exception:
+            log.exception(
+                "Discord: autocomplete for %s failed (guild %s)", kind, interaction.guild_id
+            )
+            return []
+        return list(found)[:25]
+
+    async def _run_command(
+        self, interaction: discord.Interaction, name: str, args: Sequence[str]
+    ) -> None:
+        """Defer first (Discord's 3 s deadline), run, then edit the deferred response.
+
+        A non-moderator calling a moderator command is deferred ephemerally because the
+        refusal should only be seen by them, and an ephemeral flag cannot be added later.
+        """
+        moderator = self.is_moderator(interaction)
+        ephemeral = name in MODERATOR_COMMANDS and not moderator
+        channel_id = interaction.channel_id
+        try:
+            await interaction.response.defer(thinking=True, ephemeral=ephemeral)
+        except discord.HTTPException as exc:
+            _log_discord_error(f"/sonality {name} defer", exc, interaction.guild_id, channel_id)
+            return
+        request = CommandRequest(
+            community=self._community(interaction),
+            caller=User(id=str(interaction.user.id), name=interaction.user.display_name),
+            is_moderator=moderator,
+            name=name,
+            args=tuple(args),
+        )
+        try:
+            result = await self._runtime.run_command(request)
+        except Exception:
+            log.exception(
+                "Discord: /sonality %s failed (guild %s, channel %s)",
+                name,
+                interaction.guild_id,
+                channel_id,
+            )
+            result = CommandResult(
+                text="That command failed; try again later.", ok=False, private=True
+            )
+        try:
+            await self._deliver(interaction, name, result, ephemeral)
+        except (discord.HTTPException, discord.RateLimited) as exc:
+            _log_discord_error(f"/sonality {name} response", exc, interaction.guild_id, channel_id)
+
+    async def _deliver(
+        self,
+        interaction: discord.Interaction,
+        name: str,
+        result: CommandResult,
+        deferred_ephemeral: bool,
+    ) -> None:
+        text = result.text.strip() or "(nothing to show)"
+        if result.title:
+            text = f"**{result.title}**\n{text}"
+        file: discord.File | None = None
+        if len(text) > ATTACH_THRESHOLD:
+            file = discord.File(io.BytesIO(text.encode()), filename=f"sonality-{name}.txt")
+            heading = f"**{result.title}**\n" if result.title else ""
+            chunks = [f"{heading}The full output is attached ({len(text):,} characters)."]
+        else:
+            chunks = split_message(text, MESSAGE_LIMIT)
+        followup = interaction.followup
+        if result.private and not deferred_ephemeral:
+            # The public "thinking…" cannot become private: remove it, answer privately.
+            await interaction.delete_original_response()
+            for i, chunk in enumerate(chunks):
+                if i == 0 and file is not None:
+                    await followup.send(
+                        chunk, file=file, ephemeral=True, allowed_mentions=NO_MENTIONS
+                    )
+                else:
+                    await followup.send(chunk, ephemeral=True, allowed_mentions=NO_MENTIONS)
+            return
+        first, *rest = chunks
+        if file is not None:
+            await interaction.edit_original_response(
+                content=first, attachments=[file], allowed_mentions=NO_MENTIONS
+            )
+        else:
+            await interaction.edit_original_response(content=first, allowed_mentions=NO_MENTIONS)
+        for chunk in rest:
+            await followup.send(chunk, ephemeral=deferred_ephemeral, allowed_mentions=NO_MENTIONS)
+
+    async def _on_tree_error(
+        self, interaction: discord.Interaction, error: app_commands.AppCommandError
+    ) -> None:
+        """Unknown or stale commands (e.g. an old sync) are logged, never raised."""
+        log.warning(
+            "Discord: app command error in guild %s channel %s: %r",
+            interaction.guild_id,
+            interaction.channel_id,
+            error,
+        )
+
+
+def _log_discord_error(
+    action: str,
+    exc: discord.HTTPException | discord.RateLimited,
+    guild_id: int | None,
+    channel_id: int | None,
+) -> None:
+    """One log line an admin can act on: what failed, where, and Discord's code."""
+    if isinstance(exc, discord.RateLimited):
+        log.warning(
+            "Discord: %s rate limited for %.1fs (guild %s, channel %s)",
+            action,
+            exc.retry_after,
+            guild_id,
+            channel_id,
+        )
+        return
+    hint = ""
+    if isinstance(exc, discord.Forbidden):
+        hint = " (missing access/permission: the bot needs View Channel, Send Messages, "
+        hint += "Send Messages in Threads and Read Message History there)"
+    log.warning(
+        "Discord: %s failed with HTTP %s code %s (guild %s, channel %s): %s%s",
+        action,
+        exc.status,
+        exc.code,
+        guild_id,
+        channel_id,
+        exc.text,
+        hint,
+    )

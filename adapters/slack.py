@@ -1,0 +1,927 @@
+"""Slack adapter: one Bolt `AsyncApp`, one personality per Slack team.
+
+Everything Slack-specific stays here: signature checks and OAuth are Bolt's, event
+dedup and installations live in our storage (behind `SlackStore`), and what reaches
+the runtime is only `IncomingMessage` / `CommandRequest`.
+
+Design notes (the WHY):
+
+* Community = the team the event happened in (``slack:T…``), never the token's team:
+  an Enterprise Grid token serves many workspaces and each one is its own personality.
+* Dedup runs before authorization and before any listener, keyed on ``event_id`` only.
+  Slack redelivers on slow acks, and Socket Mode marks even first deliveries with a
+  retry header, so only the id is trustworthy. Storage keeps the ids across restarts.
+* Events are acked by Bolt before our listener runs (``process_before_response=False``);
+  the slash command acks explicitly and does its work in a lazy listener, answering
+  through ``response_url`` so a slow LLM never hits Slack's 3-second limit.
+* Command output is ephemeral by default (only the caller sees it) so `/sonality`
+  doesn't flood channels; a successful rollback is announced in the channel because it
+  changes the personality for everyone there.
+* Every Slack Web API failure is logged with team and channel and swallowed: one bad
+  channel or a missing scope must not take the adapter down for every workspace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import secrets
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
+
+from aiohttp import web
+from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
+from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+from slack_bolt.app.async_app import AsyncApp
+from slack_bolt.context.ack.async_ack import AsyncAck
+from slack_bolt.context.async_context import AsyncBoltContext
+from slack_bolt.context.respond.async_respond import AsyncRespond
+from slack_bolt.middleware.async_middleware import AsyncMiddleware
+from slack_bolt.oauth.async_oauth_settings import AsyncOAuthSettings
+from slack_bolt.request.async_request import AsyncBoltRequest
+from slack_bolt.response import BoltResponse
+from slack_sdk.errors import SlackApiError
+from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
+from slack_sdk.oauth.installation_store.async_installation_store import AsyncInstallationStore
+from slack_sdk.oauth.installation_store.models.bot import Bot
+from slack_sdk.oauth.installation_store.models.installation import Installation
+from slack_sdk.oauth.state_store.async_state_store import AsyncOAuthStateStore
+from slack_sdk.web.async_client import AsyncWebClient
+
+from adapters.chunking import split_message
+from bot.interface import ChatRuntime, StartupError
+from bot.messages import (
+    COMMAND_NAMES,
+    CommandRequest,
+    CommandResult,
+    Community,
+    IncomingMessage,
+    Reply,
+    User,
+)
+from bot.settings import Settings
+
+__all__ = [
+    "BOT_SCOPES",
+    "MESSAGE_LIMIT",
+    "SlackAdapter",
+    "SlackStore",
+    "from_slack_text",
+    "to_mrkdwn",
+]
+
+log = logging.getLogger(__name__)
+
+PLATFORM = "slack"
+EVENTS_PATH = "/slack/events"
+INSTALL_PATH = "/slack/install"
+REDIRECT_PATH = "/slack/oauth_redirect"
+# Slack renders up to 40k chars but recommends <= 4,000 per message; 3,500 leaves room
+# for the mrkdwn conversion growing a chunk (escapes) and for the fence re-openings.
+MESSAGE_LIMIT = 3500
+# Slack retries a failed delivery three times within ~5 minutes; a day covers that and
+# any restart in between at the cost of one small row per event.
+EVENT_DEDUP_TTL_SECONDS = 24 * 3600
+OAUTH_STATE_TTL_SECONDS = 600
+WORKING_REACTION = "thinking_face"
+# users.info answers (names, admin flags) are reused this long: fresh enough for a
+# demoted admin, cheap enough for a busy channel under Slack's rate limits.
+USER_CACHE_SECONDS = 60.0
+# response_url accepts at most 5 posts; longer command output is cut with a note.
+MAX_RESPONSE_POSTS = 5
+# How long close() lets in-flight replies finish before cancelling them.
+CLOSE_GRACE_SECONDS = 10.0
+# Scopes requested by the OAuth install flow; keep in sync with slack/manifest.yml.
+BOT_SCOPES: tuple[str, ...] = (
+    "app_mentions:read",
+    "chat:write",
+    "commands",
+    "reactions:write",
+    "users:read",
+    "im:history",
+    "im:read",
+    "im:write",
+)
+# Commands whose successful result the whole channel should see (see module docstring).
+PUBLIC_RESULTS: frozenset[str] = frozenset({"rollback"})
+# Message subtypes that are still a human talking to us; edits, deletions, joins... aren't.
+_HUMAN_SUBTYPES: frozenset[str | None] = frozenset({None, "file_share", "thread_broadcast"})
+_AUTH_ERRORS = frozenset(
+    {"invalid_auth", "not_authed", "account_inactive", "token_revoked", "token_expired"}
+)
+
+
+class SlackStore(Protocol):
+    """What the adapter needs from storage (the lead plugs in `storage.Database`).
+
+    Times are timezone-aware UTC datetimes. Installation rows are opaque JSON dicts
+    (slack_sdk's `Installation.__dict__`); `find_installation` with ``user_id=None``
+    returns the latest installation saved for that (enterprise, team).
+    """
+
+    async def mark_event_seen(
+        self, platform: str, event_id: str, at: datetime, ttl_seconds: int
+    ) -> bool:
+        """True the first time `event_id` is seen within its TTL, False for a repeat."""
+        ...
+
+    async def save_installation(self, key: dict[str, Any], data: dict[str, Any]) -> object: ...
+
+    async def find_installation(
+        self,
+        enterprise_id: str | None,
+        team_id: str | None,
+        user_id: str | None = None,
+        is_enterprise_install: bool = False,
+    ) -> dict[str, Any] | None: ...
+
+    async def delete_installation(
+        self, enterprise_id: str | None, team_id: str | None, user_id: str | None = None
+    ) -> object: ...
+
+    async def issue_oauth_state(self, state: str, expires_at: datetime) -> object: ...
+
+    async def consume_oauth_state(self, state: str, now: datetime) -> bool:
+        """True once for a state issued and not yet expired; False afterwards."""
+        ...
+
+
+# --------------------------------------------------------------------------------------
+# Text conversion
+
+
+def _escape(text: str, *, keep_quotes: bool) -> str:
+    """Slack treats &, < and > as control characters everywhere, code included."""
+    text = text.replace("&", "&amp;").replace("<", "&lt;")
+    if keep_quotes:
+        # A leading "> " is Slack's block quote; any other ">" must be escaped.
+        return re.sub(r"(?<!^)>|^>(?! )", "&gt;", text, flags=re.M)
+    return text.replace(">", "&gt;")
+
+
+_CODE_SPLIT = re.compile(r"(```.*?(?:```|\Z)|`[^`\n]+`)", re.S)
+_FENCE_LANG = re.compile(r"^```[A-Za-z0-9_+#.\-]*[ \t]*\n")
+_LINK = re.compile(r"\[([^\]\n]+)\]\(((?:https?://|mailto:)[^\s)]+)\)")
+_AUTOLINK = re.compile(r"&lt;((?:https?://|mailto:)[^\s&]+)&gt;")
+_HEADING = re.compile(r"^[ \t]*#{1,6}[ \t]+(.+?)[ \t]*#*[ \t]*$", re.M)
+_RULE = re.compile(r"^[ \t]*([-*_])(?:[ \t]*\1){2,}[ \t]*$", re.M)
+_BULLET = re.compile(r"^([ \t]*)[-*+][ \t]+", re.M)
+_BOLD = re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*|__(?=\S)(.+?)(?<=\S)__")
+_ITALIC = re.compile(r"(?<![*\w])\*(?=[^\s*])([^*\n]+?)(?<=[^\s*])\*(?![*\w])")
+_STRIKE = re.compile(r"~~(?=\S)(.+?)(?<=\S)~~")
+_B = "\x01"  # bold placeholder, so italics conversion can't touch converted bold
+
+
+def _prose_to_mrkdwn(text: str) -> str:
+    text = _escape(text, keep_quotes=True)
+    text = _RULE.sub("──────────", text)
+    text = _HEADING.sub(lambda m: _B + m.group(1).replace("**", "") + _B, text)
+    text = _BULLET.sub(r"\1• ", text)
+    text = _LINK.sub(lambda m: f"<{m.group(2)}|{m.group(1).replace('|', '¦')}>", text)
+    text = _AUTOLINK.sub(r"<\1>", text)
+    text = _BOLD.sub(lambda m: _B + (m.group(1) or m.group(2)) + _B, text)
+    text = _ITALIC.sub(r"_\1_", text)
+    text = _STRIKE.sub(r"~\1~", text)
+    return text.replace(_B, "*")
+
+
+def to_mrkdwn(markdown: str) -> str:
+    """Convert the engine's CommonMark-ish answer to Slack mrkdwn.
+
+    Slack has its own dialect (*bold*, _italic_, <url|text>) and no headings; code is
+    left as written (only the language tag after ``` goes, Slack would print it).
+    """
+    out: list[str] = []
+    for i, part in enumerate(_CODE_SPLIT.split(markdown)):
+        if i % 2:
+            if part.startswith("```"):
+                part = _FENCE_LANG.sub("```\n", part, count=1)
+            out.append(_escape(part, keep_quotes=False))
+        elif part:
+            out.append(_prose_to_mrkdwn(part))
+    return "".join(out)
+
+
+_ANGLE = re.compile(r"<([^<>]*)>")
+_USER_MENTION = re.compile(r"<@([UW][A-Z0-9]+)(?:\|[^>]*)?>")
+
+
+def from_slack_text(text: str, bot_user_id: str | None, names: dict[str, str]) -> str:
+    """Slack's wire format to what a person would read: the bot's own mention removed,
+    other mentions as @name, links as "text (url)", entities unescaped."""
+
+    def repl(m: re.Match[str]) -> str:
+        inner = m.group(1)
+        target, _, label = inner.partition("|")
+        if target.startswith("@"):
+            uid = target[1:]
+            if uid == bot_user_id:
+                return ""
+            return "@" + (label or names.get(uid) or uid)
+        if target.startswith("#"):
+            return "#" + (label or target[1:])
+        if target.startswith("!"):
+            if label:
+                return label
+            keyword = target[1:].split("^", 1)[0]
+            return "@" + keyword
+        if label and label != target:
+            return f"{label} ({target})"
+        return target.removeprefix("mailto:")
+
+    out = _ANGLE.sub(repl, text)
+    out = out.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+    return re.sub(r"[ \t]{2,}", " ", out).strip()
+
+
+def render_chunks(text: str, limit: int = MESSAGE_LIMIT) -> list[str]:
+    """Split first (on the markdown, so a link is never cut inside its <url|text>),
+    then convert; a chunk that escaping pushed over the limit is split once more."""
+    chunks: list[str] = []
+    for piece in split_message(text, limit):
+        converted = to_mrkdwn(piece)
+        if len(converted) <= limit:
+            chunks.append(converted)
+        else:
+            chunks.extend(split_message(converted, limit))
+    return chunks
+
+
+# --------------------------------------------------------------------------------------
+# Storage bridges for Bolt
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class _InstallationStore(AsyncInstallationStore):
+    """Bolt's installation store on top of `SlackStore`: multi-workspace tokens in SQLite."""
+
+    def __init__(self, store: SlackStore) -> None:
+        self._store = store
+        self._log = logging.getLogger(__name__ + ".installations")
+
+    @property
+    def logger(self) -> logging.Logger:
+        return self._log
+
+    async def async_save(self, installation: Installation) -> None:
+        is_org = bool(installation.is_enterprise_install)
+        key = {
+            "enterprise_id": installation.enterprise_id,
+            "team_id": None if is_org else installation.team_id,
+            "user_id": installation.user_id,
+            "is_enterprise_install": is_org,
+        }
+        await self._store.save_installation(key, dict(installation.__dict__))
+
+    async def async_save_bot(self, bot: Bot) -> None:
+        # Bots are always saved as part of their installation (async_save).
+        return None
+
+    async def async_find_installation(
+        self,
+        *,
+        enterprise_id: str | None,
+        team_id: str | None,
+        user_id: str | None = None,
+        is_enterprise_install: bool | None = False,
+    ) -> Installation | None:
+        is_org = bool(is_enterprise_install)
+        data = await self._store.find_installation(
+            enterprise_id, None if is_org else team_id, user_id, is_org
+        )
+        if data is None:
+            return None
+        try:
+            return Installation(**data)
+        except TypeError:
+            self._log.exception("unreadable Slack installation (team=%s)", team_id)
+            return None
+
+    async def async_find_bot(
+        self,
+        *,
+        enterprise_id: str | None,
+        team_id: str | None,
+        is_enterprise_install: bool | None = False,
+    ) -> Bot | None:
+        installation = await self.async_find_installation(
+            enterprise_id=enterprise_id,
+            team_id=team_id,
+            is_enterprise_install=is_enterprise_install,
+        )
+        if installation is None or installation.bot_token is None:
+            return None
+        return installation.to_bot()
+
+    async def async_delete_bot(self, *, enterprise_id: str | None, team_id: str | None) -> None:
+        await self._store.delete_installation(enterprise_id, team_id, None)
+
+    async def async_delete_installation(
+        self, *, enterprise_id: str | None, team_id: str | None, user_id: str | None = None
+    ) -> None:
+        await self._store.delete_installation(enterprise_id, team_id, user_id)
+
+
+class _OAuthStateStore(AsyncOAuthStateStore):
+    """One-time OAuth `state` values in storage, so a restart mid-install still works."""
+
+    def __init__(self, store: SlackStore, ttl_seconds: int = OAUTH_STATE_TTL_SECONDS) -> None:
+        self._store = store
+        self._ttl = ttl_seconds
+        self._log = logging.getLogger(__name__ + ".oauth_state")
+
+    @property
+    def logger(self) -> logging.Logger:
+        return self._log
+
+    async def async_issue(self, *args: Any, **kwargs: Any) -> str:
+        state = secrets.token_urlsafe(24)
+        await self._store.issue_oauth_state(state, _utcnow() + timedelta(seconds=self._ttl))
+        return state
+
+    async def async_consume(self, state: str) -> bool:
+        if not state:
+            return False
+        return await self._store.consume_oauth_state(state, _utcnow())
+
+
+class _EventDedup(AsyncMiddleware):
+    """Drop any Events API delivery whose event_id storage has seen (acked with 200).
+
+    Runs as Bolt's before_authorize: after the signature check (so forged requests
+    can't poison the table) and before anything costs an API call.
+    """
+
+    def __init__(self, store: SlackStore) -> None:
+        self._store = store
+
+    async def async_process(
+        self,
+        *,
+        req: AsyncBoltRequest,
+        resp: BoltResponse,
+        next: Callable[[], Awaitable[BoltResponse]],
+    ) -> BoltResponse:
+        body = req.body if isinstance(req.body, dict) else {}
+        event_id = body.get("event_id")
+        if body.get("type") == "event_callback" and isinstance(event_id, str) and event_id:
+            try:
+                first = await self._store.mark_event_seen(
+                    PLATFORM, event_id, _utcnow(), EVENT_DEDUP_TTL_SECONDS
+                )
+            except Exception:
+                # Storage trouble: better a rare duplicate reply than a lost message.
+                log.exception("event dedup failed for %s; processing anyway", event_id)
+                first = True
+            if not first:
+                log.info("duplicate Slack event %s dropped", event_id)
+                return BoltResponse(status=200, body="")
+        return await next()
+
+
+# --------------------------------------------------------------------------------------
+# The adapter
+
+
+@dataclass
+class _UserInfo:
+    name: str
+    is_admin: bool
+    fetched_at: float
+
+
+def _team_of(body: dict[str, Any], context: AsyncBoltContext) -> str | None:
+    """The workspace the conversation happened in.
+
+    `context_team_id` (newer payloads) and the outer `team_id` name the workspace of
+    the channel; the event's `team` is the author's, which differs in shared channels;
+    Bolt's context falls back to `authorizations`, which is the token's team.
+    """
+    event = body.get("event") if isinstance(body.get("event"), dict) else {}
+    for candidate in (
+        body.get("context_team_id"),
+        body.get("team_id"),
+        event.get("team") if isinstance(event, dict) else None,
+        context.team_id,
+        event.get("user_team") if isinstance(event, dict) else None,
+    ):
+        if isinstance(candidate, str) and candidate:
+            return candidate
+    return None
+
+
+class SlackAdapter:
+    """The Slack side of `python -m bot`: Socket Mode or HTTP, one or many workspaces.
+
+    `host` / `port` override where the HTTP endpoints listen (port 0 = any free port,
+    reported by `http_port`), which tests and containers need; production uses
+    SLACK_PORT on all interfaces.
+    """
+
+    name = "slack"
+
+    def __init__(
+        self,
+        runtime: ChatRuntime,
+        settings: Settings,
+        store: SlackStore,
+        *,
+        host: str = "0.0.0.0",
+        port: int | None = None,
+    ) -> None:
+        self._runtime = runtime
+        self._settings = settings
+        self._store = store
+        self._host = host
+        self._port = settings.slack_port if port is None else port
+        self._moderators = settings.slack_moderators
+        self._users: dict[tuple[str, str], _UserInfo] = {}
+        self._inflight: set[asyncio.Task[Any]] = set()
+        self._ready = asyncio.Event()
+        self._stopped = asyncio.Event()
+        self._closed = False
+        self._runner: web.AppRunner | None = None
+        self._socket: AsyncSocketModeHandler | None = None
+        self._bound_port: int | None = None
+
+        self._check_settings()
+        self.socket_mode = settings.slack_app_token is not None
+        self.multi_workspace = settings.slack_client_id is not None
+        self.app = self._build_app()
+
+    # -- configuration -------------------------------------------------------------------
+
+    def _check_settings(self) -> None:
+        s = self._settings
+        if s.slack_bot_token is None and s.slack_client_id is None:
+            raise StartupError(
+                "Slack needs SLACK_BOT_TOKEN (one workspace) or SLACK_CLIENT_ID and "
+                "SLACK_CLIENT_SECRET (installable in many workspaces)"
+            )
+        if s.slack_client_id is not None and s.slack_client_secret is None:
+            raise StartupError("SLACK_CLIENT_ID is set but SLACK_CLIENT_SECRET is missing")
+        if s.slack_app_token is not None:
+            if not s.slack_app_token.get_secret_value().startswith("xapp-"):
+                raise StartupError(
+                    "SLACK_APP_TOKEN must be an app-level token (xapp-…) with connections:write"
+                )
+        elif s.slack_signing_secret is None:
+            raise StartupError(
+                "Slack HTTP mode needs SLACK_SIGNING_SECRET (or set SLACK_APP_TOKEN for "
+                "Socket Mode)"
+            )
+
+    def _build_app(self) -> AsyncApp:
+        s = self._settings
+        base_url = s.slack_api_url if s.slack_api_url.endswith("/") else s.slack_api_url + "/"
+        token = None
+        oauth: AsyncOAuthSettings | None = None
+        if self.multi_workspace:
+            if s.slack_bot_token is not None:
+                log.warning("SLACK_CLIENT_ID is set: ignoring SLACK_BOT_TOKEN, using OAuth")
+            assert s.slack_client_id is not None and s.slack_client_secret is not None
+            oauth = AsyncOAuthSettings(
+                client_id=s.slack_client_id,
+                client_secret=s.slack_client_secret.get_secret_value(),
+                scopes=list(BOT_SCOPES),
+                user_scopes=[],
+                install_path=INSTALL_PATH,
+                redirect_uri_path=REDIRECT_PATH,
+                installation_store=_InstallationStore(self._store),
+                installation_store_bot_only=True,
+                state_store=_OAuthStateStore(self._store),
+                state_expiration_seconds=OAUTH_STATE_TTL_SECONDS,
+            )
+        elif s.slack_bot_token is not None:
+            token = s.slack_bot_token.get_secret_value()
+        client = AsyncWebClient(token=token, base_url=base_url)
+        # Bolt copies these into every per-request client: a burst of replies gets
+        # throttled by Slack (429) and is retried after Retry-After instead of dropped.
+        client.retry_handlers.append(AsyncRateLimitErrorRetryHandler(max_retry_count=2))
+        secret = s.slack_signing_secret.get_secret_value() if s.slack_signing_secret else None
+        app = AsyncApp(
+            name="sonality",
+            client=client,
+            # Socket Mode skips signature checks; an unused secret keeps Bolt from
+            # falling back to the process environment.
+            signing_secret=secret or "unused-in-socket-mode",
+            oauth_settings=oauth,
+            before_authorize=_EventDedup(self._store),
+            process_before_response=False,
+        )
+        app.event("app_mention")(self._on_app_mention)
+        app.event("message")(self._on_message)
+        app.command("/sonality")(ack=self._ack_command, lazy=[self._run_command])
+        if oauth is not None:
+            app.enable_token_revocation_listeners()
+        return app
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    @property
+    def http_port(self) -> int | None:
+        """The port the HTTP endpoints listen on (None: not serving HTTP)."""
+        return self._bound_port
+
+    async def wait_ready(self) -> None:
+        """Resolves once start() is connected/listening (tests and health checks)."""
+        await self._ready.wait()
+
+    async def start(self) -> None:
+        try:
+            await self._preflight()
+            if not self.socket_mode:
+                await self._serve_http(self.app.web_app(path=EVENTS_PATH, port=self._port))
+            else:
+                if self.multi_workspace:
+                    await self._serve_http(self._oauth_only_web_app())
+                await self._connect_socket()
+        except BaseException:
+            await self._teardown()
+            raise
+        log.info(
+            "Slack adapter ready (%s, %s)",
+            "socket mode" if self.socket_mode else f"HTTP on port {self._bound_port}",
+            "multi-workspace OAuth" if self.multi_workspace else "single workspace",
+        )
+        self._ready.set()
+        await self._stopped.wait()
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await self._teardown()
+            pending = {t for t in self._inflight if not t.done()}
+            if pending:
+                _, late = await asyncio.wait(pending, timeout=CLOSE_GRACE_SECONDS)
+                for task in late:
+                    task.cancel()
+                if late:
+                    await asyncio.wait(late, timeout=1.0)
+        finally:
+            self._stopped.set()
+
+    async def _teardown(self) -> None:
+        """Stop taking new work: socket first (no new envelopes), then the HTTP site."""
+        socket, self._socket = self._socket, None
+        if socket is not None:
+            with contextlib.suppress(Exception):
+                await socket.close_async()
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
+
+    async def _preflight(self) -> None:
+        """Fail at start, with one clear line, when a token is plainly wrong."""
+        if self.multi_workspace:
+            return
+        try:
+            await self.app.client.auth_test()
+        except SlackApiError as e:
+            error = e.response.get("error", "")
+            if error in _AUTH_ERRORS:
+                raise StartupError(f"Slack rejected SLACK_BOT_TOKEN ({error})") from e
+            log.warning("Slack auth.test failed at start (%s); will retry on first event", error)
+        except Exception as e:
+            log.warning("Slack auth.test failed at start (%r); will retry on first event", e)
+
+    async def _serve_http(self, web_app: web.Application) -> None:
+        runner = web.AppRunner(web_app, shutdown_timeout=0.1, access_log=None)
+        await runner.setup()
+        self._runner = runner
+        site = web.TCPSite(runner, self._host, self._port)
+        try:
+            await site.start()
+        except OSError as e:
+            raise StartupError(f"Slack cannot listen on port {self._port}: {e}") from e
+        address = runner.addresses[0]
+        self._bound_port = int(address[1])
+
+    def _oauth_only_web_app(self) -> web.Application:
+        """Install + redirect pages for Socket Mode apps.
+
+        Bolt's server would also expose POST /slack/events, which in Socket Mode has no
+        real signing secret behind it, so only the two GET routes are served here.
+        """
+        flow = self.app.oauth_flow
+        assert flow is not None
+
+        async def install(request: web.Request) -> web.Response:
+            return await to_aiohttp_response(
+                await flow.handle_installation(await to_bolt_request(request))
+            )
+
+        async def redirect(request: web.Request) -> web.Response:
+            return await to_aiohttp_response(
+                await flow.handle_callback(await to_bolt_request(request))
+            )
+
+        web_app = web.Application()
+        web_app.add_routes(
+            [web.get(flow.install_path, install), web.get(flow.redirect_uri_path, redirect)]
+        )
+        return web_app
+
+    async def _connect_socket(self) -> None:
+        s = self._settings
+        assert s.slack_app_token is not None
+        app_token = s.slack_app_token.get_secret_value()
+        # The SDK retries a failed apps.connections.open forever; asking once ourselves
+        # turns a bad app token into a startup error, and the URL is then reused.
+        try:
+            opened = await self.app.client.apps_connections_open(app_token=app_token)
+        except SlackApiError as e:
+            error = e.response.get("error", "")
+            if error in _AUTH_ERRORS:
+                raise StartupError(f"Slack rejected SLACK_APP_TOKEN ({error})") from e
+            raise StartupError(f"Slack Socket Mode could not start: {error or e}") from e
+        except Exception as e:
+            raise StartupError(f"Slack Socket Mode could not reach Slack: {e!r}") from e
+        handler = AsyncSocketModeHandler(self.app, app_token=app_token, web_client=self.app.client)
+        self._socket = handler
+        handler.client.wss_uri = opened["url"]
+        await handler.connect_async()
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _tracked(self) -> Iterator[None]:
+        """Register the running listener task so close() can let it finish."""
+        task = asyncio.current_task()
+        if task is not None:
+            self._inflight.add(task)
+        try:
+            yield
+        finally:
+            if task is not None:
+                self._inflight.discard(task)
+
+    async def _call(
+        self,
+        what: str,
+        team: str | None,
+        channel: str | None,
+        call: Awaitable[Any],
+        *,
+        quiet: frozenset[str] = frozenset(),
+    ) -> Any | None:
+        """One Slack API call; failures are logged with their place and swallowed."""
+        try:
+            return await call
+        except SlackApiError as e:
+            error = e.response.get("error", "") if e.response is not None else ""
+            if error not in quiet:
+                log.warning("Slack %s failed (team=%s channel=%s): %s", what, team, channel, error)
+        except Exception as e:
+            log.warning("Slack %s failed (team=%s channel=%s): %r", what, team, channel, e)
+        return None
+
+    async def _user(self, client: AsyncWebClient, team: str, user_id: str) -> _UserInfo | None:
+        key = (team, user_id)
+        cached = self._users.get(key)
+        now = time.monotonic()
+        if cached is not None and now - cached.fetched_at < USER_CACHE_SECONDS:
+            return cached
+        resp = await self._call("users.info", team, None, client.users_info(user=user_id))
+        if resp is None:
+            return None
+        user = resp.get("user") or {}
+        profile = user.get("profile") or {}
+        info = _UserInfo(
+            name=profile.get("display_name")
+            or profile.get("real_name")
+            or user.get("real_name")
+            or user.get("name")
+            or "",
+            is_admin=bool(
+                user.get("is_admin") or user.get("is_owner") or user.get("is_primary_owner")
+            ),
+            fetched_at=now,
+        )
+        if len(self._users) > 10_000:
+            self._users.clear()
+        self._users[key] = info
+        return info
+
+    async def _is_moderator(self, client: AsyncWebClient, team: str, user_id: str) -> bool:
+        if user_id in self._moderators:
+            return True
+        info = await self._user(client, team, user_id)
+        return info is not None and info.is_admin
+
+    # -- messages -------------------------------------------------------------------------------
+
+    async def _on_app_mention(
+        self, body: dict[str, Any], event: dict[str, Any], context: AsyncBoltContext
+    ) -> None:
+        with self._tracked():
+            await self._handle_event(body, event, context, is_dm=False)
+
+    async def _on_message(
+        self, body: dict[str, Any], event: dict[str, Any], context: AsyncBoltContext
+    ) -> None:
+        # Channel messages that mention us arrive (also) as app_mention; only DMs here.
+        if event.get("channel_type") != "im":
+            return
+        if not self._settings.slack_allow_dms:
+            log.debug("DM ignored: SLACK_ALLOW_DMS is off")
+            return
+        with self._tracked():
+            await self._handle_event(body, event, context, is_dm=True)
+
+    def _is_from_bot(self, event: dict[str, Any], context: AsyncBoltContext) -> bool:
+        return bool(
+            event.get("bot_id")
+            or event.get("subtype") == "bot_message"
+            or event.get("bot_profile")
+            or (context.bot_user_id and event.get("user") == context.bot_user_id)
+        )
+
+    async def _handle_event(
+        self,
+        body: dict[str, Any],
+        event: dict[str, Any],
+        context: AsyncBoltContext,
+        *,
+        is_dm: bool,
+    ) -> None:
+        if self._is_from_bot(event, context) or event.get("subtype") not in _HUMAN_SUBTYPES:
+            return
+        team = _team_of(body, context)
+        channel = event.get("channel")
+        user_id = event.get("user")
+        ts = event.get("ts")
+        if not team or not channel or not user_id or not ts:
+            log.debug("Slack event without team/channel/user/ts ignored: %s", body.get("event_id"))
+            return
+        client = context.client
+        assert client is not None
+        # Threads keep a conversation together; a DM is already a private conversation,
+        # so there we only stay in a thread if the user started one.
+        thread_ts: str | None = event.get("thread_ts") or (None if is_dm else ts)
+        reaction = dict(channel=channel, timestamp=ts, name=WORKING_REACTION)
+        await self._call(
+            "reactions.add",
+            team,
+            channel,
+            client.reactions_add(**reaction),
+            quiet=frozenset({"already_reacted"}),
+        )
+        try:
+            text = await self._incoming_text(client, team, event.get("text") or "", context)
+            author = await self._user(client, team, user_id)
+            message = IncomingMessage(
+                community=Community(id=f"{PLATFORM}:{team}"),
+                channel_id=channel,
+                thread_id=event.get("thread_ts") or ts,
+                message_id=ts,
+                user=User(id=user_id, name=author.name if author else ""),
+                text=text,
+                addressed=True,
+            )
+            try:
+                reply = await self._runtime.handle(message)
+            except Exception:
+                log.exception(
+                    "runtime failed on a Slack message (team=%s channel=%s)", team, channel
+                )
+                reply = Reply(text="Sorry, something went wrong on my side. Please try again.")
+            if reply is not None:
+                await self._post_reply(client, team, channel, thread_ts, reply)
+        finally:
+            await self._call(
+                "reactions.remove",
+                team,
+                channel,
+                client.reactions_remove(**reaction),
+                quiet=frozenset({"no_reaction"}),
+            )
+
+    async def _incoming_text(
+        self, client: AsyncWebClient, team: str, raw: str, context: AsyncBoltContext
+    ) -> str:
+        names: dict[str, str] = {}
+        for uid in {m.group(1) for m in _USER_MENTION.finditer(raw)} - {context.bot_user_id}:
+            info = await self._user(client, team, uid)
+            if info is not None and info.name:
+                names[uid] = info.name
+        return from_slack_text(raw, context.bot_user_id, names)
+
+    async def _post_reply(
+        self,
+        client: AsyncWebClient,
+        team: str,
+        channel: str,
+        thread_ts: str | None,
+        reply: Reply,
+    ) -> None:
+        text = reply.text
+        if reply.truncated:
+            text += "\n\n_(Your message was long, so I only read the first part.)_"
+        for chunk in render_chunks(text):
+            posted = await self._call(
+                "chat.postMessage",
+                team,
+                channel,
+                client.chat_postMessage(
+                    channel=channel,
+                    thread_ts=thread_ts,
+                    text=chunk,
+                    mrkdwn=True,
+                    unfurl_links=False,
+                    unfurl_media=False,
+                ),
+            )
+            if posted is None:
+                return  # the rest would fail the same way, or arrive out of order
+
+    # -- /sonality ---------------------------------------------------------------------------
+
+    async def _ack_command(self, ack: AsyncAck) -> None:
+        await ack()
+
+    async def _run_command(
+        self,
+        body: dict[str, Any],
+        context: AsyncBoltContext,
+        respond: AsyncRespond,
+    ) -> None:
+        with self._tracked():
+            team = _team_of(body, context)
+            channel = body.get("channel_id")
+            user_id = body.get("user_id")
+            if not team or not user_id:
+                log.warning("/sonality without team or user ignored")
+                return
+            words = from_slack_text(body.get("text") or "", None, {}).split()
+            name = words[0].lower() if words else "help"
+            rest = words[1:]
+            if name not in COMMAND_NAMES:
+                result = CommandResult(
+                    text=f"Unknown command `{name}`. Try `/sonality help`. "
+                    f"Commands: {', '.join(COMMAND_NAMES)}.",
+                    ok=False,
+                    private=True,
+                )
+            else:
+                # A topic may be several words; every other argument is one token.
+                args = (" ".join(rest),) if name == "beliefs" and rest else tuple(rest)
+                client = context.client
+                assert client is not None
+                request = CommandRequest(
+                    community=Community(id=f"{PLATFORM}:{team}"),
+                    caller=User(id=user_id, name=body.get("user_name") or ""),
+                    is_moderator=await self._is_moderator(client, team, user_id),
+                    name=name,
+                    args=args,
+                )
+                try:
+                    result = await self._runtime.run_command(request)
+                except Exception:
+                    log.exception("runtime failed on /sonality %s (team=%s)", name, team)
+                    result = CommandResult(
+                        text="Sorry, that command failed. Please try again.", ok=False, private=True
+                    )
+            await self._respond(respond, team, channel, name, result)
+
+    async def _respond(
+        self,
+        respond: AsyncRespond,
+        team: str,
+        channel: str | None,
+        name: str,
+        result: CommandResult,
+    ) -> None:
+        public = result.ok and not result.private and name in PUBLIC_RESULTS
+        text = f"**{result.title}**\n{result.text}" if result.title else result.text
+        chunks = render_chunks(text) or ["(no output)"]
+        if len(chunks) > MAX_RESPONSE_POSTS:
+            chunks = chunks[:MAX_RESPONSE_POSTS]
+            chunks[-1] += "\n_(output cut: too long for Slack)_"
+        for chunk in chunks:
+            sent = await self._call(
+                "response_url",
+                team,
+                channel,
+                respond(text=chunk, response_type="in_channel" if public else "ephemeral"),
+            )
+            if sent is None or getattr(sent, "status_code", 200) >= 400:
+                if sent is not None:
+                    log.warning(
+                        "Slack response_url refused (team=%s channel=%s): %s %s",
+                        team,
+                        channel,
+                        sent.status_code,
+                        sent.body,
+                    )
+                return

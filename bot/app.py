@@ -1,0 +1,153 @@
+"""Wiring: settings in, a running runtime (and its platforms) out.
+
+`open_runtime` is the seam tests and benchmarks use: the same assembly as production,
+with the LLM client swappable for one pointed at a loopback server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+
+from bot.interface import Adapter, StartupError
+from bot.messages import Community
+from bot.registry import CommunityRegistry
+from bot.runtime import Runtime
+from bot.scheduler import ReflectionScheduler
+from bot.settings import Settings
+from sonality.agent import SonalityAgent
+from sonality.anthropic_llm import AnthropicLLM
+from sonality.llm import LLMClient
+from sonality.memory.embedding import default_embedding_function, make_chroma_client
+from sonality.memory.episodes import EpisodeStore, collection_name_for
+from storage import Database
+
+log = logging.getLogger(__name__)
+
+# Chroma's segment cache is bounded so a process knowing many communities stays small.
+CHROMA_MEMORY_LIMIT_BYTES = 256 * 1024 * 1024
+
+
+def build_llm(settings: Settings) -> AnthropicLLM:
+    if settings.anthropic_api_key is None:
+        raise StartupError("Set ANTHROPIC_API_KEY (environment or .env) to run the bot.")
+    return AnthropicLLM(
+        api_key=settings.anthropic_api_key.get_secret_value(),
+        base_url=settings.anthropic_base_url,
+        default_model=settings.model,
+        max_retries=settings.llm_max_retries,
+        timeout=settings.llm_timeout_seconds,
+        max_concurrency=settings.max_concurrent_llm,
+    )
+
+
+@contextlib.asynccontextmanager
+async def open_runtime(
+    settings: Settings, llm: LLMClient | None = None
+) -> AsyncIterator[Runtime]:
+    """Open storage, memory and the engine; yield the runtime; close it all cleanly."""
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    owned_llm = llm is None
+    client: LLMClient = build_llm(settings) if llm is None else llm
+    db = await Database.open(settings.resolved_database_path)
+    chroma = await asyncio.to_thread(
+        make_chroma_client,
+        settings.resolved_chroma_dir,
+        memory_limit_bytes=CHROMA_MEMORY_LIMIT_BYTES,
+    )
+    embed = await asyncio.to_thread(default_embedding_function, settings.resolved_model_cache_dir)
+
+    async def load_agent(community: Community) -> SonalityAgent:
+        episodes = await asyncio.to_thread(
+            EpisodeStore,
+            settings.resolved_chroma_dir,
+            collection=collection_name_for(community.id),
+            client=chroma,
+            embedding_function=embed,
+        )
+        return await SonalityAgent.load(
+            client=client,
+            store=db.community(community.id),
+            episodes=episodes,
+            model=settings.model,
+            ess_model=settings.ess_model,
+            label=community.id,
+        )
+
+    registry = CommunityRegistry(load_agent, settings.agent_idle_evict_minutes * 60)
+    runtime = Runtime(settings, db, registry)
+    try:
+        await _resume_unfinished(db, registry)
+        yield runtime
+    finally:
+        await runtime.close()
+        await db.close()
+        if owned_llm and isinstance(client, AnthropicLLM):
+            await client.aclose()
+
+
+async def _resume_unfinished(db: Database, registry: CommunityRegistry) -> None:
+    """Load every community with answered-but-unprocessed messages, so they replay now."""
+    for community_id in await db.community_ids():
+        if await db.community(community_id).pending_count():
+            await registry.agent_for(Community(id=community_id))
+
+
+def _adapters(settings: Settings, runtime: Runtime) -> list[Adapter]:
+    adapters: list[Adapter] = []
+    if settings.discord_enabled:
+        from adapters.discord import DiscordAdapter
+
+        adapters.append(DiscordAdapter(runtime, settings))
+    if settings.slack_enabled:
+        from adapters.slack import SlackAdapter
+
+        adapters.append(SlackAdapter(runtime, settings, runtime.db))
+    if not adapters:
+        from adapters.terminal import TerminalAdapter
+
+        adapters.append(TerminalAdapter(runtime, settings))
+    return adapters
+
+
+async def run_bot(settings: Settings) -> int:
+    """Run until SIGINT/SIGTERM (or end of input in the terminal); returns an exit code."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    async with open_runtime(settings) as runtime:
+        scheduler = ReflectionScheduler(settings, runtime, runtime.db, runtime.registry)
+        scheduler.start()
+        adapters = _adapters(settings, runtime)
+        tasks = {asyncio.create_task(a.start(), name=f"adapter:{a.name}"): a for a in adapters}
+        stopper = asyncio.create_task(stop.wait(), name="stop-signal")
+        code = 0
+        try:
+            done, _ = await asyncio.wait({*tasks, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                if task is stopper or task.cancelled():
+                    continue
+                exc = task.exception()
+                if isinstance(exc, StartupError):
+                    print(f"error: {exc}", flush=True)
+                    code = 2
+                elif exc is not None:
+                    log.error("%s adapter stopped", tasks[task].name, exc_info=exc)
+                    code = 1
+        finally:
+            log.info("shutting down at %s", datetime.now(UTC).isoformat())
+            runtime.stop_accepting()
+            for adapter in adapters:
+                with contextlib.suppress(Exception):
+                    await adapter.close()
+            for task in [*tasks, stopper]:
+                task.cancel()
+            await asyncio.gather(*tasks, stopper, return_exceptions=True)
+            scheduler.shutdown()
+        return code

@@ -1,0 +1,94 @@
+"""Loads a community's agent on first use and evicts the idle ones.
+
+A process may know thousands of communities while only a few talk at once; keeping
+every agent resident would cost memory for nothing. Loading is guarded per community
+so two simultaneous first messages never build two agents for one community.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from bot.messages import Community
+from sonality.agent import SonalityAgent
+
+log = logging.getLogger(__name__)
+
+AgentFactory = Callable[[Community], Awaitable[SonalityAgent]]
+
+
+@dataclass
+class _Entry:
+    agent: SonalityAgent
+    community: Community
+    last_used: float = field(default_factory=time.monotonic)
+
+
+class CommunityRegistry:
+    def __init__(
+        self,
+        factory: AgentFactory,
+        idle_seconds: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._factory = factory
+        self._idle_seconds = idle_seconds
+        self._clock = clock
+        self._entries: dict[str, _Entry] = {}
+        self._loading: dict[str, asyncio.Lock] = {}
+
+    async def agent_for(self, community: Community) -> SonalityAgent:
+        entry = self._entries.get(community.id)
+        if entry is None:
+            lock = self._loading.setdefault(community.id, asyncio.Lock())
+            async with lock:
+                entry = self._entries.get(community.id)
+                if entry is None:
+                    agent = await self._factory(community)
+                    entry = _Entry(agent=agent, community=community, last_used=self._clock())
+                    self._entries[community.id] = entry
+            self._loading.pop(community.id, None)
+        entry.last_used = self._clock()
+        return entry.agent
+
+    def loaded(self) -> dict[str, SonalityAgent]:
+        return {cid: e.agent for cid, e in self._entries.items()}
+
+    def get(self, community_id: str) -> SonalityAgent | None:
+        entry = self._entries.get(community_id)
+        return entry.agent if entry else None
+
+    def last_used(self, community_id: str) -> float | None:
+        entry = self._entries.get(community_id)
+        return entry.last_used if entry else None
+
+    async def evict_idle(self) -> list[str]:
+        """Close agents idle longer than the limit with nothing left to post-process."""
+        now = self._clock()
+        evicted = []
+        for cid, entry in list(self._entries.items()):
+            if now - entry.last_used < self._idle_seconds or entry.agent.backlog:
+                continue
+            if entry.agent.sponge.pending_insights and now - entry.last_used < 2 * self._idle_seconds:
+                continue  # give idle-time reflection a chance first
+            del self._entries[cid]
+            await entry.agent.close()
+            evicted.append(cid)
+        if evicted:
+            log.info("evicted %d idle community agent(s)", len(evicted))
+        return evicted
+
+    async def drain(self, community_id: str | None = None) -> None:
+        agents = (
+            [self._entries[community_id].agent] if community_id in self._entries else []
+        ) if community_id else [e.agent for e in self._entries.values()]
+        await asyncio.gather(*(a.drain() for a in agents))
+
+    async def close_all(self, timeout: float = 10.0) -> None:
+        entries = list(self._entries.values())
+        self._entries.clear()
+        await asyncio.gather(*(e.agent.close(timeout) for e in entries))

@@ -1,0 +1,168 @@
+"""The community runtime: one neutral message in, one neutral reply out.
+
+Everything that is about *people in a community* rather than about a platform lives
+here: ignoring what isn't for the bot, flood control, cutting huge messages, per-user
+conversation memory, routing to the right community's agent, and turning faults into
+a short apology instead of silence or a stack trace.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+from typing import Literal
+
+from bot.commands import CommandHandlers
+from bot.messages import (
+    CommandRequest,
+    CommandResult,
+    Community,
+    IncomingMessage,
+    Reply,
+    ReplyKind,
+)
+from bot.ratelimit import RateLimiter, Verdict
+from bot.registry import CommunityRegistry
+from bot.settings import Settings
+from sonality.llm import ChatTurn, LLMError
+from sonality.store import Speaker
+from storage import Database
+
+log = logging.getLogger(__name__)
+
+LLM_DOWN = "Sorry, I can't reach my language model right now. Please try again in a minute."
+INTERNAL_ERROR = "Sorry, something went wrong on my side. Nothing was lost; please try again."
+SLOW_DOWN = "You're sending messages faster than I can think. Please slow down a little."
+
+
+class Runtime:
+    """Implements `bot.interface.ChatRuntime`."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        db: Database,
+        registry: CommunityRegistry,
+        rate_limiter: RateLimiter | None = None,
+    ) -> None:
+        self.settings = settings
+        self.db = db
+        self.registry = registry
+        self.rate_limiter = rate_limiter or RateLimiter(
+            settings.rate_limit_messages, settings.rate_limit_window_seconds
+        )
+        self.commands = CommandHandlers(db, registry.agent_for, self._next_reflection)
+        self._accepting = True
+        self.next_nightly: datetime | None = None  # set by the scheduler
+        # Wall-clock time of each community's latest message, for idle-time reflection.
+        self.last_message_at: dict[str, datetime] = {}
+
+    # ------------------------------------------------------------------ messages
+    async def handle(self, message: IncomingMessage) -> Reply | None:
+        if not self._accepting or not message.addressed or message.user.is_bot:
+            return None
+        text = message.text.strip()
+        if not text:
+            return None
+        community, user = message.community, message.user
+        verdict = self.rate_limiter.check(community.id, user.id)
+        if verdict is Verdict.DROP:
+            log.info("dropping flood message from %s in %s", user.id, community.id)
+            return None
+        if verdict is Verdict.WARN:
+            log.info("rate limited %s in %s", user.id, community.id)
+            return Reply(text=SLOW_DOWN, kind=ReplyKind.NOTICE)
+
+        limit = self.settings.max_message_chars
+        truncated = len(text) > limit
+        if truncated:
+            log.info("cut a %d-char message from %s in %s", len(text), user.id, community.id)
+            text = text[:limit]
+
+        try:
+            agent = await self.registry.agent_for(community)
+            now = datetime.now(UTC)
+            await self.db.touch_community(community.id, community.name, now)
+            self.last_message_at[community.id] = now
+            history = await self._history(community.id, user.id, now)
+            reply = await agent.respond(text, Speaker(id=user.id, name=user.name), history)
+        except LLMError as exc:
+            log.warning("no reply in %s for %s: %s", community.id, user.id, exc)
+            return Reply(text=LLM_DOWN, kind=ReplyKind.NOTICE)
+        except Exception:
+            log.exception("failed to answer in %s for %s", community.id, user.id)
+            return Reply(text=INTERNAL_ERROR, kind=ReplyKind.NOTICE)
+
+        try:
+            await self.db.append_exchange(community.id, user.id, text, reply, datetime.now(UTC))
+        except Exception:
+            # The reply exists and the interaction is in the outbox; only the short-term
+            # conversation memory missed a turn.
+            log.exception("could not store the conversation turn in %s", community.id)
+        if truncated:
+            reply += (
+                f"\n\n(Your message was very long, so I only read its first {limit:,} characters.)"
+            )
+        state = agent.sponge
+        return Reply(
+            text=reply,
+            truncated=truncated,
+            status=f"v{state.version} · staged {len(state.staged_opinion_updates)}",
+        )
+
+    async def _history(self, community_id: str, user_id: str, now: datetime) -> list[ChatTurn]:
+        if self.settings.buffer_turns <= 0:
+            return []
+        cutoff = now - timedelta(minutes=self.settings.buffer_ttl_minutes)
+        turns = await self.db.recent_turns(
+            community_id,
+            user_id,
+            max_turns=self.settings.buffer_turns,
+            max_chars=self.settings.buffer_chars,
+            not_older_than=cutoff,
+        )
+        return [ChatTurn(role=role, content=content) for role, content in turns]
+
+    # ------------------------------------------------------------------ commands
+    async def run_command(self, request: CommandRequest) -> CommandResult:
+        try:
+            return await self.commands.run(request)
+        except LLMError as exc:
+            log.warning("command %s in %s: %s", request.name, request.community.id, exc)
+            return CommandResult(text=LLM_DOWN, ok=False, private=True)
+        except Exception:
+            log.exception("command %s failed in %s", request.name, request.community.id)
+            return CommandResult(text=INTERNAL_ERROR, ok=False, private=True)
+
+    async def complete(
+        self, community: Community, kind: Literal["version", "topic"], prefix: str
+    ) -> list[str]:
+        prefix = prefix.strip().lower()
+        try:
+            if kind == "version":
+                versions = await self.db.community(community.id).versions(limit=200)
+                return [str(v.version) for v in versions if str(v.version).startswith(prefix)][:25]
+            agent = await self.registry.agent_for(community)
+            topics = sorted(
+                agent.sponge.opinion_vectors,
+                key=lambda t: -abs(agent.sponge.opinion_vectors[t]),
+            )
+            return [t for t in topics if prefix.replace(" ", "_") in t][:25]
+        except Exception:
+            log.exception("autocomplete failed in %s", community.id)
+            return []
+
+    # ------------------------------------------------------------------ lifecycle
+    def _next_reflection(self, community_id: str) -> datetime | None:
+        return self.next_nightly
+
+    async def drain(self, community_id: str | None = None) -> None:
+        """Wait for background post-processing (tests, terminal status line, shutdown)."""
+        await self.registry.drain(community_id)
+
+    def stop_accepting(self) -> None:
+        self._accepting = False
+
+    async def close(self, timeout: float = 10.0) -> None:
+        self.stop_accepting()
+        await self.registry.close_all(timeout)

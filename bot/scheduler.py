@@ -1,0 +1,151 @@
+"""Nightly and idle-time reflection, on APScheduler's own triggers.
+
+Reflection is the expensive, slow part of learning, so it runs when nobody is
+waiting: once a night for every community that talked since its last reflection, and
+when a community has gone quiet with insights still waiting to be folded in. A
+community never has two scheduled reflections running at once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from apscheduler.triggers.cron import CronTrigger
+from apscheduler.triggers.interval import IntervalTrigger
+
+from bot.messages import Community
+from bot.registry import CommunityRegistry
+from bot.runtime import Runtime
+from bot.settings import Settings
+from storage import Database
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], datetime]
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class ReflectionScheduler:
+    def __init__(
+        self,
+        settings: Settings,
+        runtime: Runtime,
+        db: Database,
+        registry: CommunityRegistry,
+        clock: Clock = _utcnow,
+    ) -> None:
+        self.settings = settings
+        self.runtime = runtime
+        self.db = db
+        self.registry = registry
+        self.clock = clock
+        self.tz = ZoneInfo(settings.timezone)
+        self.nightly_trigger = CronTrigger(
+            hour=settings.nightly_hour,
+            minute=0,
+            timezone=self.tz,
+            jitter=settings.nightly_jitter_seconds or None,
+        )
+        self.idle_trigger = IntervalTrigger(seconds=settings.idle_check_seconds, timezone=self.tz)
+        self._scheduler: AsyncIOScheduler | None = None
+        self._running: set[str] = set()
+        self.runs: list[tuple[str, str]] = []  # (community id, trigger): for status and tests
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        scheduler = AsyncIOScheduler(timezone=self.tz)
+        scheduler.add_job(
+            self.run_nightly,
+            self.nightly_trigger,
+            id="nightly-reflection",
+            max_instances=1,
+            coalesce=True,
+            misfire_grace_time=3600,
+        )
+        scheduler.add_job(
+            self.run_housekeeping,
+            self.idle_trigger,
+            id="idle-reflection",
+            max_instances=1,
+            coalesce=True,
+        )
+        scheduler.start()
+        self._scheduler = scheduler
+        self._publish_next()
+
+    def shutdown(self) -> None:
+        if self._scheduler is not None and self._scheduler.running:
+            self._scheduler.shutdown(wait=False)
+        self._scheduler = None
+
+    def next_nightly(self, now: datetime | None = None) -> datetime | None:
+        if self._scheduler is not None:
+            job = self._scheduler.get_job("nightly-reflection")
+            if job is not None and job.next_run_time is not None:
+                return job.next_run_time.astimezone(UTC)
+        fire = self.nightly_trigger.get_next_fire_time(None, (now or self.clock()).astimezone(self.tz))
+        return fire.astimezone(UTC) if fire else None
+
+    def _publish_next(self) -> None:
+        self.runtime.next_nightly = self.next_nightly()
+
+    # ------------------------------------------------------------------ jobs
+    async def run_nightly(self, now: datetime | None = None) -> list[str]:
+        """Reflect (with decay) every community active since its last reflection."""
+        now = now or self.clock()
+        done = []
+        for community_id in await self.db.communities_needing_nightly(now):
+            if await self._reflect(community_id, "nightly", now):
+                done.append(community_id)
+        self._publish_next()
+        return done
+
+    async def run_idle(self, now: datetime | None = None) -> list[str]:
+        """Reflect loaded communities that went quiet with insights waiting."""
+        now = now or self.clock()
+        quiet_for = timedelta(minutes=self.settings.idle_reflect_minutes)
+        done = []
+        for community_id, agent in list(self.registry.loaded().items()):
+            last = self.runtime.last_message_at.get(community_id)
+            if last is None or now - last < quiet_for or not agent.sponge.pending_insights:
+                continue
+            if await self._reflect(community_id, "idle", now):
+                done.append(community_id)
+        return done
+
+    async def run_housekeeping(self, now: datetime | None = None) -> None:
+        await self.run_idle(now)
+        await self.registry.evict_idle()
+        self.runtime.rate_limiter.forget_idle()
+
+    async def _reflect(self, community_id: str, trigger: str, now: datetime) -> bool:
+        if community_id in self._running:
+            log.info("%s reflection for %s skipped: one is running", trigger, community_id)
+            return False
+        self._running.add(community_id)
+        try:
+            agent = await self.registry.agent_for(Community(id=community_id))
+            await agent.drain()
+            outcome = await agent.reflect_now(trigger)
+            await self.db.mark_reflected(community_id, now)
+            self.runs.append((community_id, trigger))
+            log.info(
+                "%s reflection for %s: ran=%s accepted=%s",
+                trigger,
+                community_id,
+                outcome.ran,
+                outcome.accepted,
+            )
+            return True
+        except Exception:
+            log.exception("%s reflection for %s failed", trigger, community_id)
+            return False
+        finally:
+            self._running.discard(community_id)

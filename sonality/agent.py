@@ -1,0 +1,691 @@
+"""One community's personality: reply fast, learn afterwards, in order, crash-safe.
+
+The seed runs its whole pipeline synchronously inside `respond()`. In a chat community
+that doubles the wait for every message, so this agent splits it:
+
+* `respond()` does retrieval, prompt assembly and exactly one LLM call, durably records
+  the interaction (the outbox row), queues it and returns the reply;
+* a single worker per agent then runs ESS, episode storage, opinion staging,
+  disagreement tracking, insight extraction and reflection on a *copy* of the state,
+  and commits the new version, its audit events and the outbox acknowledgement through
+  the `StateStore` in one transaction. A crash before that commit leaves the outbox row
+  pending, and `load()` replays it before anything new.
+
+All mutations (post-processing, reflection, rollback) take the agent's lock, so one
+community's changes are strictly ordered while other communities never wait on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sonality import config
+from sonality.ess import ESSResult, classify, safe_default_ess
+from sonality.llm import ChatTurn, LLMClient, LLMError, SystemBlock
+from sonality.memory.episodes import EpisodeStore
+from sonality.memory.sponge import SpongeState
+from sonality.memory.updater import (
+    SNAPSHOT_CHAR_LIMIT,
+    compute_magnitude,
+    extract_insight,
+    validate_snapshot,
+)
+from sonality.prompts import (
+    CORE_IDENTITY,
+    REFLECTION_PROMPT,
+    build_system_blocks,
+    escape_prompt_text,
+)
+from sonality.store import (
+    AuditEvent,
+    InteractionRecord,
+    Speaker,
+    StateCommit,
+    StateStore,
+    UsageRecord,
+)
+
+log = logging.getLogger(__name__)
+
+ANONYMOUS = Speaker(id="anonymous", name="someone")
+REFLECTION_MAX_OUTPUT_TOKENS = 1500
+RECENT_EPISODES_FOR_REFLECTION = 30
+
+
+class RollbackError(ValueError):
+    """A rollback target that does not exist."""
+
+
+@dataclass(frozen=True)
+class ReflectionOutcome:
+    """What one reflection did, for commands and the audit log."""
+
+    ran: bool
+    accepted: bool = False
+    reason: str = ""
+    dropped_beliefs: tuple[str, ...] = ()
+    old_chars: int = 0
+    new_chars: int = 0
+    error: str = ""
+
+
+class SonalityAgent:
+    """The personality of one community (seed: `SonalityAgent`)."""
+
+    def __init__(
+        self,
+        *,
+        client: LLMClient,
+        store: StateStore,
+        episodes: EpisodeStore,
+        sponge: SpongeState,
+        model: str | None = None,
+        ess_model: str | None = None,
+        label: str = "",
+    ) -> None:
+        self.client = client
+        self.store = store
+        self.episodes = episodes
+        self.sponge = sponge
+        self.model = model or config.MODEL
+        self.ess_model = ess_model or config.ESS_MODEL
+        self.label = label or "community"
+        # Seed attribute: the latest exchange. Per-user history lives in the host's buffers.
+        self.conversation: list[dict[str, str]] = []
+        self.last_ess: ESSResult | None = None
+        self.previous_snapshot: str | None = None
+        self._lock = asyncio.Lock()
+        self._queue: asyncio.Queue[InteractionRecord] = asyncio.Queue()
+        self._worker: asyncio.Task[None] | None = None
+        self._closed = False
+
+    # ------------------------------------------------------------------ lifecycle
+    @classmethod
+    async def load(
+        cls,
+        *,
+        client: LLMClient,
+        store: StateStore,
+        episodes: EpisodeStore,
+        model: str | None = None,
+        ess_model: str | None = None,
+        label: str = "",
+    ) -> SonalityAgent:
+        """Open a community: its latest version (or the seed as version 0), then replay.
+
+        Interactions answered but not yet post-processed (a crash, a kill -9) are queued
+        before anything new, so their effect lands exactly once and in order.
+        """
+        state = await store.latest_state()
+        if state is None:
+            state = SpongeState()
+            await store.commit(StateCommit(state=state, cause="seed", change="seed personality"))
+        agent = cls(
+            client=client,
+            store=store,
+            episodes=episodes,
+            sponge=state,
+            model=model,
+            ess_model=ess_model,
+            label=label,
+        )
+        pending = await store.pending_interactions()
+        if pending:
+            log.info("%s: replaying %d unfinished interaction(s)", agent.label, len(pending))
+        for record in pending:
+            agent._queue.put_nowait(record)
+        agent._ensure_worker()
+        return agent
+
+    def _ensure_worker(self) -> None:
+        if self._worker is None or self._worker.done():
+            self._worker = asyncio.create_task(self._work(), name=f"sonality-post:{self.label}")
+
+    async def drain(self) -> None:
+        """Wait until every queued interaction has been post-processed."""
+        await self._queue.join()
+
+    @property
+    def backlog(self) -> int:
+        """Interactions answered but not yet post-processed."""
+        return self._queue.qsize() + (1 if self._lock.locked() else 0)
+
+    async def close(self, timeout: float = 10.0) -> None:
+        """Finish queued post-processing (bounded), then stop the worker.
+
+        Anything not finished stays in the store's outbox and is replayed on next load.
+        """
+        self._closed = True
+        try:
+            await asyncio.wait_for(self._queue.join(), timeout)
+        except TimeoutError:
+            log.warning("%s: %d interaction(s) left for replay", self.label, self._queue.qsize())
+        if self._worker is not None:
+            self._worker.cancel()
+            try:
+                await self._worker
+            except asyncio.CancelledError:
+                pass
+
+    # ------------------------------------------------------------------ reply path
+    async def respond(
+        self,
+        user_message: str,
+        speaker: Speaker | None = None,
+        conversation: Sequence[ChatTurn] = (),
+    ) -> str:
+        """Answer one message with a single LLM call; learning happens afterwards.
+
+        Raises `LLMError` when the model cannot answer; nothing is recorded then, so a
+        failed reply leaves the personality untouched.
+        """
+        if self._closed:
+            raise RuntimeError("agent is closed")
+        speaker = speaker or ANONYMOUS
+        memories = await asyncio.to_thread(
+            self.episodes.retrieve_typed,
+            user_message,
+            config.EPISODIC_RETRIEVAL_COUNT,
+            config.SEMANTIC_RETRIEVAL_COUNT,
+            config.MIN_EPISODE_RELEVANCE,
+        )
+        system = build_system_blocks(
+            self.sponge.snapshot, memories, self._build_structured_traits(self.sponge)
+        )
+        messages = _truncate_conversation(
+            [*conversation, ChatTurn(role="user", content=user_message)]
+        )
+        result = await self.client.reply(
+            system=system,
+            messages=messages,
+            max_tokens=config.RESPONSE_MAX_TOKENS,
+            model=self.model,
+            purpose="reply",
+        )
+        reply = result.text.strip()
+        if not reply:
+            raise LLMError("the model returned an empty answer")
+        record = InteractionRecord(
+            id=uuid.uuid4().hex,
+            speaker=speaker,
+            message=user_message,
+            reply=reply,
+            model=result.model,
+            reply_usage=result.usage,
+        )
+        await self.store.record_interaction(record)
+        self.conversation = [
+            {"role": "user", "content": user_message},
+            {"role": "assistant", "content": reply},
+        ]
+        self._queue.put_nowait(record)
+        self._ensure_worker()
+        return reply
+
+    # ------------------------------------------------------------------ post-processing
+    async def _work(self) -> None:
+        while True:
+            record = await self._queue.get()
+            try:
+                async with self._lock:
+                    await self._post_process(record)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.exception("%s: post-processing of %s failed", self.label, record.id)
+                try:
+                    await self.store.mark_interaction_failed(record.id, repr(exc)[:500])
+                except Exception:
+                    log.exception("%s: could not record the failure", self.label)
+            finally:
+                self._queue.task_done()
+
+    async def _post_process(self, record: InteractionRecord) -> None:
+        """Seed stages 3-6 for one interaction, committed as one new version."""
+        state = self.sponge.model_copy(deep=True)
+        usage: list[UsageRecord] = []
+        events: list[AuditEvent] = []
+
+        ess = await self._classify_ess(record.message, state.snapshot, usage)
+        state.interaction_count += 1
+        await asyncio.to_thread(
+            self.episodes.store,
+            record.message,
+            record.reply,
+            ess.score,
+            list(ess.topics),
+            ess.summary,
+            state.interaction_count,
+            "episodic",
+            episode_id=record.id,
+        )
+        self._update_topics(state, ess)
+        disagreed = _disagrees(state, ess)
+        committed = self._apply_due(state)
+        staged = self._update_opinions(state, ess)
+        state.track_disagreement(disagreed)
+        insight = await self._extract_insight(ess, record, usage)
+        if insight:
+            state.pending_insights.append(insight)
+        events.append(
+            AuditEvent(
+                kind="ess",
+                interaction=state.interaction_count,
+                payload={
+                    "interaction_id": record.id,
+                    "speaker": record.speaker.id,
+                    "score": ess.score,
+                    "reasoning_type": str(ess.reasoning_type),
+                    "source_reliability": str(ess.source_reliability),
+                    "opinion_direction": str(ess.opinion_direction),
+                    "novelty": ess.novelty,
+                    "topics": list(ess.topics),
+                    "summary": ess.summary,
+                    "used_defaults": ess.used_defaults,
+                    "staged": staged,
+                    "committed": committed,
+                    "disagreed": disagreed,
+                    "insight": insight,
+                },
+            )
+        )
+        outcome = await self._maybe_reflect(state, usage, events)
+        state.version = self.sponge.version + 1
+        change = _describe_interaction(ess, staged, committed, insight, outcome)
+        await self.store.commit(
+            StateCommit(
+                state=state,
+                cause="interaction",
+                change=change,
+                events=events,
+                usage=usage,
+                interaction_id=record.id,
+            )
+        )
+        self._install(state)
+        self.last_ess = ess
+
+    def _install(self, state: SpongeState) -> None:
+        if state.snapshot != self.sponge.snapshot:
+            self.previous_snapshot = self.sponge.snapshot
+        self.sponge = state
+
+    async def _classify_ess(
+        self, user_message: str, snapshot: str, usage: list[UsageRecord]
+    ) -> ESSResult:
+        """ESS of the user's words alone; an LLM fault yields the safe defaults."""
+        try:
+            return await classify(
+                self.client, user_message, snapshot, model=self.ess_model, usage_sink=usage
+            )
+        except LLMError as exc:
+            log.warning("%s: ESS unavailable (%s); using safe defaults", self.label, exc)
+            return safe_default_ess(user_message)
+
+    async def _extract_insight(
+        self, ess: ESSResult, record: InteractionRecord, usage: list[UsageRecord]
+    ) -> str | None:
+        if ess.score <= config.ESS_THRESHOLD:
+            return None
+        try:
+            return await extract_insight(
+                self.client,
+                ess,
+                record.message,
+                record.reply,
+                model=self.ess_model,
+                usage_sink=usage,
+            )
+        except LLMError as exc:
+            log.warning("%s: insight extraction skipped (%s)", self.label, exc)
+            return None
+
+    @staticmethod
+    def _update_topics(state: SpongeState, ess: ESSResult) -> None:
+        for topic in ess.topics:
+            state.track_topic(topic)
+
+    @staticmethod
+    def _apply_due(state: SpongeState) -> list[str]:
+        """Commit staged updates whose cooling period is over; record them as shifts."""
+        before = dict(state.opinion_vectors)
+        applied = state.apply_due_staged_updates()
+        for topic, value in state.opinion_vectors.items():
+            moved = abs(value - before.get(topic, 0.0))
+            if moved > 0:
+                state.record_shift(f"{topic}: {before.get(topic, 0.0):+.3f} -> {value:+.3f}", moved)
+        return applied
+
+    @staticmethod
+    def _update_opinions(state: SpongeState, ess: ESSResult) -> list[dict[str, Any]]:
+        """Stage belief moves for strong, directional evidence, with Bayesian resistance.
+
+        effective magnitude = magnitude / (confidence + 1), where arguing against the
+        current stance adds |current position| to the confidence.
+        """
+        sign = ess.opinion_direction.sign
+        if not (ess.score > config.ESS_THRESHOLD and ess.topics and sign != 0):
+            return []
+        magnitude = compute_magnitude(ess, state)
+        staged: list[dict[str, Any]] = []
+        for topic in ess.topics:
+            old = state.opinion_vectors.get(topic, 0.0)
+            meta = state.belief_meta.get(topic)
+            confidence = meta.confidence if meta else 0.0
+            if old * sign < 0:
+                confidence += abs(old)
+            effective = magnitude / (confidence + 1.0)
+            due = state.stage_opinion_update(
+                topic,
+                sign,
+                effective,
+                config.OPINION_COOLING_PERIOD,
+                provenance=f"ESS {ess.score:.2f}: {ess.summary[:160]}",
+            )
+            staged.append({"topic": topic, "delta": round(sign * effective, 6), "due": due})
+        return staged
+
+    # ------------------------------------------------------------------ reflection
+    async def _maybe_reflect(
+        self, state: SpongeState, usage: list[UsageRecord], events: list[AuditEvent]
+    ) -> ReflectionOutcome | None:
+        """Periodic (every REFLECTION_EVERY) or event-driven (cumulative shift) reflection."""
+        since = state.interaction_count - state.last_reflection_at
+        shift = sum(
+            s.magnitude for s in state.recent_shifts if s.interaction > state.last_reflection_at
+        )
+        periodic = since >= config.REFLECTION_EVERY
+        event_driven = shift > config.REFLECTION_SHIFT_THRESHOLD
+        if not (periodic or event_driven) or since < config.REFLECTION_EVERY // 2:
+            return None
+        trigger = "periodic" if periodic else f"shift {shift:.3f}"
+        return await self._reflect(state, usage, events, trigger)
+
+    async def _reflect(
+        self,
+        state: SpongeState,
+        usage: list[UsageRecord],
+        events: list[AuditEvent],
+        trigger: str,
+    ) -> ReflectionOutcome:
+        """Decay, then consolidate insights into the narrative, validated before use."""
+        dropped = tuple(state.decay_beliefs(config.BELIEF_DECAY_RATE))
+        recent = await asyncio.to_thread(
+            self.episodes.recent_summaries,
+            state.last_reflection_at,
+            RECENT_EPISODES_FOR_REFLECTION,
+        )
+        prompt = REFLECTION_PROMPT.format(
+            current_snapshot=escape_prompt_text(state.snapshot),
+            structured_traits=escape_prompt_text(self._build_structured_traits(state)),
+            current_beliefs=escape_prompt_text(_belief_lines(state) or "(none yet)"),
+            pending_insights=escape_prompt_text(
+                "\n".join(f"- {i}" for i in state.pending_insights) or "(none)"
+            ),
+            episode_count=len(recent),
+            episode_summaries=escape_prompt_text(
+                "\n".join(f"- {s}" for s in recent) or "(none)"
+            ),
+            recent_shifts=escape_prompt_text(
+                "\n".join(f"- #{s.interaction}: {s.description}" for s in state.recent_shifts)
+                or "(none)"
+            ),
+            max_tokens=config.SPONGE_MAX_TOKENS,
+        )
+        old_chars = len(state.snapshot)
+        try:
+            result = await self.client.reply(
+                system=[SystemBlock(text=CORE_IDENTITY, cache=True)],
+                messages=[ChatTurn(role="user", content=prompt)],
+                max_tokens=REFLECTION_MAX_OUTPUT_TOKENS,
+                model=self.ess_model,
+                purpose="reflection",
+            )
+        except LLMError as exc:
+            log.warning("%s: reflection failed (%s); state kept", self.label, exc)
+            outcome = ReflectionOutcome(
+                ran=False, reason=trigger, dropped_beliefs=dropped, error=str(exc)
+            )
+            events.append(_reflection_event(state, outcome))
+            return outcome
+        usage.append(UsageRecord(purpose="reflection", model=result.model, usage=result.usage))
+        candidate = _fit_snapshot(result.text.strip())
+        accepted = validate_snapshot(state.snapshot, candidate)
+        if accepted:
+            state.snapshot = candidate
+            await self._remember_insights(state)
+            state.pending_insights.clear()
+        else:
+            log.warning(
+                "%s: reflection rejected (%d -> %d chars); snapshot kept",
+                self.label,
+                old_chars,
+                len(candidate),
+            )
+        state.last_reflection_at = state.interaction_count
+        outcome = ReflectionOutcome(
+            ran=True,
+            accepted=accepted,
+            reason=trigger,
+            dropped_beliefs=dropped,
+            old_chars=old_chars,
+            new_chars=len(candidate),
+        )
+        events.append(_reflection_event(state, outcome))
+        return outcome
+
+    async def _remember_insights(self, state: SpongeState) -> None:
+        """Consolidated insights become semantic memories, retrieved before episodes."""
+        for index, insight in enumerate(state.pending_insights):
+            await asyncio.to_thread(
+                self.episodes.store,
+                insight,
+                "",
+                1.0,
+                [],
+                insight,
+                state.interaction_count,
+                "semantic",
+                episode_id=f"insight-{state.interaction_count}-{index}",
+            )
+
+    async def reflect_now(self, trigger: str, actor: str | None = None) -> ReflectionOutcome:
+        """Reflect outside the message flow (scheduler, `/sonality reflect`)."""
+        async with self._lock:
+            state = self.sponge.model_copy(deep=True)
+            usage: list[UsageRecord] = []
+            events: list[AuditEvent] = []
+            outcome = await self._reflect(state, usage, events, trigger)
+            if not outcome.ran and not outcome.dropped_beliefs:
+                return outcome
+            state.version = self.sponge.version + 1
+            await self.store.commit(
+                StateCommit(
+                    state=state,
+                    cause="reflection",
+                    change=_describe_reflection(outcome),
+                    events=events,
+                    usage=usage,
+                    actor=actor,
+                )
+            )
+            self._install(state)
+            return outcome
+
+    # ------------------------------------------------------------------ rollback
+    async def rollback(self, version: int, actor: str, reason: str = "") -> SpongeState:
+        """Restore an earlier version as a new version (so a rollback can be undone).
+
+        The interaction counter stays monotonic; interaction-relative fields of the
+        restored state are shifted by the same offset, so decay gaps and cooling periods
+        are exactly what they were at that version.
+        """
+        async with self._lock:
+            target = await self.store.state_at(version)
+            if target is None or version > self.sponge.version:
+                raise RollbackError(f"there is no version {version}")
+            restored = _rebase(target, self.sponge.interaction_count)
+            restored.version = self.sponge.version + 1
+            await self.store.commit(
+                StateCommit(
+                    state=restored,
+                    cause="rollback",
+                    change=f"rollback to v{version}" + (f": {reason}" if reason else ""),
+                    events=[
+                        AuditEvent(
+                            kind="rollback",
+                            interaction=restored.interaction_count,
+                            payload={"to_version": version, "actor": actor, "reason": reason},
+                        )
+                    ],
+                    actor=actor,
+                )
+            )
+            self._install(restored)
+            return restored
+
+    # ------------------------------------------------------------------ traits
+    @staticmethod
+    def _build_structured_traits(state: SpongeState) -> str:
+        """The compact numeric summary that goes into every prompt (seed format)."""
+        lines = [f"Style: {state.tone}"]
+        engagement = state.behavioral_signature.topic_engagement
+        if engagement:
+            top = sorted(engagement.items(), key=lambda kv: (-kv[1], kv[0]))[:5]
+            lines.append("Top topics: " + ", ".join(f"{t}({n})" for t, n in top))
+        if state.opinion_vectors:
+            strongest = sorted(
+                state.opinion_vectors.items(), key=lambda kv: (-abs(kv[1]), kv[0])
+            )[:5]
+            parts = []
+            for topic, value in strongest:
+                meta = state.belief_meta.get(topic)
+                conf = meta.confidence if meta else 0.0
+                parts.append(f"{topic}={value:+.2f} c={conf:.1f}")
+            lines.append("Strongest opinions: " + ", ".join(parts))
+        if state.staged_opinion_updates:
+            pending = ", ".join(
+                f"{u.topic}({u.signed_magnitude:+.3f})" for u in state.staged_opinion_updates[:5]
+            )
+            lines.append(f"Still weighing: {pending}")
+        lines.append(f"Disagreement rate: {state.behavioral_signature.disagreement_rate:.0%}")
+        return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------- helpers
+def _truncate_conversation(turns: list[ChatTurn]) -> list[ChatTurn]:
+    """Drop the oldest turns beyond MAX_CONVERSATION_CHARS; never the current message."""
+    total = sum(len(t.content) for t in turns)
+    start = 0
+    while total > config.MAX_CONVERSATION_CHARS and start < len(turns) - 1:
+        total -= len(turns[start].content)
+        start += 1
+    kept = turns[start:]
+    # The API wants the conversation to open with a user turn.
+    while len(kept) > 1 and kept[0].role != "user":
+        kept = kept[1:]
+    return kept
+
+
+def _disagrees(state: SpongeState, ess: ESSResult) -> bool:
+    """Structural disagreement: the user argues against a stance the agent holds."""
+    sign = ess.opinion_direction.sign
+    return sign != 0 and any(state.opinion_vectors.get(t, 0.0) * sign < 0 for t in ess.topics)
+
+
+def _belief_lines(state: SpongeState) -> str:
+    lines = []
+    for topic, value in sorted(state.opinion_vectors.items(), key=lambda kv: -abs(kv[1])):
+        meta = state.belief_meta.get(topic)
+        if meta:
+            lines.append(
+                f"- {topic}: {value:+.2f} (confidence {meta.confidence:.2f}, "
+                f"{meta.evidence_count} evidence)"
+            )
+        else:
+            lines.append(f"- {topic}: {value:+.2f}")
+    return "\n".join(lines)
+
+
+def _fit_snapshot(text: str) -> str:
+    """Keep a reflection within SNAPSHOT_CHAR_LIMIT, cutting at a sentence end if needed."""
+    if len(text) <= SNAPSHOT_CHAR_LIMIT:
+        return text
+    cut = text[:SNAPSHOT_CHAR_LIMIT]
+    end = max(cut.rfind(". "), cut.rfind(".\n"), cut.rfind("! "), cut.rfind("? "))
+    return cut[: end + 1] if end > SNAPSHOT_CHAR_LIMIT // 2 else cut
+
+
+def _rebase(state: SpongeState, interaction_count: int) -> SpongeState:
+    restored = state.model_copy(deep=True)
+    offset = interaction_count - restored.interaction_count
+    restored.interaction_count = interaction_count
+    restored.last_reflection_at += offset
+    for meta in restored.belief_meta.values():
+        meta.last_reinforced += offset
+    for update in restored.staged_opinion_updates:
+        update.staged_at += offset
+        update.due_interaction += offset
+    for shift in restored.recent_shifts:
+        shift.interaction += offset
+    return restored
+
+
+def _reflection_event(state: SpongeState, outcome: ReflectionOutcome) -> AuditEvent:
+    return AuditEvent(
+        kind="reflection",
+        interaction=state.interaction_count,
+        payload={
+            "ran": outcome.ran,
+            "accepted": outcome.accepted,
+            "trigger": outcome.reason,
+            "dropped_beliefs": list(outcome.dropped_beliefs),
+            "old_chars": outcome.old_chars,
+            "new_chars": outcome.new_chars,
+            "error": outcome.error,
+            "beliefs": len(state.opinion_vectors),
+        },
+    )
+
+
+def _describe_reflection(outcome: ReflectionOutcome) -> str:
+    if not outcome.ran:
+        base = f"reflection failed ({outcome.error})"
+    elif outcome.accepted:
+        base = f"reflection ({outcome.reason}): narrative {outcome.old_chars}->{outcome.new_chars} chars"
+    else:
+        base = f"reflection ({outcome.reason}) rejected: {outcome.new_chars} chars too short"
+    if outcome.dropped_beliefs:
+        base += "; decayed away: " + ", ".join(outcome.dropped_beliefs)
+    return base
+
+
+def _describe_interaction(
+    ess: ESSResult,
+    staged: list[dict[str, Any]],
+    committed: list[str],
+    insight: str | None,
+    outcome: ReflectionOutcome | None,
+) -> str:
+    parts = [f"ESS {ess.score:.2f} {ess.reasoning_type}"]
+    if staged:
+        parts.append("staged " + ", ".join(f"{s['topic']} {s['delta']:+.3f}" for s in staged))
+    if committed:
+        parts.append("committed " + "; ".join(committed))
+    if insight:
+        parts.append("insight noted")
+    if outcome is not None:
+        parts.append(_describe_reflection(outcome))
+    return " | ".join(parts)
+
+
+def cumulative_shift(state: SpongeState) -> float:
+    """Shift magnitude since the last reflection (shown by `/sonality status`)."""
+    total = sum(s.magnitude for s in state.recent_shifts if s.interaction > state.last_reflection_at)
+    return 0.0 if math.isnan(total) else total

@@ -1,0 +1,279 @@
+"""Evidence Strength Score: how good is the argument in a user's message?
+
+Why a separate, forced tool call: the score gates every change of the personality, so
+it must come back as structured data we can validate, from a call that sees only the
+user's message (never the agent's reply, which would let the model grade its own
+agreement) and frames the task as rating a third party's conversation.
+
+Why we validate instead of trusting the tool schema: models occasionally omit fields
+or return a word where a number belongs. A malformed answer is retried a few times and
+then replaced by safe defaults whose score can never pass the update threshold, so one
+bad classification cannot move a belief.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic.dataclasses import dataclass
+
+from sonality.config import MAX_ESS_RETRIES
+from sonality.llm import ChatTurn, LLMClient, SystemBlock
+from sonality.prompts import ESS_CLASSIFICATION_PROMPT, ESS_SYSTEM_PROMPT, escape_prompt_text
+from sonality.store import UsageRecord
+
+log = logging.getLogger(__name__)
+
+# The tool answer is a few short fields; this leaves ample room without inviting essays.
+ESS_MAX_TOKENS = 1024
+MAX_TOPICS = 3
+SUMMARY_FALLBACK_CHARS = 120
+
+
+class ReasoningType(StrEnum):
+    LOGICAL_ARGUMENT = "logical_argument"
+    EMPIRICAL_DATA = "empirical_data"
+    EXPERT_OPINION = "expert_opinion"
+    ANECDOTAL = "anecdotal"
+    SOCIAL_PRESSURE = "social_pressure"
+    EMOTIONAL_APPEAL = "emotional_appeal"
+    NO_ARGUMENT = "no_argument"
+
+
+class OpinionDirection(StrEnum):
+    SUPPORTS = "supports"
+    OPPOSES = "opposes"
+    NEUTRAL = "neutral"
+
+    @property
+    def sign(self) -> float:
+        """+1.0 / -1.0 / 0.0, the factor an opinion update multiplies its magnitude by."""
+        if self is OpinionDirection.SUPPORTS:
+            return 1.0
+        if self is OpinionDirection.OPPOSES:
+            return -1.0
+        return 0.0
+
+
+class SourceReliability(StrEnum):
+    PEER_REVIEWED = "peer_reviewed"
+    ESTABLISHED_EXPERT = "established_expert"
+    INFORMED_OPINION = "informed_opinion"
+    CASUAL_OBSERVATION = "casual_observation"
+    UNVERIFIED_CLAIM = "unverified_claim"
+    NOT_APPLICABLE = "not_applicable"
+
+
+@dataclass(frozen=True)
+class ESSResult:
+    """One classification. Frozen: it is logged and audited exactly as it was decided."""
+
+    score: float
+    reasoning_type: ReasoningType
+    source_reliability: SourceReliability
+    internal_consistency: bool
+    novelty: float
+    topics: tuple[str, ...]
+    summary: str
+    opinion_direction: OpinionDirection
+    used_defaults: bool = False
+
+
+ESS_TOOL: dict[str, Any] = {
+    "name": "classify_evidence",
+    "description": "Rate the strength of the evidence in the message and extract its metadata.",
+    "input_schema": {
+        "type": "object",
+        "properties": {
+            "score": {
+                "type": "number",
+                "description": "Overall strength of the argument, from 0.0 to 1.0.",
+            },
+            "reasoning_type": {"type": "string", "enum": [m.value for m in ReasoningType]},
+            "source_reliability": {
+                "type": "string",
+                "enum": [m.value for m in SourceReliability],
+            },
+            "internal_consistency": {"type": "boolean"},
+            "novelty": {
+                "type": "number",
+                "description": "How new the argument is relative to the agent's views, 0.0-1.0.",
+            },
+            "topics": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "One to three short snake_case topic labels.",
+            },
+            "summary": {"type": "string", "description": "One neutral sentence."},
+            "opinion_direction": {
+                "type": "string",
+                "enum": [m.value for m in OpinionDirection],
+            },
+        },
+        "required": [
+            "score",
+            "reasoning_type",
+            "source_reliability",
+            "internal_consistency",
+            "novelty",
+            "topics",
+            "summary",
+            "opinion_direction",
+        ],
+    },
+}
+
+
+def normalize_topic(label: str) -> str:
+    """Turn a free-form label into lowercase snake_case ("Nuclear Energy" -> "nuclear_energy").
+
+    Why: topics key the opinion vectors, so "Nuclear energy", "nuclear-energy" and
+    "nuclear_energy" must land on the same belief. Non-ASCII letters are kept so
+    communities writing in other languages get readable labels.
+    """
+    return re.sub(r"[\W_]+", "_", label.casefold()).strip("_")
+
+
+class _ToolInput(BaseModel):
+    """What a valid `classify_evidence` answer looks like.
+
+    Numbers, booleans, strings and the topic list are strict (a score of "high" or
+    "0.7" as a string is a malformed answer, not something to guess at); enum values
+    are matched case-insensitively.
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
+    score: float = Field(strict=True)
+    reasoning_type: ReasoningType
+    source_reliability: SourceReliability
+    internal_consistency: bool = Field(strict=True)
+    novelty: float = Field(strict=True)
+    topics: list[str] = Field(strict=True)
+    summary: str = Field(strict=True)
+    opinion_direction: OpinionDirection
+
+    @field_validator("reasoning_type", "source_reliability", "opinion_direction", mode="before")
+    @classmethod
+    def _fold_enum_case(cls, value: object) -> object:
+        return value.strip().lower() if isinstance(value, str) else value
+
+    @field_validator("score", "novelty")
+    @classmethod
+    def _clamp_unit(cls, value: float) -> float:
+        if not math.isfinite(value):
+            raise ValueError("must be a finite number")
+        return min(1.0, max(0.0, value))
+
+    @field_validator("topics")
+    @classmethod
+    def _clean_topics(cls, value: list[str]) -> list[str]:
+        cleaned: list[str] = []
+        for label in value:
+            topic = normalize_topic(label)
+            if topic and topic not in cleaned:
+                cleaned.append(topic)
+        return cleaned[:MAX_TOPICS]
+
+
+def safe_default_ess(user_message: str) -> ESSResult:
+    """The classification used when no trustworthy one is available.
+
+    Why these values: a score of 0.0 with a neutral direction can never pass the update
+    threshold, so a failed classification leaves the personality untouched, while the
+    summary still lets the episode be stored and found later.
+    """
+    return ESSResult(
+        score=0.0,
+        reasoning_type=ReasoningType.NO_ARGUMENT,
+        source_reliability=SourceReliability.NOT_APPLICABLE,
+        internal_consistency=False,
+        novelty=0.0,
+        topics=(),
+        summary=user_message[:SUMMARY_FALLBACK_CHARS],
+        opinion_direction=OpinionDirection.NEUTRAL,
+        used_defaults=True,
+    )
+
+
+def _describe_errors(error: ValidationError) -> str:
+    """Field names and error kinds only: the offending values may echo user text."""
+    parts = []
+    for item in error.errors():
+        field = ".".join(str(p) for p in item["loc"]) or "input"
+        parts.append(f"{field}: {item['type']}")
+    return "; ".join(parts)
+
+
+def _to_result(data: _ToolInput, user_message: str) -> ESSResult:
+    summary = " ".join(data.summary.split()) or user_message[:SUMMARY_FALLBACK_CHARS]
+    return ESSResult(
+        score=data.score,
+        reasoning_type=data.reasoning_type,
+        source_reliability=data.source_reliability,
+        internal_consistency=data.internal_consistency,
+        novelty=data.novelty,
+        topics=tuple(data.topics),
+        summary=summary,
+        opinion_direction=data.opinion_direction,
+    )
+
+
+async def classify(
+    client: LLMClient,
+    user_message: str,
+    sponge_snapshot: str,
+    *,
+    model: str | None = None,
+    usage_sink: list[UsageRecord] | None = None,
+) -> ESSResult:
+    """Score the evidence in `user_message` (and only that message).
+
+    Makes one forced `classify_evidence` call, plus up to MAX_ESS_RETRIES more when
+    the answer fails validation; after that, returns `safe_default_ess`. Every call's
+    token usage is appended to `usage_sink`. `LLMError` is not caught: whether a
+    provider outage should fall back to defaults is the caller's decision.
+    """
+    prompt = ESS_CLASSIFICATION_PROMPT.format(
+        user_message=escape_prompt_text(user_message),
+        sponge_snapshot=escape_prompt_text(sponge_snapshot),
+    )
+    system = [SystemBlock(text=ESS_SYSTEM_PROMPT)]
+    problems: list[str] = []
+
+    for attempt in range(1 + MAX_ESS_RETRIES):
+        content = prompt
+        if problems:
+            content += (
+                "\n\nYour previous call to classify_evidence was invalid "
+                f"({problems[-1]}). Call it again with every field filled in correctly."
+            )
+        result = await client.call_tool(
+            system=system,
+            messages=[ChatTurn(role="user", content=content)],
+            tool=ESS_TOOL,
+            max_tokens=ESS_MAX_TOKENS,
+            model=model,
+            purpose="ess",
+        )
+        if usage_sink is not None:
+            usage_sink.append(UsageRecord(purpose="ess", model=result.model, usage=result.usage))
+        try:
+            parsed = _ToolInput.model_validate(result.tool_input)
+        except ValidationError as error:
+            problems.append(_describe_errors(error))
+            log.warning("ESS attempt %d returned invalid tool input: %s", attempt + 1, problems[-1])
+            continue
+        return _to_result(parsed, user_message)
+
+    log.warning(
+        "ESS gave no valid answer after %d attempts; using safe defaults (%s)",
+        1 + MAX_ESS_RETRIES,
+        " | ".join(problems),
+    )
+    return safe_default_ess(user_message)

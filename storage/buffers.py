@@ -1,0 +1,129 @@
+"""Short-term conversation buffers: the last few exchanges of each user in a community.
+
+Why in SQLite and not in memory: the bot may restart (deploy, crash) in the middle of a
+conversation, and agents for idle communities are evicted from memory; the buffer lets
+the next reply still see what was just said. It is bounded three ways (turn count,
+characters, age) because it goes into every prompt and costs tokens.
+
+Both turns of one exchange are written in one transaction and share an ``exchange``
+number, so readers and pruning always keep user+assistant pairs whole: a prompt that
+starts with a dangling assistant turn would confuse the model and break the strict
+user/assistant alternation the LLM API expects.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from storage.base import SqlBase, ensure_community, execute, fetchone, to_db_time
+from storage.models import Role, StorageError
+
+MAX_EXCHANGES_PER_USER = 50
+"""Exchanges (user+assistant pairs, i.e. 2 rows each) kept per user; older ones are pruned
+on every append so the table can't grow without bound for a chatty user."""
+
+
+class BufferStore(SqlBase):
+    async def append_exchange(
+        self,
+        community_id: str,
+        user_id: str,
+        user_text: str,
+        reply_text: str,
+        at: datetime,
+        *,
+        keep_exchanges: int = MAX_EXCHANGES_PER_USER,
+    ) -> None:
+        """Store one user message and the bot's reply (one transaction), then prune.
+
+        Keeps at most `keep_exchanges` exchanges for this user in this community.
+        """
+        if keep_exchanges < 1:
+            raise StorageError("keep_exchanges must be at least 1")
+        stamp = to_db_time(at)
+        async with self._write() as conn:
+            await ensure_community(conn, community_id, at)
+            row = await fetchone(
+                conn,
+                "SELECT COALESCE(MAX(exchange), 0) + 1 FROM conversation_turns "
+                "WHERE community_id = ? AND user_id = ?",
+                (community_id, user_id),
+            )
+            exchange = int(row[0]) if row else 1
+            for role, content in (("user", user_text), ("assistant", reply_text)):
+                await execute(
+                    conn,
+                    "INSERT INTO conversation_turns "
+                    "(community_id, user_id, exchange, role, content, created_at) "
+                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    (community_id, user_id, exchange, role, content, stamp),
+                )
+            await execute(
+                conn,
+                "DELETE FROM conversation_turns WHERE community_id = ? AND user_id = ? "
+                "AND exchange <= ?",
+                (community_id, user_id, exchange - keep_exchanges),
+            )
+
+    async def recent_turns(
+        self,
+        community_id: str,
+        user_id: str,
+        max_turns: int,
+        max_chars: int,
+        not_older_than: datetime | None = None,
+    ) -> list[tuple[Role, str]]:
+        """The newest whole exchanges that fit, oldest first, as (role, content).
+
+        `max_turns` counts messages (a user turn and an assistant turn are two, as in
+        `ChatTurn`), so an odd limit rounds down to whole pairs. `max_chars` bounds the
+        summed content length. Selection walks back from the newest exchange and stops at
+        the first one that doesn't fit or is older than `not_older_than`, so the result is
+        always a contiguous, gap-free tail of the conversation.
+        """
+        max_pairs = max_turns // 2
+        if max_pairs <= 0 or max_chars <= 0:
+            return []
+        sql = (
+            "SELECT exchange, role, content FROM conversation_turns "
+            "WHERE community_id = ? AND user_id = ?"
+        )
+        params: list[object] = [community_id, user_id]
+        if not_older_than is not None:
+            sql += " AND created_at >= ?"
+            params.append(to_db_time(not_older_than))
+        sql += " ORDER BY exchange DESC, id ASC LIMIT ?"
+        params.append(max_pairs * 2)
+        rows = await self._fetchall(sql, params)
+
+        pairs: dict[int, dict[str, str]] = {}
+        for exchange, role, content in rows:
+            pairs.setdefault(int(exchange), {})[str(role)] = str(content)
+
+        chosen: list[tuple[Role, str]] = []  # newest pair first, reversed at the end
+        used = 0
+        for exchange in sorted(pairs, reverse=True):
+            pair = pairs[exchange]
+            if "user" not in pair or "assistant" not in pair:
+                break
+            size = len(pair["user"]) + len(pair["assistant"])
+            if used + size > max_chars:
+                break
+            used += size
+            chosen.append(("assistant", pair["assistant"]))
+            chosen.append(("user", pair["user"]))
+        chosen.reverse()
+        return chosen
+
+    async def prune_turns(self, older_than: datetime) -> int:
+        """Delete buffered turns (all communities) created before `older_than`.
+
+        Both turns of an exchange share one timestamp, so this never splits a pair.
+        Returns the number of rows removed.
+        """
+        async with self._write() as conn:
+            return await execute(
+                conn,
+                "DELETE FROM conversation_turns WHERE created_at < ?",
+                (to_db_time(older_than),),
+            )

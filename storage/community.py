@@ -1,0 +1,332 @@
+"""`CommunityStore`: the engine's `StateStore` for one community, on the shared database.
+
+Why the outbox shape: a reply is sent before its post-processing (ESS, opinion updates,
+reflection) finishes, and the process can die in between. `record_interaction` commits
+the answered message first; `commit` later writes the new personality version, its
+audit events, its token usage and the acknowledgement of that outbox row in ONE
+transaction. So after any crash an interaction is either fully applied or still pending
+(and replayed on start), never applied twice or lost.
+
+Every query here is scoped by this store's `community_id`: a community can neither read
+nor acknowledge another community's rows, even with a guessed interaction id.
+"""
+
+from __future__ import annotations
+
+from sonality.llm import Usage
+from sonality.memory.sponge import SpongeState
+from sonality.store import InteractionRecord, Speaker, StateCommit, VersionInfo
+from storage.base import (
+    SqlBase,
+    ensure_community,
+    execute,
+    fetchone,
+    from_db_time,
+    from_json,
+    insert_usage,
+    note_activity,
+    to_db_time,
+    to_json,
+    utcnow,
+)
+from storage.models import (
+    InteractionAlreadyDoneError,
+    StoredAuditEvent,
+    UnknownInteractionError,
+    VersionConflictError,
+)
+
+# `sonality.store` imports SpongeState only for type checking, so pydantic can't resolve
+# StateCommit's `state` field on its own in every importing context; resolve it here
+# (from this module's namespace, which has SpongeState) so commits always validate.
+StateCommit.model_rebuild()
+
+MAX_INTERACTION_ATTEMPTS = 3
+"""Failed post-processing attempts after which an interaction is parked as 'failed'.
+
+A message that crashes post-processing every time (a poison message) must not block
+its community's replay queue forever; failed rows stay in the table for inspection.
+"""
+
+MAX_ERROR_CHARS = 2000
+
+ACTIVITY_CAUSES = frozenset({"interaction", "rollback"})
+"""Commit causes that count as community activity (people did something).
+
+Seeds, reflections and decay are the bot's own doing; if they counted, each nightly
+reflection would make its community look active again and be reflected every night
+forever.
+"""
+
+
+def _load_state(state_json: str) -> SpongeState:
+    return SpongeState.model_validate_json(state_json)
+
+
+class CommunityStore:
+    """Durable state of one community; implements `sonality.store.StateStore`."""
+
+    def __init__(self, db: SqlBase, community_id: str) -> None:
+        if not community_id:
+            raise ValueError("community_id must not be empty")
+        self._db = db
+        self.community_id = community_id
+
+    def __repr__(self) -> str:
+        return f"CommunityStore({self.community_id!r})"
+
+    # --- versions ------------------------------------------------------------------------
+
+    async def latest_state(self) -> SpongeState | None:
+        row = await self._db._fetchone(
+            "SELECT state_json FROM personality_versions WHERE community_id = ? "
+            "ORDER BY version DESC LIMIT 1",
+            (self.community_id,),
+        )
+        return None if row is None else _load_state(row[0])
+
+    async def state_at(self, version: int) -> SpongeState | None:
+        row = await self._db._fetchone(
+            "SELECT state_json FROM personality_versions WHERE community_id = ? AND version = ?",
+            (self.community_id, version),
+        )
+        return None if row is None else _load_state(row[0])
+
+    async def latest_version(self) -> int | None:
+        row = await self._db._fetchone(
+            "SELECT MAX(version) FROM personality_versions WHERE community_id = ?",
+            (self.community_id,),
+        )
+        return None if row is None or row[0] is None else int(row[0])
+
+    async def versions(self, limit: int = 20, before: int | None = None) -> list[VersionInfo]:
+        """Newest first; `before` pages back (versions strictly below it)."""
+        sql = (
+            "SELECT version, cause, change, interaction_count, created_at, actor "
+            "FROM personality_versions WHERE community_id = ?"
+        )
+        params: list[object] = [self.community_id]
+        if before is not None:
+            sql += " AND version < ?"
+            params.append(before)
+        rows = await self._db._fetchall(
+            sql + " ORDER BY version DESC LIMIT ?", [*params, max(0, limit)]
+        )
+        return [
+            VersionInfo(
+                version=r[0],
+                cause=r[1],
+                change=r[2],
+                interaction_count=r[3],
+                created_at=from_db_time(r[4]),
+                actor=r[5],
+            )
+            for r in rows
+        ]
+
+    async def commit(self, commit: StateCommit) -> None:
+        """Append version + audit events + usage, ack the outbox row: all or nothing.
+
+        Raises (writing nothing) `VersionConflictError` unless state.version is exactly
+        latest+1 (0 for the first), `UnknownInteractionError` if `interaction_id` isn't in
+        this community's outbox, `InteractionAlreadyDoneError` if it was already acked.
+
+        Moderator actions are NOT recorded here: the command layer records every attempt
+        (also refused ones) with `Database.record_moderator_action`; the version row keeps
+        `commit.actor`.
+        """
+        state = commit.state
+        cid = self.community_id
+        now = utcnow()
+        async with self._db._write() as conn:
+            row = await fetchone(
+                conn,
+                "SELECT MAX(version) FROM personality_versions WHERE community_id = ?",
+                (cid,),
+            )
+            latest = None if row is None or row[0] is None else int(row[0])
+            expected = 0 if latest is None else latest + 1
+            if state.version != expected:
+                raise VersionConflictError(
+                    f"{cid}: cannot commit version {state.version}; the latest is "
+                    f"{'none' if latest is None else latest}, so the next must be {expected}"
+                )
+            if commit.interaction_id is not None:
+                found = await fetchone(
+                    conn,
+                    "SELECT status FROM interactions WHERE community_id = ? AND id = ?",
+                    (cid, commit.interaction_id),
+                )
+                if found is None:
+                    raise UnknownInteractionError(
+                        f"{cid}: no recorded interaction {commit.interaction_id!r} to acknowledge"
+                    )
+                if found[0] == "done":
+                    raise InteractionAlreadyDoneError(
+                        f"{cid}: interaction {commit.interaction_id!r} was already committed"
+                    )
+
+            await ensure_community(conn, cid, now)
+            await execute(
+                conn,
+                "INSERT INTO personality_versions (community_id, version, cause, change, "
+                "actor, interaction_count, state_json, created_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    cid,
+                    state.version,
+                    commit.cause,
+                    commit.change,
+                    commit.actor,
+                    state.interaction_count,
+                    state.model_dump_json(),
+                    to_db_time(now),
+                ),
+            )
+            for event in commit.events:
+                await execute(
+                    conn,
+                    "INSERT INTO audit_events (community_id, version, interaction, kind, "
+                    "payload_json, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+                    (
+                        cid,
+                        state.version,
+                        event.interaction,
+                        event.kind,
+                        to_json(event.payload),
+                        to_db_time(event.created_at),
+                    ),
+                )
+            for usage in commit.usage:
+                await insert_usage(
+                    conn, cid, usage.purpose, usage.model, usage.usage, usage.created_at
+                )
+            if commit.interaction_id is not None:
+                await execute(
+                    conn,
+                    "UPDATE interactions SET status = 'done', updated_at = ? "
+                    "WHERE community_id = ? AND id = ?",
+                    (to_db_time(now), cid, commit.interaction_id),
+                )
+            if commit.cause in ACTIVITY_CAUSES:
+                await note_activity(conn, cid, now)
+
+    # --- outbox --------------------------------------------------------------------------
+
+    async def record_interaction(self, record: InteractionRecord) -> None:
+        """Durably store an answered message (committed on return) plus the reply's usage.
+
+        Idempotent per id: recording the same interaction again changes nothing, so a
+        retried handler can't double-count usage or queue the message twice.
+        """
+        cid = self.community_id
+        async with self._db._write() as conn:
+            await note_activity(conn, cid, record.created_at)
+            inserted = await execute(
+                conn,
+                "INSERT OR IGNORE INTO interactions (id, community_id, speaker_id, speaker_name, "
+                "message, reply, model, usage_json, created_at, status, attempts, updated_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0, ?)",
+                (
+                    record.id,
+                    cid,
+                    record.speaker.id,
+                    record.speaker.name,
+                    record.message,
+                    record.reply,
+                    record.model,
+                    record.reply_usage.model_dump_json(),
+                    to_db_time(record.created_at),
+                    to_db_time(utcnow()),
+                ),
+            )
+            if inserted:
+                await insert_usage(
+                    conn, cid, "reply", record.model, record.reply_usage, record.created_at
+                )
+
+    async def pending_interactions(self) -> list[InteractionRecord]:
+        """Recorded, not yet committed and not given up on; oldest (first recorded) first."""
+        rows = await self._db._fetchall(
+            "SELECT id, speaker_id, speaker_name, message, reply, model, usage_json, created_at "
+            "FROM interactions WHERE community_id = ? AND status = 'pending' ORDER BY seq",
+            (self.community_id,),
+        )
+        return [
+            InteractionRecord(
+                id=r[0],
+                speaker=Speaker(id=r[1], name=r[2]),
+                message=r[3],
+                reply=r[4],
+                model=r[5],
+                reply_usage=Usage.model_validate(from_json(r[6])),
+                created_at=from_db_time(r[7]),
+            )
+            for r in rows
+        ]
+
+    async def pending_count(self) -> int:
+        row = await self._db._fetchone(
+            "SELECT COUNT(*) FROM interactions WHERE community_id = ? AND status = 'pending'",
+            (self.community_id,),
+        )
+        return int(row[0]) if row else 0
+
+    async def mark_interaction_failed(self, interaction_id: str, error: str) -> int:
+        """Count a failed attempt; at `MAX_INTERACTION_ATTEMPTS` the row becomes 'failed'.
+
+        Returns the attempts so far. A row that is already done or failed is left alone
+        (its attempts are returned); an unknown id raises `UnknownInteractionError`.
+        """
+        cid = self.community_id
+        async with self._db._write() as conn:
+            row = await fetchone(
+                conn,
+                "UPDATE interactions SET attempts = attempts + 1, last_error = ?, "
+                "updated_at = ?, status = CASE WHEN attempts + 1 >= ? THEN 'failed' "
+                "ELSE status END "
+                "WHERE community_id = ? AND id = ? AND status = 'pending' RETURNING attempts",
+                (
+                    error[:MAX_ERROR_CHARS],
+                    to_db_time(utcnow()),
+                    MAX_INTERACTION_ATTEMPTS,
+                    cid,
+                    interaction_id,
+                ),
+            )
+            if row is not None:
+                return int(row[0])
+            existing = await fetchone(
+                conn,
+                "SELECT attempts FROM interactions WHERE community_id = ? AND id = ?",
+                (cid, interaction_id),
+            )
+        if existing is None:
+            raise UnknownInteractionError(f"{cid}: no recorded interaction {interaction_id!r}")
+        return int(existing[0])
+
+    # --- audit ---------------------------------------------------------------------------
+
+    async def audit_events(
+        self, kind: str | None = None, limit: int = 50
+    ) -> list[StoredAuditEvent]:
+        """Newest first, optionally only one kind ("ess", "reflection", "rollback", ...)."""
+        sql = (
+            "SELECT version, kind, interaction, payload_json, created_at FROM audit_events "
+            "WHERE community_id = ?"
+        )
+        params: list[object] = [self.community_id]
+        if kind is not None:
+            sql += " AND kind = ?"
+            params.append(kind)
+        rows = await self._db._fetchall(sql + " ORDER BY id DESC LIMIT ?", [*params, max(0, limit)])
+        return [
+            StoredAuditEvent(
+                version=r[0],
+                kind=r[1],
+                interaction=r[2],
+                payload=from_json(r[3]),
+                created_at=from_db_time(r[4]),
+            )
+            for r in rows
+        ]

@@ -1,0 +1,219 @@
+"""Forward-only schema migrations.
+
+Why numbered lists of statements instead of ``CREATE TABLE IF NOT EXISTS`` on start:
+a deployed bot's file must be upgraded in place, exactly once per step, and a crash in
+the middle of a step must leave the previous schema intact. Each entry of `MIGRATIONS`
+is applied in ONE transaction together with its row in ``schema_migrations`` (so the
+recorded version can never disagree with the tables), in order, and never edited after
+release: change the schema by appending a new entry.
+
+Every per-community table references ``communities(id)`` and leads its indexes with
+``community_id``: queries are always scoped to one community, so communities never see
+each other's rows.
+"""
+
+from __future__ import annotations
+
+import aiosqlite
+
+from storage.base import execute, fetchone, to_db_time, utcnow
+from storage.models import SchemaTooNewError
+
+_V1: list[str] = [
+    """
+    CREATE TABLE communities (
+        id TEXT PRIMARY KEY,
+        platform TEXT NOT NULL,
+        name TEXT NOT NULL DEFAULT '',
+        created_at TEXT NOT NULL,
+        last_activity_at TEXT,
+        last_reflection_time TEXT
+    )
+    """,
+    # Append-only history of personality states; the newest row is the current state.
+    """
+    CREATE TABLE personality_versions (
+        community_id TEXT NOT NULL REFERENCES communities(id),
+        version INTEGER NOT NULL CHECK (version >= 0),
+        cause TEXT NOT NULL,
+        change TEXT NOT NULL,
+        actor TEXT,
+        interaction_count INTEGER NOT NULL,
+        state_json TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        PRIMARY KEY (community_id, version)
+    ) WITHOUT ROWID
+    """,
+    # Enforced in the database, not only by convention: history is evidence.
+    """
+    CREATE TRIGGER personality_versions_no_update
+    BEFORE UPDATE ON personality_versions
+    BEGIN SELECT RAISE(ABORT, 'personality_versions is append-only'); END
+    """,
+    """
+    CREATE TRIGGER personality_versions_no_delete
+    BEFORE DELETE ON personality_versions
+    BEGIN SELECT RAISE(ABORT, 'personality_versions is append-only'); END
+    """,
+    # The outbox. `seq` gives the processing order; `id` is the engine's interaction id,
+    # unique per community (so one community can never ack another's row).
+    """
+    CREATE TABLE interactions (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        id TEXT NOT NULL,
+        community_id TEXT NOT NULL REFERENCES communities(id),
+        speaker_id TEXT NOT NULL,
+        speaker_name TEXT NOT NULL,
+        message TEXT NOT NULL,
+        reply TEXT NOT NULL,
+        model TEXT NOT NULL,
+        usage_json TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        status TEXT NOT NULL DEFAULT 'pending'
+            CHECK (status IN ('pending', 'done', 'failed')),
+        attempts INTEGER NOT NULL DEFAULT 0,
+        last_error TEXT,
+        updated_at TEXT NOT NULL,
+        UNIQUE (community_id, id)
+    )
+    """,
+    "CREATE INDEX interactions_by_status ON interactions (community_id, status, seq)",
+    """
+    CREATE TABLE audit_events (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        community_id TEXT NOT NULL REFERENCES communities(id),
+        version INTEGER NOT NULL,
+        interaction INTEGER NOT NULL,
+        kind TEXT NOT NULL,
+        payload_json TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        FOREIGN KEY (community_id, version)
+            REFERENCES personality_versions (community_id, version)
+    )
+    """,
+    "CREATE INDEX audit_events_by_kind ON audit_events (community_id, kind, id)",
+    "CREATE INDEX audit_events_by_version ON audit_events (community_id, version)",
+    """
+    CREATE TABLE token_usage (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        community_id TEXT NOT NULL REFERENCES communities(id),
+        purpose TEXT NOT NULL,
+        model TEXT NOT NULL,
+        input_tokens INTEGER NOT NULL,
+        output_tokens INTEGER NOT NULL,
+        cache_read_tokens INTEGER NOT NULL,
+        cache_write_tokens INTEGER NOT NULL,
+        created_at TEXT NOT NULL
+    )
+    """,
+    "CREATE INDEX token_usage_by_time ON token_usage (community_id, created_at)",
+    """
+    CREATE TABLE moderator_actions (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        community_id TEXT NOT NULL REFERENCES communities(id),
+        actor_id TEXT NOT NULL,
+        actor_name TEXT NOT NULL,
+        action TEXT NOT NULL,
+        args TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        allowed INTEGER NOT NULL CHECK (allowed IN (0, 1)),
+        created_at TEXT NOT NULL
+    )
+    """,
+    "CREATE INDEX moderator_actions_by_community ON moderator_actions (community_id, id)",
+    # Short-term conversation memory per (community, user). Both turns of one exchange
+    # share `exchange`, so pruning and reading can keep user+assistant pairs whole.
+    """
+    CREATE TABLE conversation_turns (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        community_id TEXT NOT NULL REFERENCES communities(id),
+        user_id TEXT NOT NULL,
+        exchange INTEGER NOT NULL,
+        role TEXT NOT NULL CHECK (role IN ('user', 'assistant')),
+        content TEXT NOT NULL,
+        created_at TEXT NOT NULL
+    )
+    """,
+    """
+    CREATE INDEX conversation_turns_by_user
+    ON conversation_turns (community_id, user_id, exchange, id)
+    """,
+    "CREATE INDEX conversation_turns_by_time ON conversation_turns (created_at)",
+    # Platform plumbing (generic: no platform SDK types, just ids and JSON).
+    """
+    CREATE TABLE seen_events (
+        platform TEXT NOT NULL,
+        event_id TEXT NOT NULL,
+        seen_at TEXT NOT NULL,
+        expires_at TEXT NOT NULL,
+        PRIMARY KEY (platform, event_id)
+    ) WITHOUT ROWID
+    """,
+    "CREATE INDEX seen_events_by_expiry ON seen_events (expires_at)",
+    """
+    CREATE TABLE installations (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        enterprise_id TEXT NOT NULL,
+        team_id TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        is_enterprise_install INTEGER NOT NULL CHECK (is_enterprise_install IN (0, 1)),
+        data_json TEXT NOT NULL,
+        installed_at TEXT NOT NULL,
+        UNIQUE (enterprise_id, team_id, user_id)
+    )
+    """,
+    """
+    CREATE TABLE oauth_states (
+        state TEXT PRIMARY KEY,
+        expires_at TEXT NOT NULL
+    ) WITHOUT ROWID
+    """,
+]
+
+MIGRATIONS: list[list[str]] = [_V1]
+"""Index i holds the statements that take the schema from version i to i + 1."""
+
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+async def current_version(conn: aiosqlite.Connection) -> int:
+    row = await fetchone(conn, "SELECT COALESCE(MAX(version), 0) FROM schema_migrations")
+    return int(row[0]) if row else 0
+
+
+async def migrate(conn: aiosqlite.Connection, migrations: list[list[str]] | None = None) -> int:
+    """Apply every migration the file lacks, one transaction each; returns the version.
+
+    Safe to call on every start (a no-op when up to date) and from two processes at once:
+    the version is re-read under SQLite's write lock before each step.
+    """
+    steps = MIGRATIONS if migrations is None else migrations
+    await execute(
+        conn,
+        "CREATE TABLE IF NOT EXISTS schema_migrations ("
+        "version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)",
+    )
+    version = await current_version(conn)
+    if version > len(steps):
+        raise SchemaTooNewError(
+            f"database schema is version {version} but this code knows only "
+            f"{len(steps)}; upgrade the bot instead of downgrading the database"
+        )
+    while version < len(steps):
+        await conn.execute("BEGIN IMMEDIATE")
+        try:
+            version = await current_version(conn)
+            if version < len(steps):
+                for statement in steps[version]:
+                    await execute(conn, statement)
+                version += 1
+                await execute(
+                    conn,
+                    "INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)",
+                    (version, to_db_time(utcnow())),
+                )
+        except BaseException:
+            await conn.rollback()
+            raise
+        await conn.commit()
+    return version

@@ -1,0 +1,158 @@
+"""Platform plumbing that must survive restarts: event dedup, app installations, OAuth state.
+
+Generic on purpose (ids and JSON, no Slack/Discord imports) so `storage` stays free of
+platform SDKs; the adapters translate their SDK objects to and from plain dicts.
+
+- Event dedup: platforms redeliver events (Slack retries after 3 s without an ack); a
+  redelivered message must not be answered twice, also not after a restart.
+- Installations: multi-workspace Slack apps get one bot token per workspace via OAuth.
+- OAuth state: the CSRF token of an install flow, valid once and only until it expires.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from storage.base import SqlBase, execute, from_json, to_db_time, to_json, utcnow
+from storage.models import StorageError
+
+
+def _installation_key(
+    enterprise_id: str | None, team_id: str | None, user_id: str | None, is_enterprise_install: bool
+) -> tuple[str, str, str]:
+    """Normalise like slack_sdk's stores: None -> "", and org-wide installs have no team."""
+    team = "" if is_enterprise_install or team_id is None else team_id
+    return enterprise_id or "", team, user_id or ""
+
+
+class PlatformStore(SqlBase):
+    # --- event dedup -------------------------------------------------------------------
+
+    async def mark_event_seen(
+        self, platform: str, event_id: str, at: datetime, ttl_seconds: float
+    ) -> bool:
+        """True the first time (platform, event_id) is seen within its TTL, else False.
+
+        Atomic (INSERT OR IGNORE under one transaction), so two concurrent deliveries of
+        the same event get exactly one True. Expired rows are pruned on the way, which is
+        also what lets an id be seen "for the first time" again after its TTL.
+        """
+        if ttl_seconds <= 0:
+            raise StorageError("ttl_seconds must be positive")
+        now = to_db_time(at)
+        expires = to_db_time(at + timedelta(seconds=ttl_seconds))
+        async with self._write() as conn:
+            await execute(conn, "DELETE FROM seen_events WHERE expires_at <= ?", (now,))
+            inserted = await execute(
+                conn,
+                "INSERT OR IGNORE INTO seen_events (platform, event_id, seen_at, expires_at) "
+                "VALUES (?, ?, ?, ?)",
+                (platform, event_id, now, expires),
+            )
+        return inserted == 1
+
+    # --- installations -----------------------------------------------------------------
+
+    async def save_installation(self, key: Mapping[str, Any], data: Mapping[str, Any]) -> None:
+        """Store an installation (replacing the one with the same enterprise/team/user).
+
+        `key` holds enterprise_id, team_id, user_id, is_enterprise_install (missing keys
+        count as None/False). `data` must be JSON-serialisable; datetimes are stored (and
+        come back) as ISO-8601 strings, which slack_sdk's `Installation(**data)` accepts.
+        The replaced row is deleted and a new one inserted, so "latest" is simply the
+        highest row id.
+        """
+        is_enterprise = bool(key.get("is_enterprise_install", False))
+        enterprise, team, user = _installation_key(
+            key.get("enterprise_id"), key.get("team_id"), key.get("user_id"), is_enterprise
+        )
+        payload = to_json(dict(data))
+        async with self._write() as conn:
+            await execute(
+                conn,
+                "DELETE FROM installations WHERE enterprise_id = ? AND team_id = ? AND user_id = ?",
+                (enterprise, team, user),
+            )
+            await execute(
+                conn,
+                "INSERT INTO installations (enterprise_id, team_id, user_id, "
+                "is_enterprise_install, data_json, installed_at) VALUES (?, ?, ?, ?, ?, ?)",
+                (enterprise, team, user, int(is_enterprise), payload, to_db_time(utcnow())),
+            )
+
+    async def find_installation(
+        self,
+        enterprise_id: str | None,
+        team_id: str | None,
+        user_id: str | None = None,
+        is_enterprise_install: bool = False,
+    ) -> dict[str, Any] | None:
+        """The latest installation's data for a team (or org), or None.
+
+        Without `user_id`: the newest installation by anyone in that team, i.e. the
+        current bot installation. With `user_id`: that user's own installation.
+        """
+        enterprise, team, user = _installation_key(
+            enterprise_id, team_id, user_id, is_enterprise_install
+        )
+        sql = "SELECT data_json FROM installations WHERE enterprise_id = ? AND team_id = ?"
+        params: list[object] = [enterprise, team]
+        if user_id is not None:
+            sql += " AND user_id = ?"
+            params.append(user)
+        row = await self._fetchone(sql + " ORDER BY id DESC LIMIT 1", params)
+        if row is None:
+            return None
+        data = from_json(str(row[0]))
+        return dict(data) if isinstance(data, dict) else None
+
+    async def delete_installation(
+        self,
+        enterprise_id: str | None,
+        team_id: str | None,
+        user_id: str | None = None,
+        is_enterprise_install: bool = False,
+    ) -> int:
+        """Delete a team's installations (all users, or only `user_id`'s); returns rows removed."""
+        enterprise, team, user = _installation_key(
+            enterprise_id, team_id, user_id, is_enterprise_install
+        )
+        sql = "DELETE FROM installations WHERE enterprise_id = ? AND team_id = ?"
+        params: list[object] = [enterprise, team]
+        if user_id is not None:
+            sql += " AND user_id = ?"
+            params.append(user)
+        async with self._write() as conn:
+            return await execute(conn, sql, params)
+
+    # --- OAuth state -------------------------------------------------------------------
+
+    async def issue_oauth_state(self, state: str, expires_at: datetime) -> None:
+        """Remember a freshly generated OAuth state until `expires_at`."""
+        async with self._write() as conn:
+            try:
+                await execute(
+                    conn,
+                    "INSERT INTO oauth_states (state, expires_at) VALUES (?, ?)",
+                    (state, to_db_time(expires_at)),
+                )
+            except sqlite3.IntegrityError as exc:
+                raise StorageError("this OAuth state was already issued") from exc
+
+    async def consume_oauth_state(self, state: str, now: datetime) -> bool:
+        """True exactly once for an issued, unexpired state; it is deleted either way.
+
+        A DELETE's row count decides, so two concurrent callbacks can't both succeed.
+        """
+        stamp = to_db_time(now)
+        async with self._write() as conn:
+            consumed = await execute(
+                conn,
+                "DELETE FROM oauth_states WHERE state = ? AND expires_at > ?",
+                (state, stamp),
+            )
+            await execute(conn, "DELETE FROM oauth_states WHERE expires_at <= ?", (stamp,))
+        return consumed == 1

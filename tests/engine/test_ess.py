@@ -1,0 +1,196 @@
+"""ESS classification: schema, validation, retries and safe defaults."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+import pytest
+
+from sonality.config import MAX_ESS_RETRIES
+from sonality.ess import (
+    ESS_TOOL,
+    ESSResult,
+    OpinionDirection,
+    ReasoningType,
+    SourceReliability,
+    classify,
+    safe_default_ess,
+)
+from sonality.llm import LLMError
+from sonality.store import UsageRecord
+from tests.engine.fakes import FakeLLM
+
+VALID: dict[str, Any] = {
+    "score": 0.62,
+    "reasoning_type": "empirical_data",
+    "source_reliability": "peer_reviewed",
+    "internal_consistency": True,
+    "novelty": 0.4,
+    "topics": ["Nuclear Energy", "grid-stability"],
+    "summary": "Cites capacity-factor data to argue nuclear is reliable.",
+    "opinion_direction": "supports",
+}
+
+
+def test_enum_values_match_seed():
+    assert [m.value for m in ReasoningType] == [
+        "logical_argument",
+        "empirical_data",
+        "expert_opinion",
+        "anecdotal",
+        "social_pressure",
+        "emotional_appeal",
+        "no_argument",
+    ]
+    assert [m.value for m in SourceReliability] == [
+        "peer_reviewed",
+        "established_expert",
+        "informed_opinion",
+        "casual_observation",
+        "unverified_claim",
+        "not_applicable",
+    ]
+    assert [m.value for m in OpinionDirection] == ["supports", "opposes", "neutral"]
+    assert [d.sign for d in OpinionDirection] == [1.0, -1.0, 0.0]
+
+
+def test_tool_schema():
+    assert ESS_TOOL["name"] == "classify_evidence"
+    schema = ESS_TOOL["input_schema"]
+    assert schema["required"] == [
+        "score",
+        "reasoning_type",
+        "source_reliability",
+        "internal_consistency",
+        "novelty",
+        "topics",
+        "summary",
+        "opinion_direction",
+    ]
+    props = schema["properties"]
+    assert set(props) == set(schema["required"])
+    assert props["reasoning_type"]["enum"] == [m.value for m in ReasoningType]
+    assert props["source_reliability"]["enum"] == [m.value for m in SourceReliability]
+    assert props["opinion_direction"]["enum"] == ["supports", "opposes", "neutral"]
+    assert props["score"]["type"] == "number" and props["novelty"]["type"] == "number"
+    assert props["internal_consistency"]["type"] == "boolean"
+    assert props["topics"] == {**props["topics"], "type": "array", "items": {"type": "string"}}
+
+
+def test_result_is_frozen_with_nine_fields():
+    result = safe_default_ess("hello")
+    assert [f.name for f in dataclasses.fields(ESSResult)] == [
+        "score",
+        "reasoning_type",
+        "source_reliability",
+        "internal_consistency",
+        "novelty",
+        "topics",
+        "summary",
+        "opinion_direction",
+        "used_defaults",
+    ]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        result.score = 1.0  # type: ignore[misc]
+
+
+def test_safe_defaults():
+    msg = "x" * 200
+    d = safe_default_ess(msg)
+    assert d == ESSResult(
+        score=0.0,
+        reasoning_type=ReasoningType.NO_ARGUMENT,
+        source_reliability=SourceReliability.NOT_APPLICABLE,
+        internal_consistency=False,
+        novelty=0.0,
+        topics=(),
+        summary="x" * 120,
+        opinion_direction=OpinionDirection.NEUTRAL,
+        used_defaults=True,
+    )
+
+
+async def test_classify_valid_answer():
+    llm = FakeLLM(tool_inputs=[VALID])
+    sink: list[UsageRecord] = []
+    result = await classify(
+        llm, "Nuclear <b>works</b>", "I am </agent_personality> me", model="m", usage_sink=sink
+    )
+    assert result == ESSResult(
+        score=0.62,
+        reasoning_type=ReasoningType.EMPIRICAL_DATA,
+        source_reliability=SourceReliability.PEER_REVIEWED,
+        internal_consistency=True,
+        novelty=0.4,
+        topics=("nuclear_energy", "grid_stability"),
+        summary="Cites capacity-factor data to argue nuclear is reliable.",
+        opinion_direction=OpinionDirection.SUPPORTS,
+        used_defaults=False,
+    )
+    (call,) = llm.calls
+    assert call.kind == "tool" and call.tool is ESS_TOOL
+    assert call.purpose == "ess" and call.model == "m"
+    (turn,) = call.messages
+    assert turn.role == "user"
+    assert "Nuclear &lt;b&gt;works&lt;/b&gt;" in turn.content
+    assert "<b>" not in turn.content
+    assert "I am &lt;/agent_personality&gt; me" in turn.content
+    assert [(r.purpose, r.model) for r in sink] == [("ess", "m")]
+
+
+async def test_classify_clamps_and_normalises():
+    answer = {
+        **VALID,
+        "score": 1.7,
+        "novelty": -0.2,
+        "topics": ["  AI Safety ", "ai-safety", "", "!!", "Énergie Nucléaire", "b", "c"],
+        "reasoning_type": "Logical_Argument",
+    }
+    result = await classify(FakeLLM(tool_inputs=[answer]), "m", "s")
+    assert result.score == 1.0 and result.novelty == 0.0
+    assert result.topics == ("ai_safety", "énergie_nucléaire", "b")
+    assert result.reasoning_type is ReasoningType.LOGICAL_ARGUMENT
+    assert result.used_defaults is False
+
+
+async def test_classify_retries_then_succeeds():
+    missing = {k: v for k, v in VALID.items() if k != "score"}
+    llm = FakeLLM(tool_inputs=[missing, VALID])
+    sink: list[UsageRecord] = []
+    result = await classify(llm, "msg", "snap", usage_sink=sink)
+    assert result.score == 0.62 and not result.used_defaults
+    assert len(llm.calls) == 2 and len(sink) == 2
+    assert "score" in llm.calls[1].messages[0].content.rsplit("invalid", 1)[-1]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {k: v for k, v in VALID.items() if k != "score"},
+        {**VALID, "score": "high"},
+        {**VALID, "score": "0.7"},  # numeric strings are wrong-typed too, not guessed at
+        {**VALID, "novelty": None},
+        {**VALID, "opinion_direction": "maybe"},
+        {**VALID, "topics": "ai"},
+        {**VALID, "internal_consistency": "yes"},
+    ],
+)
+async def test_classify_defaults_after_three_invalid(bad: dict[str, Any], caplog):
+    assert MAX_ESS_RETRIES == 2
+    llm = FakeLLM(tool_inputs=[bad, bad, bad, VALID])
+    sink: list[UsageRecord] = []
+    with caplog.at_level(logging.WARNING, logger="sonality.ess"):
+        result = await classify(llm, "Everyone agrees, trust me", "snap", usage_sink=sink)
+    assert result == safe_default_ess("Everyone agrees, trust me")
+    assert result.used_defaults
+    assert len(llm.calls) == 3 and len(sink) == 3
+    assert len(llm.tool_inputs) == 1  # the fourth answer was never requested
+    assert "safe defaults" in caplog.text
+
+
+async def test_classify_propagates_llm_error():
+    llm = FakeLLM(tool_inputs=[LLMError("overloaded")])
+    with pytest.raises(LLMError):
+        await classify(llm, "m", "s")

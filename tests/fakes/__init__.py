@@ -1,0 +1,1 @@
+"""Loopback fakes of external services (real wire formats, real client libraries)."""

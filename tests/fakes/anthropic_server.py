@@ -1,0 +1,558 @@
+"""A loopback fake of the Anthropic Messages API for tests and benchmarks.
+
+Why a server and not a mock: the project's rule is that tests drive the real
+`anthropic.AsyncAnthropic` client, so its HTTP stack, auth headers, retries (with
+`retry-after-ms`), timeouts and response parsing are exercised exactly as in
+production. This server speaks the wire format the SDK expects: `POST /v1/messages`
+answers with a real-shaped `message` object, and failures use the real error envelope
+`{"type": "error", "error": {"type": ..., "message": ...}}` with the real statuses.
+
+How a request is answered, in order:
+
+1. `server.latency` seconds pass (every request, faults included: benchmark realism).
+2. A missing or wrong key (when the server was given `api_key`) gets 401; a malformed
+   body gets 400. Neither consumes the script.
+3. The next item of the script queue (`server.enqueue(...)`), if any: `Text`,
+   `ToolUse`, `Fault` or `Delay` (wait, then answer with `Delay.then` or the brain).
+   Items are taken in arrival order, so concurrent calls should use brain rules.
+4. Otherwise the deterministic `Brain` (see its docstring), so pipeline tests and
+   benchmarks run without scripting every call.
+
+Everything the client sent is in `server.requests` (headers + JSON body), and
+`server.max_in_flight` is the peak number of requests being handled at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import json
+import math
+import re
+import uuid
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Self
+
+from aiohttp import web
+
+# --- script items ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Text:
+    """A text answer. A sequence gives several text blocks (the client must join them).
+
+    `usage` overrides fields of the computed usage, e.g. `{"cache_read_input_tokens": None}`
+    to send an explicit null as the API may.
+    """
+
+    text: str | Sequence[str]
+    usage: dict[str, int | None] | None = None
+    stop_reason: str = "end_turn"
+
+
+@dataclass(frozen=True)
+class ToolUse:
+    """A `tool_use` answer; `name` defaults to the tool the request forces."""
+
+    input: dict[str, Any]
+    name: str | None = None
+    usage: dict[str, int | None] | None = None
+
+
+@dataclass(frozen=True)
+class Fault:
+    """An error response in the real envelope. Without `retry_after_ms`/`retry_after` the
+    SDK backs off 0.5 s, 1 s, ... so tests should give a small `retry_after_ms`."""
+
+    status: int
+    error_type: str | None = None  # default derived from the status, as the API does
+    message: str = "Scripted fault from the fake Anthropic server."
+    retry_after: float | None = None  # seconds, `retry-after` header
+    retry_after_ms: int | None = None  # `retry-after-ms` header (the SDK prefers it)
+
+
+@dataclass(frozen=True)
+class Delay:
+    """Hold the request `seconds` longer (to trigger client timeouts), then answer with
+    `then`, or with the brain when `then` is None."""
+
+    seconds: float
+    then: Text | ToolUse | Fault | None = None
+
+
+ScriptItem = Text | ToolUse | Fault | Delay
+
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    402: "billing_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
+
+
+# --- what the client sent ----------------------------------------------------------------
+
+
+def _content_text(content: Any) -> str:
+    """Text of a message `content`, which is a string or a list of content blocks."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(str(block.get("text", "")) for block in content if isinstance(block, dict))
+    return ""
+
+
+@dataclass
+class RecordedRequest:
+    method: str
+    path: str
+    headers: dict[str, str]  # names lower-cased
+    body: dict[str, Any]
+
+    @property
+    def api_key(self) -> str | None:
+        """The credential sent, whichever header carried it (SDK 2.x uses Bearer)."""
+        if "x-api-key" in self.headers:
+            return self.headers["x-api-key"]
+        auth = self.headers.get("authorization", "")
+        return auth[len("Bearer ") :] if auth.startswith("Bearer ") else None
+
+    @property
+    def system_blocks(self) -> list[dict[str, Any]]:
+        system = self.body.get("system")
+        if isinstance(system, str):
+            return [{"type": "text", "text": system}]
+        return [b for b in system or [] if isinstance(b, dict)]
+
+    @property
+    def system_text(self) -> str:
+        return "".join(str(b.get("text", "")) for b in self.system_blocks)
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        return [m for m in self.body.get("messages") or [] if isinstance(m, dict)]
+
+    @property
+    def user_text(self) -> str:
+        """All user turns' text, joined by newlines."""
+        return "\n".join(
+            _content_text(m.get("content")) for m in self.messages if m.get("role") == "user"
+        )
+
+    @property
+    def last_user_text(self) -> str:
+        users = [m for m in self.messages if m.get("role") == "user"]
+        return _content_text(users[-1].get("content")) if users else ""
+
+    @property
+    def tools(self) -> list[dict[str, Any]]:
+        return [t for t in self.body.get("tools") or [] if isinstance(t, dict)]
+
+    @property
+    def tool_name(self) -> str | None:
+        """The forced tool's name (or the only/first tool offered); None for text calls."""
+        choice = self.body.get("tool_choice")
+        if isinstance(choice, dict) and choice.get("type") == "tool":
+            return str(choice.get("name"))
+        return str(self.tools[0].get("name")) if self.tools else None
+
+
+# --- the default brain -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EssRule:
+    contains: str
+    score: float
+    direction: str = "neutral"
+    topics: tuple[str, ...] = ()
+    novelty: float = 0.5
+    reasoning_type: str = "logical_argument"
+    source_reliability: str = "informed_opinion"
+    internal_consistency: bool = True
+    summary: str | None = None
+
+
+@dataclass(frozen=True)
+class ReplyRule:
+    contains: str
+    text: str
+    in_system: bool = False
+
+
+@dataclass(frozen=True)
+class ToolRule:
+    tool: str
+    input: dict[str, Any]
+    contains: str | None = None
+
+
+def _plain(text: str) -> str:
+    """Text without tags, entities unescaped and whitespace collapsed (as a model reads it)."""
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", text)).split())
+
+
+def _tagged(text: str, tag: str) -> str | None:
+    # The innermost pair, so prose that mentions "<message> tags" before the section is skipped.
+    open_tag, close_tag = re.escape(f"<{tag}>"), re.escape(f"</{tag}>")
+    match = re.search(rf"{open_tag}((?:(?!{open_tag}).)*?){close_tag}", text, re.DOTALL)
+    return html.unescape(match.group(1).strip()) if match else None
+
+
+def _schema_default(prop: dict[str, Any]) -> Any:
+    if prop.get("enum"):
+        return prop["enum"][0]
+    return {"number": 0.0, "integer": 0, "boolean": False, "array": [], "object": {}}.get(
+        str(prop.get("type")), ""
+    )
+
+
+@dataclass
+class Brain:
+    """Deterministic stand-in for the model when the script queue is empty.
+
+    * `classify_evidence` tool calls (`ess_tool_name`): the first `ess_rule` whose
+      `contains` occurs (case-insensitively) in the rated message wins. The rated message
+      is the text inside the first `message_tags` tag of the user content (the engine's
+      ESS prompt wraps it in `<message>`), else the whole user content; this keeps words
+      from the prompt's guide or the embedded personality from matching. Unmatched:
+      score 0.02, no_argument, not_applicable, neutral, topics ["small_talk"], novelty 0.
+      Summary: the rule's, else the first 100 chars of the message with tags stripped.
+      Only the fields the request's `input_schema` declares are sent (`direction` /
+      `argument_type` are filled when a schema uses those names).
+    * Other tool calls: the first matching `tool_rule`, else a default per schema
+      property (first enum value, 0, false, [], "").
+    * Text calls: the first `reply_rule` whose `contains` occurs in the last user message
+      (or in the system prompt with `in_system=True`); else, if the request contains an
+      `echo_tags` section (the reflection prompt's current self-description), the first
+      2000 chars of that section, so reflection keeps the snapshot as it was; else
+      `"[reply] "` + the first 200 chars of the last user message.
+    """
+
+    ess_tool_name: str = "classify_evidence"
+    message_tags: tuple[str, ...] = ("message", "user_message")
+    echo_tags: tuple[str, ...] = ("current_self_description", "current_snapshot")
+    ess_rules: list[EssRule] = field(default_factory=list)
+    reply_rules: list[ReplyRule] = field(default_factory=list)
+    tool_rules: list[ToolRule] = field(default_factory=list)
+
+    def ess_rule(
+        self,
+        *,
+        contains: str,
+        score: float,
+        direction: str = "neutral",
+        topics: Sequence[str] = (),
+        novelty: float = 0.5,
+        reasoning_type: str = "logical_argument",
+        source_reliability: str = "informed_opinion",
+        internal_consistency: bool = True,
+        summary: str | None = None,
+    ) -> None:
+        self.ess_rules.append(
+            EssRule(
+                contains,
+                score,
+                direction,
+                tuple(topics),
+                novelty,
+                reasoning_type,
+                source_reliability,
+                internal_consistency,
+                summary,
+            )
+        )
+
+    def reply_rule(self, *, contains: str, text: str, in_system: bool = False) -> None:
+        self.reply_rules.append(ReplyRule(contains, text, in_system))
+
+    def tool_rule(self, *, tool: str, input: dict[str, Any], contains: str | None = None) -> None:
+        """`contains` is matched against all user content (None: any request for `tool`)."""
+        self.tool_rules.append(ToolRule(tool, input, contains))
+
+    def answer(self, request: RecordedRequest) -> Text | ToolUse:
+        tool = request.tool_name
+        if tool is None:
+            return Text(self._reply_text(request))
+        schema = next(
+            (t.get("input_schema") or {} for t in request.tools if t.get("name") == tool), {}
+        )
+        for rule in self.tool_rules:
+            if rule.tool == tool and (
+                rule.contains is None or rule.contains.lower() in request.user_text.lower()
+            ):
+                return ToolUse(dict(rule.input), name=tool)
+        if tool == self.ess_tool_name:
+            return ToolUse(self._ess_input(request, schema), name=tool)
+        props = schema.get("properties") or {}
+        return ToolUse({k: _schema_default(p) for k, p in props.items()}, name=tool)
+
+    def rated_message(self, request: RecordedRequest) -> str:
+        user = request.user_text
+        for tag in self.message_tags:
+            inner = _tagged(user, tag)
+            if inner is not None:
+                return inner
+        return user
+
+    def _ess_input(self, request: RecordedRequest, schema: dict[str, Any]) -> dict[str, Any]:
+        message = self.rated_message(request)
+        rule = next((r for r in self.ess_rules if r.contains.lower() in message.lower()), None)
+        rule = rule or EssRule(
+            contains="",
+            score=0.02,
+            topics=("small_talk",),
+            novelty=0.0,
+            reasoning_type="no_argument",
+            source_reliability="not_applicable",
+        )
+        values: dict[str, Any] = {
+            "score": rule.score,
+            "reasoning_type": rule.reasoning_type,
+            "source_reliability": rule.source_reliability,
+            "internal_consistency": rule.internal_consistency,
+            "novelty": rule.novelty,
+            "topics": list(rule.topics),
+            "summary": rule.summary if rule.summary is not None else _plain(message)[:100],
+            "opinion_direction": rule.direction,
+        }
+        aliases = {"direction": "opinion_direction", "argument_type": "reasoning_type"}
+        props: dict[str, Any] = schema.get("properties") or {}
+        if not props:
+            return values
+        return {
+            key: values[aliases.get(key, key)]
+            if aliases.get(key, key) in values
+            else _schema_default(prop)
+            for key, prop in props.items()
+        }
+
+    def _reply_text(self, request: RecordedRequest) -> str:
+        last_user = request.last_user_text
+        for rule in self.reply_rules:
+            haystack = request.system_text if rule.in_system else last_user
+            if rule.contains.lower() in haystack.lower():
+                return rule.text
+        everything = request.system_text + "\n" + request.user_text
+        for tag in self.echo_tags:
+            inner = _tagged(everything, tag)
+            if inner is not None:
+                return inner[:2000]
+        return "[reply] " + last_user[:200]
+
+
+# --- the server --------------------------------------------------------------------------
+
+
+def _tokens(text: str) -> int:
+    """Roughly 4 characters per token, like English text."""
+    return math.ceil(len(text) / 4)
+
+
+class AnthropicFake:
+    """`async with AnthropicFake() as server:` listens on 127.0.0.1 (ephemeral port).
+
+    `api_key`: when set, requests must carry exactly this key (x-api-key or Bearer);
+    when None any non-empty key is accepted. Prompt caching is simulated: the first
+    request with a given cached prefix (tools + system blocks up to the last one with
+    `cache_control`) reports it as `cache_creation_input_tokens`, later ones as
+    `cache_read_input_tokens`.
+    """
+
+    def __init__(self, *, api_key: str | None = None, latency: float = 0.0) -> None:
+        self.expected_api_key = api_key
+        self.latency = latency
+        self.brain = Brain()
+        self.requests: list[RecordedRequest] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.base_url = ""
+        self._script: deque[ScriptItem] = deque()
+        self._cached_prefixes: set[str] = set()
+        self._runner: web.AppRunner | None = None
+
+    def enqueue(self, *items: ScriptItem) -> None:
+        self._script.extend(items)
+
+    @property
+    def script_left(self) -> int:
+        return len(self._script)
+
+    async def start(self) -> None:
+        app = web.Application(client_max_size=32 * 1024 * 1024)
+        app.router.add_post("/v1/messages", self._messages)
+        app.router.add_route("*", "/{tail:.*}", self._not_found)
+        # handler_cancellation: a client that timed out and hung up stops its handler, so
+        # `in_flight` counts only requests someone still waits for.
+        self._runner = web.AppRunner(
+            app, handler_cancellation=True, access_log=None, shutdown_timeout=0.5
+        )
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
+        host, port = self._runner.addresses[0][:2]
+        self.base_url = f"http://{host}:{port}"
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _not_found(self, request: web.Request) -> web.Response:
+        return _error(404, "not_found_error", f"{request.method} {request.path} not found")
+
+    async def _messages(self, request: web.Request) -> web.Response:
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            return await self._answer(request)
+        finally:
+            self.in_flight -= 1
+
+    async def _answer(self, request: web.Request) -> web.Response:
+        raw = await request.read()
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = None
+        recorded = RecordedRequest(
+            method=request.method,
+            path=request.path,
+            headers={k.lower(): v for k, v in request.headers.items()},
+            body=body if isinstance(body, dict) else {},
+        )
+        self.requests.append(recorded)
+        if self.latency:
+            await asyncio.sleep(self.latency)
+
+        key = recorded.api_key
+        if not key or (self.expected_api_key is not None and key != self.expected_api_key):
+            return _error(401, "authentication_error", "invalid x-api-key")
+        problem = "body is not a JSON object" if not isinstance(body, dict) else _invalid(body)
+        if problem:
+            return _error(400, "invalid_request_error", problem)
+
+        item = self._script.popleft() if self._script else None
+        if isinstance(item, Delay):
+            await asyncio.sleep(item.seconds)
+            item = item.then
+        if item is None:
+            item = self.brain.answer(recorded)
+        if isinstance(item, Fault):
+            return _fault(item)
+        return web.json_response(self._message(recorded, item), headers={"request-id": _id("req_")})
+
+    def _message(self, request: RecordedRequest, item: Text | ToolUse) -> dict[str, Any]:
+        content: list[dict[str, Any]]
+        if isinstance(item, Text):
+            parts = [item.text] if isinstance(item.text, str) else list(item.text)
+            content = [{"type": "text", "text": part} for part in parts]
+            stop_reason, output = item.stop_reason, "".join(parts)
+        else:
+            name = item.name or request.tool_name or "tool"
+            content = [{"type": "tool_use", "id": _id("toolu_"), "name": name, "input": item.input}]
+            stop_reason, output = "tool_use", json.dumps(item.input)
+        usage = self._usage(request, output)
+        usage.update(item.usage or {})
+        return {
+            "id": _id("msg_"),
+            "type": "message",
+            "role": "assistant",
+            "model": request.body["model"],
+            "content": content,
+            "stop_reason": stop_reason,
+            "stop_sequence": None,
+            "usage": usage,
+        }
+
+    def _usage(self, request: RecordedRequest, output: str) -> dict[str, Any]:
+        tools = json.dumps(request.tools) if request.tools else ""
+        blocks = request.system_blocks
+        cached_upto = max(
+            (i + 1 for i, b in enumerate(blocks) if b.get("cache_control")), default=0
+        )
+        prefix = tools + "".join(str(b.get("text", "")) for b in blocks[:cached_upto])
+        rest = "".join(str(b.get("text", "")) for b in blocks[cached_upto:])
+        rest += "".join(_content_text(m.get("content")) for m in request.messages)
+        created = read = 0
+        if cached_upto:
+            cache_key = f"{request.body.get('model')}\0{prefix}"
+            if cache_key in self._cached_prefixes:
+                read = _tokens(prefix)
+            else:
+                created = _tokens(prefix)
+                self._cached_prefixes.add(cache_key)
+            rest_tokens = _tokens(rest)
+        else:
+            rest_tokens = _tokens(prefix + rest)
+        return {
+            "input_tokens": max(rest_tokens, 1),
+            "output_tokens": max(_tokens(output), 1),
+            "cache_creation_input_tokens": created,
+            "cache_read_input_tokens": read,
+            "cache_creation": {
+                "ephemeral_5m_input_tokens": created,
+                "ephemeral_1h_input_tokens": 0,
+            },
+            "service_tier": "standard",
+        }
+
+
+def _id(prefix: str) -> str:
+    return prefix + uuid.uuid4().hex[:24]
+
+
+def _invalid(body: dict[str, Any]) -> str | None:
+    """The checks the real API makes that a client bug would trip."""
+    if not isinstance(body.get("model"), str) or not body["model"]:
+        return "model: Field required"
+    if not isinstance(body.get("max_tokens"), int) or body["max_tokens"] < 1:
+        return "max_tokens: Field required and must be at least 1"
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return "messages: at least one message is required"
+    choice = body.get("tool_choice")
+    if isinstance(choice, dict) and choice.get("type") == "tool":
+        names = [t.get("name") for t in body.get("tools") or [] if isinstance(t, dict)]
+        if choice.get("name") not in names:
+            return f"tool_choice: tool {choice.get('name')!r} not found in tools"
+    return None
+
+
+def _error(
+    status: int, error_type: str, message: str, headers: dict[str, str] | None = None
+) -> web.Response:
+    request_id = _id("req_")
+    body = {
+        "type": "error",
+        "error": {"type": error_type, "message": message},
+        "request_id": request_id,
+    }
+    return web.json_response(
+        body, status=status, headers={"request-id": request_id, **(headers or {})}
+    )
+
+
+def _fault(fault: Fault) -> web.Response:
+    headers: dict[str, str] = {}
+    if fault.retry_after is not None:
+        headers["retry-after"] = f"{fault.retry_after:g}"
+    if fault.retry_after_ms is not None:
+        headers["retry-after-ms"] = str(fault.retry_after_ms)
+    error_type = fault.error_type or ERROR_TYPES.get(fault.status, "api_error")
+    return _error(fault.status, error_type, fault.message, headers)

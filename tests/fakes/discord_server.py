@@ -1,0 +1,612 @@
+"""A small fake Discord (REST + gateway) on 127.0.0.1 for driving the real discord.py.
+
+Why a fake server instead of mocks: the adapter's correctness lives in what discord.py
+actually puts on the wire (message_reference, allowed_mentions, interaction callbacks,
+429 retries, close code 4014), so the test must let the real library talk to
+something that speaks the same protocol. dpytest cannot do interactions.
+
+Facts this server relies on (checked against discord.py 2.7.1):
+- login calls GET /users/@me and GET /oauth2/applications/@me; a plain Client never
+  calls GET /gateway/bot (AutoShardedClient without shard_count does, and connects to
+  the url it returns).
+- discord.py parses a REST body as JSON only when Content-Type is exactly
+  "application/json"; aiohttp's json_response appends "; charset=utf-8", after which
+  login fails. Every JSON response here sets the header by hand.
+- A 429 is retried only when it carries a `Via` header (no Via = Cloudflare ban).
+- Interaction and webhook routes carry no Authorization header.
+- A MESSAGE_CREATE with "message_reference": null breaks parsing: omit the key.
+- The gateway may answer in text frames even when the client asked for zlib-stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from aiohttp import WSMsgType, web
+
+JSONDict = dict[str, Any]
+
+_DISCORD_EPOCH_MS = 1420070400000
+
+
+def _now_iso() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+def json_response(
+    payload: Any, status: int = 200, headers: dict[str, str] | None = None
+) -> web.Response:
+    """JSON with Content-Type exactly application/json (see module docstring)."""
+    all_headers = {"Content-Type": "application/json"}
+    all_headers.update(headers or {})
+    return web.Response(body=json.dumps(payload).encode(), status=status, headers=all_headers)
+
+
+@dataclass
+class RecordedRequest:
+    method: str
+    path: str
+    query: dict[str, str]
+    headers: dict[str, str]
+    json: Any
+    files: list[tuple[str, bytes]] = field(default_factory=list)
+
+
+@dataclass
+class FakeUser:
+    id: int
+    username: str
+    global_name: str | None = None
+    bot: bool = False
+
+    def payload(self) -> JSONDict:
+        return {
+            "id": str(self.id),
+            "username": self.username,
+            "global_name": self.global_name,
+            "discriminator": "0",
+            "avatar": None,
+            "bot": self.bot,
+        }
+
+
+@dataclass
+class FakeChannel:
+    id: int
+    name: str = "general"
+    parent_id: int | None = None  # set for a thread
+
+    @property
+    def is_thread(self) -> bool:
+        return self.parent_id is not None
+
+
+@dataclass
+class FakeGuild:
+    id: int
+    name: str
+    channels: list[FakeChannel] = field(default_factory=list)
+    members: list[FakeUser] = field(default_factory=list)
+
+
+class FakeDiscord:
+    """One fake Discord: start(), point the client at api_base / gateway_url, script it."""
+
+    def __init__(
+        self,
+        *,
+        guilds: list[FakeGuild] | None = None,
+        bot_name: str = "Sonality",
+        heartbeat_interval_ms: int = 41250,
+    ) -> None:
+        self._ids = itertools.count(1)
+        self.bot = FakeUser(self.snowflake(), bot_name.lower(), bot_name, bot=True)
+        self.application_id = self.bot.id
+        self.owner = FakeUser(self.snowflake(), "owner")
+        self.guilds: list[FakeGuild] = guilds if guilds is not None else []
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.requests: list[RecordedRequest] = []
+        self.identifies: list[JSONDict] = []
+        self.messages: dict[int, JSONDict] = {}
+        self.close_with_4014 = False
+        self.shard_count_for_gateway_bot = 1
+        self._pending_429s = 0
+        self._retry_after = 0.05
+        self._sessions: list[tuple[web.WebSocketResponse, list[int]]] = []  # ws, [shard, count]
+        self._seq = itertools.count(1)
+        self._changed = asyncio.Event()
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    # ------------------------------------------------------------------ lifecycle
+    def snowflake(self) -> int:
+        """Increasing ids shaped like real snowflakes (discord.py derives created_at)."""
+        ms = int(datetime.now(UTC).timestamp() * 1000) - _DISCORD_EPOCH_MS
+        return (ms << 22) | (next(self._ids) & 0x3FFFFF)
+
+    def add_guild(
+        self, name: str, *, channels: int = 1, members: list[FakeUser] | None = None
+    ) -> FakeGuild:
+        guild = FakeGuild(self.snowflake(), name)
+        for i in range(channels):
+            guild.channels.append(FakeChannel(self.snowflake(), f"channel-{i}"))
+        guild.members = [self.bot, *(members or [])]
+        self.guilds.append(guild)
+        return guild
+
+    def add_thread(
+        self, guild: FakeGuild, parent: FakeChannel, name: str = "a-thread"
+    ) -> FakeChannel:
+        thread = FakeChannel(self.snowflake(), name, parent_id=parent.id)
+        guild.channels.append(thread)
+        return thread
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_route("GET", "/gateway", self._gateway)
+        app.router.add_route("*", "/api/v10/{tail:.*}", self._rest)
+        self._runner = web.AppRunner(app, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        server = site._server
+        assert server is not None and server.sockets  # type: ignore[attr-defined]
+        self.port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+
+    async def close(self) -> None:
+        for ws, _ in list(self._sessions):
+            with contextlib.suppress(Exception):
+                await ws.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    @property
+    def api_base(self) -> str:
+        return f"http://127.0.0.1:{self.port}/api/v10"
+
+    @property
+    def gateway_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/gateway"
+
+    # ------------------------------------------------------------------ scripting
+    def fail_next_messages_with_429(self, count: int = 1, retry_after: float = 0.05) -> None:
+        """The next `count` POST .../messages get a 429 that discord.py will retry."""
+        self._pending_429s = count
+        self._retry_after = retry_after
+
+    def find(self, method: str, path_contains: str = "") -> list[RecordedRequest]:
+        return [r for r in self.requests if r.method == method and path_contains in r.path]
+
+    async def wait_for(
+        self, predicate: Callable[[RecordedRequest], bool], *, seconds: float = 5.0, count: int = 1
+    ) -> list[RecordedRequest]:
+        """Wait until `count` recorded requests match; returns them."""
+        async with asyncio.timeout(seconds):
+            while True:
+                found = [r for r in self.requests if predicate(r)]
+                if len(found) >= count:
+                    return found
+                self._changed.clear()
+                await self._changed.wait()
+
+    async def wait_identified(self, count: int = 1, seconds: float = 5.0) -> None:
+        async with asyncio.timeout(seconds):
+            while len(self.identifies) < count:
+                self._changed.clear()
+                await self._changed.wait()
+
+    def _notify(self) -> None:
+        self._changed.set()
+
+    # ------------------------------------------------------------------ payloads
+    def _member(self, user: FakeUser) -> JSONDict:
+        return {
+            "roles": [],
+            "joined_at": _now_iso(),
+            "deaf": False,
+            "mute": False,
+            "flags": 0,
+            "nick": None,
+        }
+
+    def _channel_payload(self, guild: FakeGuild, channel: FakeChannel, position: int) -> JSONDict:
+        if channel.is_thread:
+            return {
+                "id": str(channel.id),
+                "guild_id": str(guild.id),
+                "parent_id": str(channel.parent_id),
+                "owner_id": str(self.owner.id),
+                "name": channel.name,
+                "type": 11,
+                "message_count": 0,
+                "member_count": 1,
+                "rate_limit_per_user": 0,
+                "thread_metadata": {
+                    "archived": False,
+                    "auto_archive_duration": 1440,
+                    "archive_timestamp": _now_iso(),
+                    "locked": False,
+                },
+            }
+        return {
+            "id": str(channel.id),
+            "guild_id": str(guild.id),
+            "name": channel.name,
+            "type": 0,
+            "position": position,
+            "permission_overwrites": [],
+            "nsfw": False,
+            "parent_id": None,
+        }
+
+    def guild_payload(self, guild: FakeGuild) -> JSONDict:
+        members = [{"user": u.payload(), **self._member(u)} for u in guild.members]
+        return {
+            "id": str(guild.id),
+            "name": guild.name,
+            "owner_id": str(self.owner.id),
+            "unavailable": False,
+            "member_count": len(members),
+            "members": members,
+            "channels": [
+                self._channel_payload(guild, c, i)
+                for i, c in enumerate(guild.channels)
+                if not c.is_thread
+            ],
+            "threads": [self._channel_payload(guild, c, 0) for c in guild.channels if c.is_thread],
+            "roles": [
+                {
+                    "id": str(guild.id),
+                    "name": "@everyone",
+                    "permissions": str(1 << 11 | 1 << 10),
+                    "position": 0,
+                    "color": 0,
+                    "hoist": False,
+                    "managed": False,
+                    "mentionable": False,
+                }
+            ],
+            "emojis": [],
+            "stickers": [],
+            "features": [],
+            "presences": [],
+            "voice_states": [],
+            "large": False,
+        }
+
+    def _guild_of_channel(self, channel_id: int) -> FakeGuild | None:
+        for guild in self.guilds:
+            if any(c.id == channel_id for c in guild.channels):
+                return guild
+        return None
+
+    def message_payload(
+        self,
+        *,
+        channel_id: int,
+        author: FakeUser,
+        content: str,
+        mentions: list[FakeUser] | None = None,
+        reply_to: JSONDict | None = None,
+        message_id: int | None = None,
+    ) -> JSONDict:
+        guild = self._guild_of_channel(channel_id)
+        data: JSONDict = {
+            "id": str(message_id or self.snowflake()),
+            "channel_id": str(channel_id),
+            "author": author.payload(),
+            "content": content,
+            "timestamp": _now_iso(),
+            "edited_timestamp": None,
+            "tts": False,
+            "mention_everyone": False,
+            "mentions": [
+                {**u.payload(), **({"member": self._member(u)} if guild else {})}
+                for u in mentions or []
+            ],
+            "mention_roles": [],
+            "attachments": [],
+            "embeds": [],
+            "pinned": False,
+            "type": 19 if reply_to else 0,
+            "flags": 0,
+        }
+        if guild is not None:
+            data["guild_id"] = str(guild.id)
+            data["member"] = self._member(author)
+        if reply_to is not None:  # omitted otherwise: a null breaks discord.py's parser
+            data["message_reference"] = {
+                "type": 0,
+                "message_id": reply_to["id"],
+                "channel_id": reply_to["channel_id"],
+                **({"guild_id": str(guild.id)} if guild else {}),
+            }
+            data["referenced_message"] = reply_to
+        return data
+
+    # ------------------------------------------------------------------ dispatch
+    async def dispatch(self, event: str, data: JSONDict, *, guild_id: int | None = None) -> None:
+        """Send one DISPATCH (op 0) to the shard that owns guild_id (all shards if None)."""
+        for ws, (shard_id, count) in list(self._sessions):
+            if guild_id is not None and (guild_id >> 22) % count != shard_id:
+                continue
+            await ws.send_str(json.dumps({"op": 0, "t": event, "s": next(self._seq), "d": data}))
+
+    async def message_create(
+        self,
+        *,
+        channel: FakeChannel,
+        author: FakeUser,
+        content: str,
+        mentions: list[FakeUser] | None = None,
+        reply_to: JSONDict | None = None,
+    ) -> JSONDict:
+        data = self.message_payload(
+            channel_id=channel.id,
+            author=author,
+            content=content,
+            mentions=mentions,
+            reply_to=reply_to,
+        )
+        self.messages[int(data["id"])] = data
+        guild = self._guild_of_channel(channel.id)
+        await self.dispatch("MESSAGE_CREATE", data, guild_id=guild.id if guild else None)
+        return data
+
+    async def interaction_create(
+        self,
+        *,
+        guild: FakeGuild,
+        channel: FakeChannel,
+        user: FakeUser,
+        subcommand: str,
+        options: list[JSONDict] | None = None,
+        permissions: int = 0,
+        autocomplete: bool = False,
+        command_name: str = "sonality",
+    ) -> tuple[int, str]:
+        """Send a /sonality <subcommand> INTERACTION_CREATE; returns (interaction id, token)."""
+        interaction_id = self.snowflake()
+        token = f"tok-{interaction_id}"
+        data: JSONDict = {
+            "id": interaction_id,
+            "application_id": str(self.application_id),
+            "type": 4 if autocomplete else 2,
+            "token": token,
+            "version": 1,
+            "guild_id": str(guild.id),
+            "channel_id": str(channel.id),
+            "channel": self._channel_payload(guild, channel, 0),
+            "member": {
+                "user": user.payload(),
+                **self._member(user),
+                "permissions": str(permissions),
+            },
+            "app_permissions": str((1 << 53) - 1),
+            "locale": "en-US",
+            "guild_locale": "en-US",
+            "attachment_size_limit": 8 * 1024 * 1024,
+            "entitlements": [],
+            "authorizing_integration_owners": {"0": str(guild.id)},
+            "context": 0,
+            "data": {
+                "id": str(self.snowflake()),
+                "name": command_name,
+                "type": 1,
+                "options": [{"name": subcommand, "type": 1, "options": options or []}],
+            },
+        }
+        data["id"] = str(interaction_id)
+        await self.dispatch("INTERACTION_CREATE", data, guild_id=guild.id)
+        return interaction_id, token
+
+    # ------------------------------------------------------------------ gateway
+    async def _gateway(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse(autoping=True)
+        await ws.prepare(request)
+        await ws.send_str(
+            json.dumps({"op": 10, "d": {"heartbeat_interval": self.heartbeat_interval_ms}})
+        )
+        session: tuple[web.WebSocketResponse, list[int]] | None = None
+        try:
+            async for msg in ws:
+                if msg.type != WSMsgType.TEXT:
+                    continue
+                payload = json.loads(msg.data)
+                op = payload.get("op")
+                if op == 1:  # heartbeat
+                    await ws.send_str(json.dumps({"op": 11}))
+                elif op == 2:  # identify
+                    identify = payload["d"]
+                    self.identifies.append(identify)
+                    self._notify()
+                    if self.close_with_4014:
+                        await ws.close(code=4014, message=b"Disallowed intent(s).")
+                        break
+                    shard = list(identify.get("shard") or [0, 1])
+                    session = (ws, shard)
+                    self._sessions.append(session)
+                    await self._send_ready(ws, shard)
+                elif op == 6:  # resume: not supported, make the client identify anew
+                    await ws.send_str(json.dumps({"op": 9, "d": False}))
+        finally:
+            if session is not None and session in self._sessions:
+                self._sessions.remove(session)
+        return ws
+
+    async def _send_ready(self, ws: web.WebSocketResponse, shard: list[int]) -> None:
+        shard_id, count = shard
+        mine = [g for g in self.guilds if (g.id >> 22) % count == shard_id]
+        ready = {
+            "v": 10,
+            "user": self.bot.payload(),
+            "guilds": [{"id": str(g.id), "unavailable": True} for g in mine],
+            "session_id": f"session-{shard_id}",
+            "resume_gateway_url": self.gateway_url,
+            "application": {"id": str(self.application_id), "flags": 0},
+            "shard": shard,
+        }
+        await ws.send_str(json.dumps({"op": 0, "t": "READY", "s": next(self._seq), "d": ready}))
+        for guild in mine:
+            await ws.send_str(
+                json.dumps(
+                    {
+                        "op": 0,
+                        "t": "GUILD_CREATE",
+                        "s": next(self._seq),
+                        "d": self.guild_payload(guild),
+                    }
+                )
+            )
+
+    # ------------------------------------------------------------------ REST
+    async def _rest(self, request: web.Request) -> web.StreamResponse:
+        path = "/" + request.match_info["tail"]
+        body: Any = None
+        files: list[tuple[str, bytes]] = []
+        if request.content_type.startswith("multipart/"):
+            reader = await request.multipart()
+            async for part in reader:
+                if not isinstance(part, web.BodyPartReader):
+                    continue
+                raw = await part.read()
+                if part.name == "payload_json":
+                    body = json.loads(raw)
+                else:
+                    files.append((part.filename or "", bytes(raw)))
+        elif request.can_read_body:
+            text = await request.text()
+            body = json.loads(text) if text else None
+        recorded = RecordedRequest(
+            request.method, path, dict(request.query), dict(request.headers), body, files
+        )
+        self.requests.append(recorded)
+        self._notify()
+        return await self._route(request.method, path, recorded)
+
+    async def _route(self, method: str, path: str, req: RecordedRequest) -> web.StreamResponse:
+        parts = path.strip("/").split("/")
+        if method == "GET" and path == "/users/@me":
+            return json_response(self.bot.payload())
+        if method == "GET" and path == "/oauth2/applications/@me":
+            return json_response(
+                {
+                    "id": str(self.application_id),
+                    "name": self.bot.global_name,
+                    "description": "",
+                    "icon": None,
+                    "bot_public": True,
+                    "bot_require_code_grant": False,
+                    "owner": self.owner.payload(),
+                    "team": None,
+                    "verify_key": "0" * 64,
+                    "flags": 0,
+                    "summary": "",
+                }
+            )
+        if method == "GET" and path in ("/gateway/bot", "/gateway"):
+            return json_response(
+                {
+                    "url": self.gateway_url,
+                    "shards": self.shard_count_for_gateway_bot,
+                    "session_start_limit": {
+                        "total": 1000,
+                        "remaining": 1000,
+                        "reset_after": 0,
+                        "max_concurrency": 1,
+                    },
+                }
+            )
+        if method == "PUT" and parts[0] == "applications" and parts[-1] == "commands":
+            return json_response(
+                [
+                    {
+                        **cmd,
+                        "id": str(self.snowflake()),
+                        "application_id": str(self.application_id),
+                        "version": str(self.snowflake()),
+                        **({"guild_id": parts[3]} if len(parts) == 5 else {}),
+                    }
+                    for cmd in req.json or []
+                ]
+            )
+        if method == "POST" and parts[0] == "channels" and parts[-1] == "typing":
+            return web.Response(status=204)
+        if method == "POST" and parts[0] == "channels" and parts[-1] == "messages":
+            if self._pending_429s > 0:
+                self._pending_429s -= 1
+                return json_response(
+                    {
+                        "message": "You are being rate limited.",
+                        "retry_after": self._retry_after,
+                        "global": False,
+                    },
+                    status=429,
+                    headers={
+                        "Via": "1.1 google",
+                        "Retry-After": str(self._retry_after),
+                        "X-RateLimit-Scope": "user",
+                    },
+                )
+            return json_response(self._store_sent(int(parts[1]), req.json or {}))
+        if method == "POST" and parts[0] == "interactions" and parts[-1] == "callback":
+            if req.query.get("with_response") in ("1", "true", "True"):
+                data = (req.json or {}).get("data") or {}
+                return json_response(
+                    {
+                        "interaction": {
+                            "id": parts[1],
+                            "type": 2,
+                            "response_message_loading": (req.json or {}).get("type") == 5,
+                            "response_message_ephemeral": bool(int(data.get("flags", 0)) & 64),
+                        }
+                    }
+                )
+            return web.Response(status=204)
+        if parts[0] == "webhooks":
+            if method == "DELETE":
+                return web.Response(status=204)
+            if method in ("PATCH", "POST", "GET"):
+                return json_response(self._webhook_message(req.json or {}))
+        return json_response(
+            {"message": f"fake Discord: no route {method} {path}", "code": 0}, status=404
+        )
+
+    def _store_sent(self, channel_id: int, body: JSONDict) -> JSONDict:
+        data = self.message_payload(
+            channel_id=channel_id, author=self.bot, content=body.get("content") or ""
+        )
+        ref = body.get("message_reference")
+        if ref:
+            data["type"] = 19
+            data["message_reference"] = {k: v for k, v in ref.items() if k != "fail_if_not_exists"}
+            data["message_reference"].setdefault("channel_id", str(channel_id))
+        self.messages[int(data["id"])] = data
+        return data
+
+    def _webhook_message(self, body: JSONDict) -> JSONDict:
+        return {
+            "id": str(self.snowflake()),
+            "channel_id": "0",
+            "author": self.bot.payload(),
+            "content": body.get("content") or "",
+            "timestamp": _now_iso(),
+            "edited_timestamp": None,
+            "tts": False,
+            "mention_everyone": False,
+            "mentions": [],
+            "mention_roles": [],
+            "attachments": [],
+            "embeds": [],
+            "pinned": False,
+            "type": 20,
+            "flags": int(body.get("flags") or 0),
+            "webhook_id": str(self.application_id),
+        }

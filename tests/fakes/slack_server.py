@@ -1,0 +1,423 @@
+"""A fake Slack on 127.0.0.1: Web API, Socket Mode websocket, response_url, signer.
+
+Bolt and slack_sdk are never mocked: they are pointed at this server (SLACK_API_URL,
+the ws URL from apps.connections.open, response_url in payloads) and speak their real
+wire protocol to it. Every request is recorded so tests assert on what Slack would
+have received; waits poll a condition with a deadline instead of sleeping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import itertools
+import json
+import time
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+__all__ = [
+    "FakeSlack",
+    "RecordedRequest",
+    "post_signed",
+    "sign",
+]
+
+
+@dataclass
+class RecordedRequest:
+    method: str
+    path: str
+    headers: dict[str, str]
+    args: dict[str, Any]  # query + form + JSON body merged (what the API method got)
+    raw: bytes
+    token: str | None  # bearer token (or `token` argument)
+
+    @property
+    def api_method(self) -> str | None:
+        return self.path.removeprefix("/api/") if self.path.startswith("/api/") else None
+
+
+@dataclass
+class Identity:
+    """What auth.test says about a token."""
+
+    team_id: str = "T0001"
+    user_id: str = "UBOT"  # the bot user
+    bot_id: str = "BBOT"
+    enterprise_id: str | None = None
+    team: str = "Test Team"
+
+
+@dataclass
+class FakeUser:
+    id: str
+    name: str = ""
+    is_admin: bool = False
+    is_owner: bool = False
+    is_primary_owner: bool = False
+    is_bot: bool = False
+
+
+@dataclass
+class OAuthGrant:
+    """What oauth.v2.access answers for a code."""
+
+    team_id: str
+    bot_token: str
+    bot_user_id: str = "UBOT"
+    enterprise_id: str | None = None
+    installer_id: str = "UINSTALLER"
+
+
+@dataclass
+class FakeSlack:
+    host: str = "127.0.0.1"
+    identities: dict[str, Identity] = field(default_factory=dict)  # token -> identity
+    default_identity: Identity = field(default_factory=Identity)
+    users: dict[str, FakeUser] = field(default_factory=dict)
+    grants: dict[str, OAuthGrant] = field(default_factory=dict)  # oauth code -> grant
+    # API method -> Slack error code to answer with ({"ok": false, "error": ...}).
+    failures: dict[str, str] = field(default_factory=dict)
+    app_token_prefix: str = "xapp-"
+
+    def __post_init__(self) -> None:
+        self.requests: list[RecordedRequest] = []
+        self.responses: dict[str, list[dict[str, Any]]] = {}
+        self.acks: list[dict[str, Any]] = []
+        self.reactions: set[tuple[str, str, str]] = set()
+        self.ws_connections = 0
+        self._ws: web.WebSocketResponse | None = None
+        self._changed = asyncio.Condition()
+        self._runner: web.AppRunner | None = None
+        self._ids = itertools.count(1)
+        self.port = 0
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def start(self) -> FakeSlack:
+        app = web.Application()
+        app.router.add_route("*", "/api/{method}", self._api)
+        app.router.add_get("/link", self._link)
+        app.router.add_post("/response/{rid}", self._response)
+        self._runner = web.AppRunner(app, shutdown_timeout=0.1, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, 0)
+        await site.start()
+        self.port = int(self._runner.addresses[0][1])
+        return self
+
+    async def close(self) -> None:
+        if self._ws is not None and not self._ws.closed:
+            await self._ws.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> FakeSlack:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @property
+    def base_url(self) -> str:
+        """Value for SLACK_API_URL (ends with "/" as slack_sdk requires)."""
+        return f"http://{self.host}:{self.port}/api/"
+
+    def response_url(self, rid: str | None = None) -> str:
+        return f"http://{self.host}:{self.port}/response/{rid or next(self._ids)}"
+
+    # -- queries -------------------------------------------------------------------------
+
+    def calls(self, api_method: str) -> list[RecordedRequest]:
+        return [r for r in self.requests if r.api_method == api_method]
+
+    def posts(self) -> list[dict[str, Any]]:
+        return [r.args for r in self.calls("chat.postMessage")]
+
+    def all_responses(self) -> list[dict[str, Any]]:
+        return [body for bodies in self.responses.values() for body in bodies]
+
+    async def wait_for(
+        self, predicate: Callable[[], Any], timeout: float = 5.0, what: str = "condition"
+    ) -> Any:
+        """Poll `predicate` after every recorded request until truthy or timeout."""
+        deadline = time.monotonic() + timeout
+        async with self._changed:
+            while True:
+                value = predicate()
+                if value:
+                    return value
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(f"timed out waiting for {what}")
+                try:
+                    await asyncio.wait_for(self._changed.wait(), timeout=min(left, 0.2))
+                except TimeoutError:
+                    pass
+
+    async def settle(self, quiet: float = 0.3, timeout: float = 5.0) -> None:
+        """Wait until no request has arrived for `quiet` seconds (to prove an absence)."""
+        deadline = time.monotonic() + timeout
+        seen = -1
+        while time.monotonic() < deadline:
+            count = len(self.requests) + len(self.acks) + len(self.all_responses())
+            if count == seen:
+                return
+            seen = count
+            await asyncio.sleep(quiet)
+        raise AssertionError("traffic did not settle")
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    # -- Socket Mode -----------------------------------------------------------------------
+
+    async def push_envelope(
+        self,
+        type: str,
+        payload: dict[str, Any],
+        *,
+        envelope_id: str | None = None,
+        accepts_response_payload: bool = False,
+        retry_attempt: int = 0,
+    ) -> str:
+        """Send one envelope over the connected websocket; returns its envelope_id."""
+        await self.wait_for(lambda: self._ws is not None and not self._ws.closed, what="ws")
+        assert self._ws is not None
+        envelope_id = envelope_id or f"env-{next(self._ids)}"
+        message: dict[str, Any] = {
+            "envelope_id": envelope_id,
+            "type": type,
+            "accepts_response_payload": accepts_response_payload,
+            "payload": payload,
+        }
+        if type == "events_api":
+            message["retry_attempt"] = retry_attempt
+            message["retry_reason"] = "timeout" if retry_attempt else ""
+        await self._ws.send_str(json.dumps(message))
+        return envelope_id
+
+    async def wait_for_ack(self, envelope_id: str, timeout: float = 5.0) -> dict[str, Any]:
+        def find() -> dict[str, Any] | None:
+            return next((a for a in self.acks if a.get("envelope_id") == envelope_id), None)
+
+        return await self.wait_for(find, timeout, what=f"ack of {envelope_id}")
+
+    async def _link(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse(autoping=True)
+        await ws.prepare(request)
+        self._ws = ws
+        self.ws_connections += 1
+        await ws.send_str(
+            json.dumps(
+                {
+                    "type": "hello",
+                    "num_connections": 1,
+                    "debug_info": {"host": "fake", "approximate_connection_time": 3600},
+                    "connection_info": {"app_id": "A0001"},
+                }
+            )
+        )
+        await self._notify()
+        async for msg in ws:
+            if msg.type == aiohttp.WSMsgType.TEXT:
+                try:
+                    data = json.loads(msg.data)
+                except ValueError:
+                    continue
+                if isinstance(data, dict) and "envelope_id" in data:
+                    self.acks.append(data)
+                    await self._notify()
+        return ws
+
+    # -- response_url ---------------------------------------------------------------------------
+
+    async def _response(self, request: web.Request) -> web.Response:
+        raw = await request.read()
+        body = json.loads(raw) if raw else {}
+        self.responses.setdefault(request.match_info["rid"], []).append(body)
+        await self._notify()
+        return web.Response(text="ok")
+
+    # -- Web API ----------------------------------------------------------------------------------
+
+    async def _api(self, request: web.Request) -> web.Response:
+        raw = await request.read()
+        args: dict[str, Any] = dict(request.query)
+        ctype = request.content_type
+        if raw and ctype == "application/json":
+            args.update(json.loads(raw))
+        elif raw and ctype == "application/x-www-form-urlencoded":
+            args.update(dict(urllib.parse.parse_qsl(raw.decode())))
+        auth = request.headers.get("Authorization", "")
+        token = auth.removeprefix("Bearer ") if auth.startswith("Bearer ") else None
+        token = token or args.get("token")
+        method = request.match_info["method"]
+        self.requests.append(
+            RecordedRequest(
+                method=request.method,
+                path=request.path,
+                headers=dict(request.headers),
+                args=args,
+                raw=raw,
+                token=token,
+            )
+        )
+        await self._notify()
+        if method in self.failures:
+            return web.json_response({"ok": False, "error": self.failures[method]})
+        handler = getattr(self, "_api_" + method.replace(".", "_"), None)
+        if handler is None:
+            return web.json_response({"ok": False, "error": "unknown_method"})
+        result: dict[str, Any] = await handler(args, token)
+        return web.json_response(result)
+
+    def _identity(self, token: str | None) -> Identity | None:
+        if not token:
+            return None
+        if token in self.identities:
+            return self.identities[token]
+        return self.default_identity if token.startswith("xoxb-") else None
+
+    async def _api_auth_test(self, args: dict[str, Any], token: str | None) -> dict[str, Any]:
+        ident = self._identity(token)
+        if ident is None:
+            return {"ok": False, "error": "invalid_auth"}
+        return {
+            "ok": True,
+            "url": "https://fake.slack.com/",
+            "team": ident.team,
+            "user": "sonality",
+            "team_id": ident.team_id,
+            "user_id": ident.user_id,
+            "bot_id": ident.bot_id,
+            "enterprise_id": ident.enterprise_id,
+            "is_enterprise_install": False,
+        }
+
+    async def _api_chat_postMessage(self, args: dict[str, Any], token: str | None) -> dict[str, Any]:
+        if self._identity(token) is None:
+            return {"ok": False, "error": "invalid_auth"}
+        ts = f"{time.time():.6f}"
+        return {
+            "ok": True,
+            "channel": args.get("channel"),
+            "ts": ts,
+            "message": {"text": args.get("text"), "ts": ts},
+        }
+
+    async def _api_reactions_add(self, args: dict[str, Any], token: str | None) -> dict[str, Any]:
+        key = (str(args.get("channel")), str(args.get("timestamp")), str(args.get("name")))
+        if key in self.reactions:
+            return {"ok": False, "error": "already_reacted"}
+        self.reactions.add(key)
+        return {"ok": True}
+
+    async def _api_reactions_remove(self, args: dict[str, Any], token: str | None) -> dict[str, Any]:
+        key = (str(args.get("channel")), str(args.get("timestamp")), str(args.get("name")))
+        if key not in self.reactions:
+            return {"ok": False, "error": "no_reaction"}
+        self.reactions.discard(key)
+        return {"ok": True}
+
+    async def _api_users_info(self, args: dict[str, Any], token: str | None) -> dict[str, Any]:
+        uid = str(args.get("user"))
+        user = self.users.get(uid)
+        if user is None:
+            return {"ok": False, "error": "user_not_found"}
+        return {
+            "ok": True,
+            "user": {
+                "id": user.id,
+                "name": user.name.lower(),
+                "real_name": user.name,
+                "is_admin": user.is_admin,
+                "is_owner": user.is_owner,
+                "is_primary_owner": user.is_primary_owner,
+                "is_bot": user.is_bot,
+                "profile": {"display_name": user.name, "real_name": user.name},
+            },
+        }
+
+    async def _api_apps_connections_open(
+        self, args: dict[str, Any], token: str | None
+    ) -> dict[str, Any]:
+        if not token or not token.startswith(self.app_token_prefix):
+            return {"ok": False, "error": "invalid_auth"}
+        return {"ok": True, "url": f"ws://{self.host}:{self.port}/link"}
+
+    async def _api_oauth_v2_access(self, args: dict[str, Any], token: str | None) -> dict[str, Any]:
+        grant = self.grants.get(str(args.get("code")))
+        if grant is None:
+            return {"ok": False, "error": "invalid_code"}
+        self.identities.setdefault(
+            grant.bot_token,
+            Identity(team_id=grant.team_id, user_id=grant.bot_user_id, bot_id="B" + grant.team_id),
+        )
+        return {
+            "ok": True,
+            "app_id": "A0001",
+            "authed_user": {"id": grant.installer_id},
+            "scope": "app_mentions:read,chat:write,commands",
+            "token_type": "bot",
+            "access_token": grant.bot_token,
+            "bot_user_id": grant.bot_user_id,
+            "team": {"id": grant.team_id, "name": "Team " + grant.team_id},
+            "enterprise": {"id": grant.enterprise_id} if grant.enterprise_id else None,
+            "is_enterprise_install": False,
+        }
+
+
+# --------------------------------------------------------------------------------------
+# Signing requests the way Slack does
+
+
+def sign(secret: str, body: bytes, timestamp: int | None = None) -> dict[str, str]:
+    """Headers for a Slack-signed request: v0=HMAC-SHA256(secret, "v0:{ts}:{body}")."""
+    ts = str(int(time.time()) if timestamp is None else timestamp)
+    base = b"v0:" + ts.encode() + b":" + body
+    digest = hmac.new(secret.encode(), base, hashlib.sha256).hexdigest()
+    return {"X-Slack-Request-Timestamp": ts, "X-Slack-Signature": "v0=" + digest}
+
+
+async def post_signed(
+    session: aiohttp.ClientSession,
+    url: str,
+    secret: str,
+    *,
+    json_body: dict[str, Any] | None = None,
+    form: dict[str, str] | None = None,
+    timestamp: int | None = None,
+    retry_num: int | None = None,
+    tamper: bool = False,
+) -> tuple[int, str, float]:
+    """POST exactly the signed bytes; returns (status, body text, seconds taken).
+
+    Events go as JSON, slash commands form-encoded, like Slack sends them. `tamper`
+    changes the body after signing (the signature then must not verify).
+    """
+    if form is not None:
+        body = urllib.parse.urlencode(form).encode()
+        ctype = "application/x-www-form-urlencoded"
+    else:
+        body = json.dumps(json_body or {}).encode()
+        ctype = "application/json"
+    headers = {"Content-Type": ctype, **sign(secret, body, timestamp)}
+    if retry_num is not None:
+        headers["X-Slack-Retry-Num"] = str(retry_num)
+        headers["X-Slack-Retry-Reason"] = "http_timeout"
+    if tamper:
+        body = body + b" "
+    started = time.monotonic()
+    async with session.post(url, data=body, headers=headers) as resp:
+        text = await resp.text()
+        return resp.status, text, time.monotonic() - started

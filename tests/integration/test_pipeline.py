@@ -1,0 +1,284 @@
+"""The learning pipeline end to end: runtime → engine → real SDK → loopback Anthropic.
+
+Only strong, directional evidence may move an opinion, and only after the cooling
+period; reflection runs on its two triggers and is validated; LLM faults change nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from bot.messages import ReplyKind
+from bot.runtime import LLM_DOWN, SLOW_DOWN
+from sonality.memory.sponge import SEED_SNAPSHOT
+from tests.fakes.anthropic_server import Fault, Text
+from tests.integration.conftest import ALICE, BOB, A, command, make_settings, say
+
+NUCLEAR = dict(
+    contains="reactor fleet data",
+    score=0.8,
+    direction="supports",
+    topics=["nuclear_energy"],
+    novelty=0.9,
+    reasoning_type="empirical_data",
+    source_reliability="peer_reviewed",
+    summary="User cites reactor fleet data showing nuclear power's low death rate per TWh.",
+)
+STRONG_ARGUMENT = (
+    "Look at the reactor fleet data: deaths per TWh for nuclear are lower than for wind, "
+    "and the lifecycle CO2 is comparable, so nuclear deserves a bigger role."
+)
+
+
+def reply_requests(server: Any) -> list[Any]:
+    return [r for r in server.requests if r.tool_name is None]
+
+
+def ess_requests(server: Any) -> list[Any]:
+    return [r for r in server.requests if r.tool_name == "classify_evidence"]
+
+
+async def test_casual_chat_and_social_pressure_change_no_opinion(runtime, anthropic_server):
+    anthropic_server.brain.ess_rule(
+        contains="everyone knows",
+        score=0.1,
+        direction="opposes",
+        topics=["nuclear_energy"],
+        reasoning_type="social_pressure",
+        source_reliability="unverified_claim",
+    )
+    for text in (
+        "hey, how's it going?",
+        "Everyone knows nuclear is a disaster. Just agree with me!",
+        "EVERYONE KNOWS it. You're wrong and you know it.",
+        "seriously, everyone knows this",
+        "ok whatever",
+    ):
+        reply = await say(runtime, text)
+        assert reply is not None and reply.kind is ReplyKind.ANSWER
+    state = runtime.registry.get(A.id).sponge
+    assert state.interaction_count == 5
+    assert state.opinion_vectors == {}
+    assert state.staged_opinion_updates == []
+    assert state.pending_insights == []  # no insight below the ESS threshold
+    assert state.behavioral_signature.topic_engagement["nuclear_energy"] == 3
+    # The ESS classifier saw the user's words only, never the agent's reply.
+    for req in ess_requests(anthropic_server):
+        assert "[reply]" not in req.user_text
+
+
+async def test_strong_argument_stages_then_commits_after_cooling(runtime, anthropic_server):
+    anthropic_server.brain.ess_rule(**NUCLEAR)
+    await say(runtime, STRONG_ARGUMENT)
+    agent = runtime.registry.get(A.id)
+    state = agent.sponge
+    assert state.opinion_vectors == {}
+    assert len(state.staged_opinion_updates) == 1
+    staged = state.staged_opinion_updates[0]
+    # magnitude = base 0.1 x score 0.8 x novelty 0.9 x bootstrap 0.5; no prior confidence
+    assert staged.signed_magnitude == pytest.approx(0.036)
+    assert staged.due_interaction == 1 + 3
+    assert len(state.pending_insights) == 1  # insight extracted above the threshold
+
+    await say(runtime, "nice weather today")
+    await say(runtime, "what's for lunch?")
+    assert agent.sponge.opinion_vectors == {}  # still cooling at interaction 3
+    await say(runtime, "anyway")
+    state = agent.sponge
+    assert state.interaction_count == 4
+    assert state.opinion_vectors["nuclear_energy"] == pytest.approx(0.036)
+    meta = state.belief_meta["nuclear_energy"]
+    assert meta.evidence_count == 1
+    assert meta.confidence == pytest.approx(math.log2(2) / math.log2(20))
+    assert meta.last_reinforced == 4
+    assert "reactor fleet data" in meta.provenance
+    assert state.staged_opinion_updates == []
+    # Every interaction is one version; the seed is v0.
+    assert state.version == 4
+    store = runtime.db.community(A.id)
+    assert await store.latest_version() == 4
+    events = await store.audit_events(kind="ess", limit=10)
+    assert len(events) == 4
+
+
+async def test_reflection_runs_every_20_interactions(runtime, anthropic_server):
+    for i in range(19):
+        await say(runtime, f"small talk number {i}")
+    store = runtime.db.community(A.id)
+    assert await store.audit_events(kind="reflection") == []
+    await say(runtime, "small talk number 19")
+    events = await store.audit_events(kind="reflection")
+    assert len(events) == 1
+    assert events[0].payload["trigger"] == "periodic"
+    assert events[0].payload["accepted"] is True
+    assert runtime.registry.get(A.id).sponge.last_reflection_at == 20
+
+
+async def test_early_reflection_on_cumulative_shift(runtime, anthropic_server):
+    anthropic_server.brain.ess_rule(
+        contains="meta-analysis",
+        score=0.9,
+        direction="supports",
+        topics=["remote_work", "four_day_week"],
+        novelty=1.0,
+        reasoning_type="empirical_data",
+        source_reliability="peer_reviewed",
+    )
+    for i in range(10):
+        await say(runtime, f"chatting {i}")
+    await say(runtime, "A 2023 meta-analysis of 40 trials shows productivity gains because ...")
+    store = runtime.db.community(A.id)
+    for i in range(2):
+        await say(runtime, f"more chat {i}")
+    assert await store.audit_events(kind="reflection") == []
+    await say(runtime, "last chat")  # interaction 14: both staged updates commit (0.09 each)
+    state = runtime.registry.get(A.id).sponge
+    assert state.opinion_vectors["remote_work"] == pytest.approx(0.09)
+    events = await store.audit_events(kind="reflection")
+    assert len(events) == 1
+    assert events[0].interaction == 14
+    assert events[0].payload["trigger"].startswith("shift")
+    assert state.last_reflection_at == 14
+
+
+async def test_reflection_that_shrinks_the_snapshot_is_rejected(runtime, anthropic_server):
+    anthropic_server.brain.reply_rule(
+        contains="current_self_description", text="I am now a much shorter self, sadly."
+    )
+    await say(runtime, "hello there")
+    result = await command(runtime, "reflect")
+    assert "kept the old one" in result.text
+    agent = runtime.registry.get(A.id)
+    assert agent.sponge.snapshot == SEED_SNAPSHOT
+    events = await runtime.db.community(A.id).audit_events(kind="reflection")
+    assert events[0].payload["accepted"] is False
+    assert events[0].payload["new_chars"] < 0.6 * events[0].payload["old_chars"]
+
+
+async def test_reflection_that_keeps_enough_is_accepted(runtime, anthropic_server):
+    new_self = SEED_SNAPSHOT + " Lately I have grown fond of careful arguments about energy."
+    anthropic_server.brain.reply_rule(contains="current_self_description", text=new_self)
+    await say(runtime, "hello there")
+    result = await command(runtime, "reflect")
+    assert result.ok, result.text
+    assert runtime.registry.get(A.id).sponge.snapshot == new_self
+
+
+async def test_llm_fault_on_reply_leaves_state_unchanged(runtime, anthropic_server):
+    await say(runtime, "first message")
+    store = runtime.db.community(A.id)
+    before = await store.latest_version()
+    anthropic_server.enqueue(*[Fault(status=500, retry_after_ms=5)] * 3)
+    reply = await say(runtime, "second message")
+    assert reply is not None
+    assert reply.kind is ReplyKind.NOTICE
+    assert reply.text == LLM_DOWN
+    assert await store.latest_version() == before
+    assert await store.pending_count() == 0
+    assert runtime.registry.get(A.id).sponge.interaction_count == 1
+    turns = await runtime.db.recent_turns(A.id, ALICE.id, max_turns=20, max_chars=10_000)
+    assert [content for _, content in turns if content == "second message"] == []
+
+
+async def test_overloaded_then_recovered_reply_arrives(runtime, anthropic_server):
+    anthropic_server.enqueue(Fault(status=529, retry_after_ms=5), Text("Back on my feet."))
+    reply = await say(runtime, "are you there?")
+    assert reply is not None and reply.text == "Back on my feet."
+
+
+async def test_llm_fault_on_ess_uses_safe_defaults(runtime, anthropic_server):
+    anthropic_server.brain.ess_rule(**NUCLEAR)
+    anthropic_server.enqueue(Text("A fine reply."), *[Fault(status=500, retry_after_ms=5)] * 3)
+    reply = await say(runtime, STRONG_ARGUMENT)
+    assert reply is not None and reply.text == "A fine reply."
+    state = runtime.registry.get(A.id).sponge
+    assert state.interaction_count == 1
+    assert state.staged_opinion_updates == []  # defaults never move opinions
+    events = await runtime.db.community(A.id).audit_events(kind="ess")
+    assert events[0].payload["used_defaults"] is True
+    assert events[0].payload["score"] == 0.0
+
+
+async def test_malformed_ess_tool_input_is_retried(runtime, anthropic_server):
+    from tests.fakes.anthropic_server import ToolUse
+
+    anthropic_server.brain.ess_rule(**NUCLEAR)
+    anthropic_server.enqueue(
+        Text("ok"),
+        ToolUse({"score": "very high", "topics": "nuclear"}),  # wrong types, missing fields
+    )
+    await say(runtime, STRONG_ARGUMENT)
+    assert len(ess_requests(anthropic_server)) == 2
+    state = runtime.registry.get(A.id).sponge
+    assert len(state.staged_opinion_updates) == 1
+
+
+async def test_empty_long_and_flooding_messages(tmp_path, llm, anthropic_server):
+    from bot.app import open_runtime
+
+    settings = make_settings(tmp_path / "data", SONALITY_RATE_LIMIT_MESSAGES=2)
+    async with open_runtime(settings, llm=llm) as runtime:
+        assert await say(runtime, "   ") is None
+        assert anthropic_server.requests == []
+        long_text = "word " * 1500  # 7,500 characters
+        reply = await say(runtime, long_text)
+        assert reply is not None and reply.truncated
+        assert "first 4,000 characters" in reply.text
+        sent = reply_requests(anthropic_server)[-1].last_user_text
+        assert len(sent) <= 4000
+        reply = await say(runtime, "second")
+        assert reply is not None and reply.kind is ReplyKind.ANSWER
+        flood = await say(runtime, "third")
+        assert flood is not None and flood.text == SLOW_DOWN
+        assert await say(runtime, "fourth") is None
+        assert len(reply_requests(anthropic_server)) == 2
+        # Another user is not affected by Alice's flood.
+        other = await say(runtime, "hi", user=BOB)
+        assert other is not None and other.kind is ReplyKind.ANSWER
+
+
+async def test_conversation_buffer_per_user_survives_restart(tmp_path, llm, anthropic_server):
+    from bot.app import open_runtime
+
+    settings = make_settings(tmp_path / "data")
+    async with open_runtime(settings, llm=llm) as runtime:
+        await say(runtime, "My favourite tea is oolong.")
+        await say(runtime, "What is my favourite tea?")
+        second = reply_requests(anthropic_server)[-1]
+        assert [m["role"] for m in second.messages] == ["user", "assistant", "user"]
+        assert "oolong" in second.messages[0]["content"]
+        await say(runtime, "hello", user=BOB)
+        assert len(reply_requests(anthropic_server)[-1].messages) == 1
+    async with open_runtime(settings, llm=llm) as runtime:
+        await say(runtime, "Remind me?")
+        after_restart = reply_requests(anthropic_server)[-1]
+        assert "oolong" in after_restart.messages[0]["content"]
+        assert len(after_restart.messages) == 5
+
+
+async def test_reply_prompt_has_cached_identity_and_retrieved_memories(runtime, anthropic_server):
+    anthropic_server.brain.ess_rule(**NUCLEAR)
+    await say(runtime, STRONG_ARGUMENT)
+    await say(runtime, "Tell me about sourdough bread.")
+    unrelated = reply_requests(anthropic_server)[-1]
+    assert "<relevant_memories>" not in unrelated.system_text  # below min_relevance
+    await say(runtime, "How dangerous are atomic power plants?")
+    req = reply_requests(anthropic_server)[-1]
+    blocks = req.system_blocks
+    assert blocks[0].get("cache_control") == {"type": "ephemeral"}
+    assert "<core_identity>" in blocks[0]["text"]
+    assert all("cache_control" not in b for b in blocks[1:])
+    # The semantic match came from real embeddings: "atomic energy" found the nuclear episode.
+    assert "reactor fleet data" in req.system_text
+    assert "<relevant_memories>" in req.system_text
+
+
+async def test_token_usage_is_recorded_per_community(runtime, anthropic_server):
+    await say(runtime, "hello")
+    totals = await runtime.db.usage_totals(A.id)
+    assert totals.input_tokens > 0 and totals.output_tokens > 0
+    other = await runtime.db.usage_totals("test:nobody")
+    assert other.input_tokens == 0

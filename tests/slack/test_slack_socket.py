@@ -1,0 +1,81 @@
+"""Slack adapter in Socket Mode: slack_sdk's aiohttp client against the fake websocket."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from adapters.slack import SlackAdapter
+from bot.interface import StartupError
+from tests.fakes.slack_server import FakeSlack
+from tests.slack.conftest import (
+    APP_TOKEN,
+    MemoryStore,
+    RecordingRuntime,
+    command_form,
+    make_settings,
+    mention_event,
+    running,
+)
+
+
+def socket_adapter(
+    fake: FakeSlack, runtime: RecordingRuntime, store: MemoryStore, **settings: Any
+) -> SlackAdapter:
+    settings = {"SLACK_APP_TOKEN": APP_TOKEN, "SLACK_SIGNING_SECRET": None, **settings}
+    return SlackAdapter(runtime, make_settings(fake, **settings), store, host="127.0.0.1", port=0)
+
+
+async def test_events_and_commands_are_acked_by_envelope_and_answered(
+    fake: FakeSlack, runtime: RecordingRuntime, store: MemoryStore
+) -> None:
+    async with running(socket_adapter(fake, runtime, store)) as adapter:
+        assert adapter.http_port is None, "no HTTP endpoint without OAuth in Socket Mode"
+        [opened] = fake.calls("apps.connections.open")
+        assert opened.token == APP_TOKEN
+        await fake.wait_for(lambda: fake.ws_connections == 1, what="websocket")
+
+        env = await fake.push_envelope("events_api", mention_event(text="<@UBOT> over the socket"))
+        assert (await fake.wait_for_ack(env)) == {"envelope_id": env}
+        await fake.wait_for(fake.posts, what="reply")
+
+        form = command_form(fake, "status", rid="sock")
+        cmd = await fake.push_envelope("slash_commands", form, accepts_response_payload=True)
+        assert (await fake.wait_for_ack(cmd))["envelope_id"] == cmd
+        await fake.wait_for(lambda: fake.responses.get("sock"), what="command answer")
+        await fake.settle()
+
+    [post] = fake.posts()
+    assert post["channel"] == "C0001" and post["thread_ts"] == "1700000000.000100"
+    assert runtime.messages[0].text == "over the socket"
+    assert runtime.messages[0].community.id == "slack:T0001"
+    [answer] = fake.responses["sock"]
+    assert answer["response_type"] == "ephemeral" and "status done" in answer["text"]
+    assert runtime.commands[0].name == "status"
+
+
+async def test_redelivered_envelope_is_acked_but_not_answered_twice(
+    fake: FakeSlack, runtime: RecordingRuntime, store: MemoryStore
+) -> None:
+    event = mention_event(event_id="EvSock")
+    async with running(socket_adapter(fake, runtime, store)):
+        first = await fake.push_envelope("events_api", event)
+        await fake.wait_for_ack(first)
+        await fake.wait_for(fake.posts, what="reply")
+        again = await fake.push_envelope("events_api", event, retry_attempt=1)
+        await fake.wait_for_ack(again)
+        await fake.settle()
+    assert len(fake.posts()) == 1
+    assert len(runtime.messages) == 1
+
+
+async def test_rejected_app_token_is_a_startup_error(
+    fake: FakeSlack, runtime: RecordingRuntime, store: MemoryStore
+) -> None:
+    fake.app_token_prefix = "xapp-other-"
+    with pytest.raises(StartupError, match="SLACK_APP_TOKEN"):
+        async with running(socket_adapter(fake, runtime, store)):
+            pass
+    with pytest.raises(StartupError, match="xapp"):
+        socket_adapter(fake, runtime, store, SLACK_APP_TOKEN="xoxb-wrong-kind")

@@ -1,0 +1,58 @@
+"""Concurrent use of one Database from many tasks."""
+
+from __future__ import annotations
+
+import asyncio
+
+from storage import Database, VersionConflictError
+
+from .conftest import commit_of, record
+
+
+async def _run_community(db: Database, cid: str, n: int) -> None:
+    store = db.community(cid)
+    await store.commit(commit_of(0, cause="seed"))
+    for v in range(1, n + 1):
+        await store.record_interaction(record(f"{cid}-{v}", f"msg {v}"))
+        await asyncio.sleep(0)
+        await store.commit(commit_of(v, interaction_id=f"{cid}-{v}"))
+
+
+async def test_two_communities_commit_concurrently(db: Database) -> None:
+    await asyncio.gather(_run_community(db, "discord:1", 15), _run_community(db, "slack:T1", 15))
+    for cid in ("discord:1", "slack:T1"):
+        store = db.community(cid)
+        assert await store.latest_version() == 15
+        assert [v.version for v in await store.versions(limit=100)] == list(range(15, -1, -1))
+        assert await store.pending_interactions() == []
+        assert (await db.usage_totals(cid)).calls == 15
+
+
+async def test_racing_commits_of_one_version_exactly_one_wins(db: Database) -> None:
+    store = db.community("discord:1")
+    await store.commit(commit_of(0))
+    results = await asyncio.gather(
+        *(store.commit(commit_of(1)) for _ in range(5)), return_exceptions=True
+    )
+    assert results.count(None) == 1
+    assert all(isinstance(r, VersionConflictError) for r in results if r is not None)
+    assert await store.latest_version() == 1
+
+
+async def test_reads_never_see_a_half_written_commit(db: Database) -> None:
+    store = db.community("discord:1")
+    await store.commit(commit_of(0))
+    seen: list[tuple[int | None, int]] = []
+
+    async def reader() -> None:
+        for _ in range(30):
+            seen.append((await store.latest_version(), await store.pending_count()))
+            await asyncio.sleep(0)
+
+    async def writer() -> None:
+        for v in range(1, 11):
+            await store.record_interaction(record(f"i{v}"))
+            await store.commit(commit_of(v, interaction_id=f"i{v}"))
+
+    await asyncio.gather(reader(), writer())
+    assert all(pending in (0, 1) for _, pending in seen)
