@@ -42,7 +42,7 @@ from bot.messages import (
 )
 from bot.settings import Settings
 
-__all__ = ["INTENTS_HELP", "MESSAGE_LIMIT", "DiscordAdapter"]
+__all__ = ["INTENTS_HELP", "MESSAGE_LIMIT", "TOKEN_HELP", "DiscordAdapter"]
 
 log = logging.getLogger(__name__)
 
@@ -58,9 +58,12 @@ INTENTS_HELP = (
     '"Message Content Intent" under Bot → Privileged Gateway Intents for this '
     "application in the Discord Developer Portal, then restart."
 )
+TOKEN_HELP = (
+    "Discord rejected DISCORD_TOKEN: copy a fresh token from Bot → Reset Token in the "
+    "Discord Developer Portal."
+)
 _CLOSE_CODE_HELP = {
-    4004: "Discord rejected DISCORD_TOKEN (close code 4004): copy a fresh token from "
-    "Bot → Reset Token in the Developer Portal.",
+    4004: TOKEN_HELP,
     4010: "Discord rejected the shard setup (close code 4010): check DISCORD_SHARD_COUNT.",
     4011: "Discord requires sharding for this bot (close code 4011): set DISCORD_SHARD_COUNT.",
     4013: "Discord rejected the gateway intents (close code 4013, invalid intents).",
@@ -211,7 +214,7 @@ class DiscordAdapter:
         except discord.PrivilegedIntentsRequired:
             raise StartupError(INTENTS_HELP) from None
         except discord.LoginFailure:
-            raise StartupError(_CLOSE_CODE_HELP[4004].replace(" (close code 4004)", "")) from None
+            raise StartupError(TOKEN_HELP) from None
         except discord.ConnectionClosed as exc:
             if exc.code in _CLOSE_CODE_HELP:
                 raise StartupError(_CLOSE_CODE_HELP[exc.code]) from None

@@ -399,23 +399,28 @@ class _UserInfo:
 
 
 def _team_of(body: dict[str, Any], context: AsyncBoltContext) -> str | None:
-    """The workspace the conversation happened in.
+    """The workspace a message or command belongs to, i.e. whose personality answers.
 
-    `context_team_id` (newer payloads) and the outer `team_id` name the workspace of
-    the channel; the event's `team` is the author's, which differs in shared channels;
-    Bolt's context falls back to `authorizations`, which is the token's team.
+    The outer `team_id` is the workspace the delivery is for (for a command, the
+    caller's). `context_team_id` is the workspace of the conversation in newer payloads.
+    The event's `team` is the author's team, which can be another org in a shared
+    channel. Bolt's `context.team_id` comes from `authorizations`, so it is the token's
+    team. A workspace id (T…) wins over an org id (E…) wherever that appears.
     """
-    event = body.get("event") if isinstance(body.get("event"), dict) else {}
-    for candidate in (
-        body.get("context_team_id"),
-        body.get("team_id"),
-        event.get("team") if isinstance(event, dict) else None,
-        context.team_id,
-        event.get("user_team") if isinstance(event, dict) else None,
-    ):
-        if isinstance(candidate, str) and candidate:
-            return candidate
-    return None
+    raw_event = body.get("event")
+    event: dict[str, Any] = raw_event if isinstance(raw_event, dict) else {}
+    candidates = [
+        c
+        for c in (
+            body.get("team_id"),
+            body.get("context_team_id"),
+            event.get("team"),
+            context.team_id,
+            event.get("user_team"),
+        )
+        if isinstance(c, str) and c
+    ]
+    return next((c for c in candidates if c.startswith("T")), None) or next(iter(candidates), None)
 
 
 class SlackAdapter:
@@ -547,6 +552,9 @@ class SlackAdapter:
         except BaseException:
             await self._teardown()
             raise
+        if self._closed:  # close() ran while we were connecting
+            await self._teardown()
+            return
         log.info(
             "Slack adapter ready (%s, %s)",
             "socket mode" if self.socket_mode else f"HTTP on port {self._bound_port}",
@@ -713,17 +721,13 @@ class SlackAdapter:
         self._users[key] = info
         return info
 
-    async def _is_moderator(self, client: AsyncWebClient, team: str, user_id: str) -> bool:
-        if user_id in self._moderators:
-            return True
-        info = await self._user(client, team, user_id)
-        return info is not None and info.is_admin
-
     # -- messages -------------------------------------------------------------------------------
 
     async def _on_app_mention(
         self, body: dict[str, Any], event: dict[str, Any], context: AsyncBoltContext
     ) -> None:
+        if str(event.get("channel", "")).startswith("D"):
+            return  # a DM: message.im covers it (and SLACK_ALLOW_DMS decides)
         with self._tracked():
             await self._handle_event(body, event, context, is_dm=False)
 
@@ -783,7 +787,8 @@ class SlackAdapter:
             message = IncomingMessage(
                 community=Community(id=f"{PLATFORM}:{team}"),
                 channel_id=channel,
-                thread_id=event.get("thread_ts") or ts,
+                # A DM is one running conversation; in channels each thread is one.
+                thread_id=event.get("thread_ts") or (None if is_dm else ts),
                 message_id=ts,
                 user=User(id=user_id, name=author.name if author else ""),
                 text=text,
@@ -878,10 +883,15 @@ class SlackAdapter:
                 args = (" ".join(rest),) if name == "beliefs" and rest else tuple(rest)
                 client = context.client
                 assert client is not None
+                info = await self._user(client, team, user_id)
                 request = CommandRequest(
                     community=Community(id=f"{PLATFORM}:{team}"),
-                    caller=User(id=user_id, name=body.get("user_name") or ""),
-                    is_moderator=await self._is_moderator(client, team, user_id),
+                    caller=User(
+                        id=user_id, name=(info.name if info else "") or body.get("user_name") or ""
+                    ),
+                    # Workspace admins/owners moderate; SLACK_MODERATOR_IDS adds people.
+                    is_moderator=user_id in self._moderators
+                    or (info is not None and info.is_admin),
                     name=name,
                     args=args,
                 )

@@ -64,9 +64,8 @@ def median_ms(fn: Callable[[], object], repeat: int = 30) -> float:
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        print(
-            f"build onnx model from safetensors: {timed(lambda: ensure_minilm_onnx(root / 'models')):.2f} s"
-        )
+        build_s = timed(lambda: ensure_minilm_onnx(root / "models"))
+        print(f"build onnx model from safetensors: {build_s:.2f} s")
         ef = FastMiniLML6V2(root / "models")
         print(f"load tokenizer + onnx session: {timed(ef._load):.2f} s")
 
@@ -96,7 +95,7 @@ def main() -> None:
         for lo in range(0, n, 1000):
             store._collection.add(
                 ids=[f"e{i}" for i in range(lo, lo + 1000)],
-                embeddings=vectors[lo : lo + 1000],  # type: ignore[arg-type]
+                embeddings=vectors[lo : lo + 1000],
                 documents=docs[lo : lo + 1000],
                 metadatas=[
                     {

@@ -10,9 +10,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from dotenv import load_dotenv
+from dotenv import find_dotenv, load_dotenv
 
-load_dotenv()
+# The working directory's .env, like the bot's settings (not one found next to this file).
+load_dotenv(find_dotenv(usecwd=True))
 
 
 def _env_float(name: str, default: float) -> float:

@@ -77,28 +77,27 @@ class SqlBase:
         """
         async with self._lock:
             self._ensure_open()
-            await self._conn.execute("BEGIN IMMEDIATE")
             try:
+                # BEGIN is inside the try: if the task is cancelled while BEGIN is queued,
+                # the worker thread still runs it, and the ROLLBACK queued behind it must
+                # close that transaction again. The same holds for any statement of the
+                # body, so nothing half-done is ever left open or applied. (Cancelled
+                # while COMMIT is queued, the write is applied in full although the
+                # caller sees CancelledError.)
+                await execute(self._conn, "BEGIN IMMEDIATE")
                 yield self._conn
+                await self._conn.commit()
             except BaseException:
-                # Also on cancellation: the ROLLBACK is queued behind any statement the
-                # worker thread is still running, so nothing half-done is ever committed.
                 await self._conn.rollback()
                 raise
-            else:
-                try:
-                    await self._conn.commit()
-                except BaseException:
-                    await self._conn.rollback()
-                    raise
 
     @asynccontextmanager
     async def _read(self) -> AsyncIterator[aiosqlite.Connection]:
         """A consistent read snapshot (deferred transaction) that never sees half a write."""
         async with self._lock:
             self._ensure_open()
-            await self._conn.execute("BEGIN")
             try:
+                await execute(self._conn, "BEGIN")
                 yield self._conn
             finally:
                 await self._conn.rollback()

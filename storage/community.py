@@ -60,7 +60,9 @@ forever.
 
 
 def _load_state(state_json: str) -> SpongeState:
-    return SpongeState.model_validate_json(state_json)
+    # from_json (not model_validate_json): it migrates fields older releases stored, so
+    # versions written years ago still load.
+    return SpongeState.from_json(state_json)
 
 
 class CommunityStore:

@@ -200,8 +200,8 @@ async def migrate(conn: aiosqlite.Connection, migrations: list[list[str]] | None
             f"{len(steps)}; upgrade the bot instead of downgrading the database"
         )
     while version < len(steps):
-        await conn.execute("BEGIN IMMEDIATE")
         try:
+            await execute(conn, "BEGIN IMMEDIATE")
             version = await current_version(conn)
             if version < len(steps):
                 for statement in steps[version]:
@@ -212,8 +212,8 @@ async def migrate(conn: aiosqlite.Connection, migrations: list[list[str]] | None
                     "INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)",
                     (version, to_db_time(utcnow())),
                 )
+            await conn.commit()
         except BaseException:
             await conn.rollback()
             raise
-        await conn.commit()
     return version

@@ -264,6 +264,9 @@ def ensure_minilm_onnx(cache_dir: Path, *, source_dir: Path | None = None) -> Pa
     with _build_lock(cache_dir):
         if _onnx_dir_complete(onnx_dir):
             return onnx_dir
+        # Only a lock holder creates these, so any present now were left by a crash.
+        for orphan in (*cache_dir.glob(".onnx-build-*"), *cache_dir.glob(".onnx-stale-*")):
+            shutil.rmtree(orphan, ignore_errors=True)
         src = source_dir or source_model_dir()
         tmp = Path(tempfile.mkdtemp(prefix=".onnx-build-", dir=cache_dir))
         try:

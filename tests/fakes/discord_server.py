@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from aiohttp import WSMsgType, web
+from aiohttp import BodyPartReader, WSMsgType, web
 
 JSONDict = dict[str, Any]
 
@@ -116,9 +116,10 @@ class FakeDiscord:
         self.identifies: list[JSONDict] = []
         self.messages: dict[int, JSONDict] = {}
         self.close_with_4014 = False
+        self.token = "test-token"  # bot routes answer 401 to any other token
         self.shard_count_for_gateway_bot = 1
-        self._pending_429s = 0
-        self._retry_after = 0.05
+        # Scripted answers for the next POST /channels/{id}/messages: (status, body, headers).
+        self._message_faults: list[tuple[int, JSONDict, dict[str, str]]] = []
         self._sessions: list[tuple[web.WebSocketResponse, list[int]]] = []  # ws, [shard, count]
         self._seq = itertools.count(1)
         self._changed = asyncio.Event()
@@ -177,9 +178,26 @@ class FakeDiscord:
 
     # ------------------------------------------------------------------ scripting
     def fail_next_messages_with_429(self, count: int = 1, retry_after: float = 0.05) -> None:
-        """The next `count` POST .../messages get a 429 that discord.py will retry."""
-        self._pending_429s = count
-        self._retry_after = retry_after
+        """The next `count` POST .../messages get a 429 that discord.py will retry.
+
+        The `Via` header matters: without it discord.py treats a 429 as a Cloudflare
+        ban and raises instead of waiting `retry_after`.
+        """
+        body = {
+            "message": "You are being rate limited.",
+            "retry_after": retry_after,
+            "global": False,
+        }
+        headers = {
+            "Via": "1.1 google",
+            "Retry-After": str(retry_after),
+            "X-RateLimit-Scope": "user",
+        }
+        self._message_faults.extend([(429, body, headers)] * count)
+
+    def fail_next_messages_with(self, status: int, *, code: int, message: str) -> None:
+        """The next POST .../messages fails with a Discord error body (e.g. 403/50001)."""
+        self._message_faults.append((status, {"message": message, "code": code}, {}))
 
     def find(self, method: str, path_contains: str = "") -> list[RecordedRequest]:
         return [r for r in self.requests if r.method == method and path_contains in r.path]
@@ -474,7 +492,7 @@ class FakeDiscord:
         if request.content_type.startswith("multipart/"):
             reader = await request.multipart()
             async for part in reader:
-                if not isinstance(part, web.BodyPartReader):
+                if not isinstance(part, BodyPartReader):
                     continue
                 raw = await part.read()
                 if part.name == "payload_json":
@@ -489,6 +507,9 @@ class FakeDiscord:
         )
         self.requests.append(recorded)
         self._notify()
+        webhook_route = path.startswith(("/interactions/", "/webhooks/"))
+        if not webhook_route and recorded.headers.get("Authorization") != f"Bot {self.token}":
+            return json_response({"message": "401: Unauthorized", "code": 0}, status=401)
         return await self._route(request.method, path, recorded)
 
     async def _route(self, method: str, path: str, req: RecordedRequest) -> web.StreamResponse:
@@ -540,21 +561,9 @@ class FakeDiscord:
         if method == "POST" and parts[0] == "channels" and parts[-1] == "typing":
             return web.Response(status=204)
         if method == "POST" and parts[0] == "channels" and parts[-1] == "messages":
-            if self._pending_429s > 0:
-                self._pending_429s -= 1
-                return json_response(
-                    {
-                        "message": "You are being rate limited.",
-                        "retry_after": self._retry_after,
-                        "global": False,
-                    },
-                    status=429,
-                    headers={
-                        "Via": "1.1 google",
-                        "Retry-After": str(self._retry_after),
-                        "X-RateLimit-Scope": "user",
-                    },
-                )
+            if self._message_faults:
+                status, body, headers = self._message_faults.pop(0)
+                return json_response(body, status=status, headers=headers)
             return json_response(self._store_sent(int(parts[1]), req.json or {}))
         if method == "POST" and parts[0] == "interactions" and parts[-1] == "callback":
             if req.query.get("with_response") in ("1", "true", "True"):

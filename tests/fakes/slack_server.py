@@ -146,10 +146,10 @@ class FakeSlack:
         return [body for bodies in self.responses.values() for body in bodies]
 
     async def wait_for(
-        self, predicate: Callable[[], Any], timeout: float = 5.0, what: str = "condition"
+        self, predicate: Callable[[], Any], within: float = 5.0, what: str = "condition"
     ) -> Any:
-        """Poll `predicate` after every recorded request until truthy or timeout."""
-        deadline = time.monotonic() + timeout
+        """Poll `predicate` after every recorded request until truthy, for `within` s."""
+        deadline = time.monotonic() + within
         async with self._changed:
             while True:
                 value = predicate()
@@ -163,9 +163,9 @@ class FakeSlack:
                 except TimeoutError:
                     pass
 
-    async def settle(self, quiet: float = 0.3, timeout: float = 5.0) -> None:
+    async def settle(self, quiet: float = 0.3, within: float = 5.0) -> None:
         """Wait until no request has arrived for `quiet` seconds (to prove an absence)."""
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + within
         seen = -1
         while time.monotonic() < deadline:
             count = len(self.requests) + len(self.acks) + len(self.all_responses())
@@ -206,11 +206,11 @@ class FakeSlack:
         await self._ws.send_str(json.dumps(message))
         return envelope_id
 
-    async def wait_for_ack(self, envelope_id: str, timeout: float = 5.0) -> dict[str, Any]:
+    async def wait_for_ack(self, envelope_id: str, within: float = 5.0) -> dict[str, Any]:
         def find() -> dict[str, Any] | None:
             return next((a for a in self.acks if a.get("envelope_id") == envelope_id), None)
 
-        return await self.wait_for(find, timeout, what=f"ack of {envelope_id}")
+        return await self.wait_for(find, within, what=f"ack of {envelope_id}")
 
     async def _link(self, request: web.Request) -> web.WebSocketResponse:
         ws = web.WebSocketResponse(autoping=True)
@@ -304,7 +304,9 @@ class FakeSlack:
             "is_enterprise_install": False,
         }
 
-    async def _api_chat_postMessage(self, args: dict[str, Any], token: str | None) -> dict[str, Any]:
+    async def _api_chat_postMessage(
+        self, args: dict[str, Any], token: str | None
+    ) -> dict[str, Any]:
         if self._identity(token) is None:
             return {"ok": False, "error": "invalid_auth"}
         ts = f"{time.time():.6f}"
@@ -322,7 +324,9 @@ class FakeSlack:
         self.reactions.add(key)
         return {"ok": True}
 
-    async def _api_reactions_remove(self, args: dict[str, Any], token: str | None) -> dict[str, Any]:
+    async def _api_reactions_remove(
+        self, args: dict[str, Any], token: str | None
+    ) -> dict[str, Any]:
         key = (str(args.get("channel")), str(args.get("timestamp")), str(args.get("name")))
         if key not in self.reactions:
             return {"ok": False, "error": "no_reaction"}

@@ -38,6 +38,11 @@ async def runtime(tmp_path: Path, llm: Any) -> AsyncIterator[Runtime]:
         yield rt
 
 
+def chat_requests(server: Any) -> list[Any]:
+    """Requests for a chat reply (not ESS, insight or reflection calls)."""
+    return [r for r in server.requests if "<personality_state>" in r.system_text]
+
+
 async def say(
     runtime: Runtime, text: str, community: Community = A, user: User = ALICE
 ) -> Reply | None:

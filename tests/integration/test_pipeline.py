@@ -15,7 +15,7 @@ from bot.messages import ReplyKind
 from bot.runtime import LLM_DOWN, SLOW_DOWN
 from sonality.memory.sponge import SEED_SNAPSHOT
 from tests.fakes.anthropic_server import Fault, Text
-from tests.integration.conftest import ALICE, BOB, A, command, make_settings, say
+from tests.integration.conftest import ALICE, BOB, A, chat_requests, command, make_settings, say
 
 NUCLEAR = dict(
     contains="reactor fleet data",
@@ -31,10 +31,6 @@ STRONG_ARGUMENT = (
     "Look at the reactor fleet data: deaths per TWh for nuclear are lower than for wind, "
     "and the lifecycle CO2 is comparable, so nuclear deserves a bigger role."
 )
-
-
-def reply_requests(server: Any) -> list[Any]:
-    return [r for r in server.requests if r.tool_name is None]
 
 
 def ess_requests(server: Any) -> list[Any]:
@@ -227,14 +223,14 @@ async def test_empty_long_and_flooding_messages(tmp_path, llm, anthropic_server)
         reply = await say(runtime, long_text)
         assert reply is not None and reply.truncated
         assert "first 4,000 characters" in reply.text
-        sent = reply_requests(anthropic_server)[-1].last_user_text
+        sent = chat_requests(anthropic_server)[-1].last_user_text
         assert len(sent) <= 4000
         reply = await say(runtime, "second")
         assert reply is not None and reply.kind is ReplyKind.ANSWER
         flood = await say(runtime, "third")
         assert flood is not None and flood.text == SLOW_DOWN
         assert await say(runtime, "fourth") is None
-        assert len(reply_requests(anthropic_server)) == 2
+        assert len(chat_requests(anthropic_server)) == 2
         # Another user is not affected by Alice's flood.
         other = await say(runtime, "hi", user=BOB)
         assert other is not None and other.kind is ReplyKind.ANSWER
@@ -247,14 +243,14 @@ async def test_conversation_buffer_per_user_survives_restart(tmp_path, llm, anth
     async with open_runtime(settings, llm=llm) as runtime:
         await say(runtime, "My favourite tea is oolong.")
         await say(runtime, "What is my favourite tea?")
-        second = reply_requests(anthropic_server)[-1]
+        second = chat_requests(anthropic_server)[-1]
         assert [m["role"] for m in second.messages] == ["user", "assistant", "user"]
         assert "oolong" in second.messages[0]["content"]
         await say(runtime, "hello", user=BOB)
-        assert len(reply_requests(anthropic_server)[-1].messages) == 1
+        assert len(chat_requests(anthropic_server)[-1].messages) == 1
     async with open_runtime(settings, llm=llm) as runtime:
         await say(runtime, "Remind me?")
-        after_restart = reply_requests(anthropic_server)[-1]
+        after_restart = chat_requests(anthropic_server)[-1]
         assert "oolong" in after_restart.messages[0]["content"]
         assert len(after_restart.messages) == 5
 
@@ -263,10 +259,10 @@ async def test_reply_prompt_has_cached_identity_and_retrieved_memories(runtime, 
     anthropic_server.brain.ess_rule(**NUCLEAR)
     await say(runtime, STRONG_ARGUMENT)
     await say(runtime, "Tell me about sourdough bread.")
-    unrelated = reply_requests(anthropic_server)[-1]
+    unrelated = chat_requests(anthropic_server)[-1]
     assert "<relevant_memories>" not in unrelated.system_text  # below min_relevance
     await say(runtime, "How dangerous are atomic power plants?")
-    req = reply_requests(anthropic_server)[-1]
+    req = chat_requests(anthropic_server)[-1]
     blocks = req.system_blocks
     assert blocks[0].get("cache_control") == {"type": "ephemeral"}
     assert "<core_identity>" in blocks[0]["text"]

@@ -118,10 +118,13 @@ def test_build_is_complete_atomic_and_happens_once(
     assert sorted(p.name for p in onnx_dir.iterdir()) == sorted(ONNX_FILES)
     assert not [p for p in cache.iterdir() if p.name.startswith(".onnx-")], "temp dir left"
 
-    # A damaged cache (a file missing) is rebuilt; a complete one is left alone.
+    # A damaged cache (a file missing) is rebuilt, crash leftovers are swept away,
+    # and a complete cache is left alone.
     (onnx_dir / "vocab.txt").unlink()
+    (cache / ".onnx-build-crashed").mkdir()
     ensure_minilm_onnx(cache)
     assert (onnx_dir / "vocab.txt").is_file() and len(builds) == 2
+    assert not (cache / ".onnx-build-crashed").exists()
     ensure_minilm_onnx(cache)
     assert len(builds) == 2
 
@@ -256,7 +259,7 @@ def test_chroma_accepts_and_reopens_collection_without_warnings(
         client = make_chroma_client(persist_dir)
         col = client.get_or_create_collection(
             "probe",
-            embedding_function=embedding_function,
+            embedding_function=embedding_function,  # type: ignore[arg-type]
             configuration={"hnsw": {"space": "cosine"}},
         )
         col.add(ids=["n"], documents=[SENTENCES[0]])
@@ -264,7 +267,10 @@ def test_chroma_accepts_and_reopens_collection_without_warnings(
         assert ef_json["name"] == FastMiniLML6V2.name()
         assert col.configuration_json["hnsw"]["space"] == "cosine"
 
-        again = client.get_or_create_collection("probe", embedding_function=embedding_function)
+        again = client.get_or_create_collection(
+            "probe",
+            embedding_function=embedding_function,  # type: ignore[arg-type]
+        )
         # Without an explicit function Chroma rebuilds ours from the persisted config.
         bare = client.get_collection("probe")
         for c in (again, bare):

@@ -265,8 +265,8 @@ def test_non_cosine_collection_is_refused(
 ) -> None:
     make_chroma_client(persist_dir).create_collection(
         "episodes",
-        embedding_function=embedding_function,
-        configuration={"hnsw": {"space": "l2"}},  # type: ignore[arg-type]
+        embedding_function=embedding_function,  # type: ignore[arg-type]
+        configuration={"hnsw": {"space": "l2"}},
     )
     with pytest.raises(ValueError, match="cosine"):
         EpisodeStore(persist_dir, embedding_function=embedding_function)

@@ -6,12 +6,21 @@ import asyncio
 import logging
 import re
 import time
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
+from slack_bolt.context.async_context import AsyncBoltContext
 
-from adapters.slack import MESSAGE_LIMIT, SlackAdapter, from_slack_text, to_mrkdwn
+from adapters.slack import (
+    BOT_SCOPES,
+    MESSAGE_LIMIT,
+    SlackAdapter,
+    _team_of,
+    from_slack_text,
+    to_mrkdwn,
+)
 from bot.interface import StartupError
 from bot.messages import Reply
 from tests.fakes.slack_server import FakeSlack, OAuthGrant, post_signed
@@ -164,6 +173,7 @@ async def test_non_moderator_rollback_is_refused_privately(
     assert answer["response_type"] == "ephemeral"
     assert "Only moderators" in answer["text"]
     assert [c.args["user"] for c in fake.calls("users.info")] == ["U2"]
+    assert request.caller.name == "Bob"
 
 
 @pytest.mark.parametrize(
@@ -221,12 +231,13 @@ async def test_bot_messages_are_ignored_and_dms_answered(
         await send(http, adapter, dm_event(event_id="B3", subtype="bot_message"))
         await send(http, adapter, dm_event(event_id="B4", user="UBOT"))
         await send(http, adapter, dm_event(event_id="B5", subtype="message_changed"))
+        await send(http, adapter, mention_event(event_id="B6", channel="D0001"))
         await fake.settle()
         assert runtime.messages == [] and fake.posts() == []
         await send(http, adapter, dm_event(event_id="H1", text="psst"))
         await fake.wait_for(fake.posts, what="DM reply")
     [msg] = runtime.messages
-    assert msg.text == "psst" and msg.channel_id == "D0001"
+    assert msg.text == "psst" and msg.channel_id == "D0001" and msg.thread_id is None
     [post] = fake.posts()
     assert post["channel"] == "D0001" and post.get("thread_ts") is None
 
@@ -302,6 +313,7 @@ async def test_slack_api_errors_are_logged_not_fatal(
     assert failures and "team=T0001" in failures[0] and "channel=CGONE" in failures[0]
 
 
+@pytest.mark.filterwarnings("ignore:BasicAuth is deprecated:DeprecationWarning")
 async def test_oauth_install_then_events_use_that_workspace_token(
     fake: FakeSlack, runtime: RecordingRuntime, store: MemoryStore, http: aiohttp.ClientSession
 ) -> None:
@@ -366,3 +378,28 @@ def test_slack_text_to_plain() -> None:
     assert from_slack_text(raw, "UBOT", {"U2": "Bob"}) == (
         "ask @Bob in #general about docs (https://e.x) & @here <3"
     )
+
+
+def test_manifest_matches_what_the_adapter_needs() -> None:
+    yaml = pytest.importorskip("yaml")
+    manifest = yaml.safe_load((Path(__file__).parents[2] / "slack" / "manifest.yml").read_text())
+    assert tuple(manifest["oauth_config"]["scopes"]["bot"]) == BOT_SCOPES
+    assert set(manifest["settings"]["event_subscriptions"]["bot_events"]) == {
+        "app_mention",
+        "message.im",
+    }
+    [command] = manifest["features"]["slash_commands"]
+    assert command["command"] == "/sonality" and command["usage_hint"]
+    assert manifest["settings"]["socket_mode_enabled"] is True
+    assert manifest["settings"]["interactivity"]["is_enabled"] is False
+    assert manifest["settings"]["org_deploy_enabled"] is False
+
+
+def test_team_is_the_workspace_not_the_author_or_org() -> None:
+    shared = mention_event(team="T0001")
+    shared["event"]["team"] = "TEXTERNAL"  # author from another org in a shared channel
+    assert _team_of(shared, AsyncBoltContext()) == "T0001"
+    org_wide = mention_event(team="T0002")
+    org_wide["team_id"] = "E0001"
+    org_wide["context_team_id"] = "T0002"
+    assert _team_of(org_wide, AsyncBoltContext()) == "T0002"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import aiohttp
 import pytest
 
 from adapters.slack import SlackAdapter
@@ -79,3 +80,19 @@ async def test_rejected_app_token_is_a_startup_error(
             pass
     with pytest.raises(StartupError, match="xapp"):
         socket_adapter(fake, runtime, store, SLACK_APP_TOKEN="xoxb-wrong-kind")
+
+
+async def test_socket_mode_oauth_serves_only_the_install_pages(
+    fake: FakeSlack, runtime: RecordingRuntime, store: MemoryStore
+) -> None:
+    adapter = socket_adapter(
+        fake, runtime, store, SLACK_BOT_TOKEN=None, SLACK_CLIENT_ID="1.2", SLACK_CLIENT_SECRET="s"
+    )
+    async with running(adapter), aiohttp.ClientSession() as http:
+        base = f"http://127.0.0.1:{adapter.http_port}"
+        async with http.get(base + "/slack/install") as resp:
+            assert resp.status == 200 and "slack.com/oauth/v2/authorize" in await resp.text()
+        # No events endpoint: in Socket Mode there is no signing secret to check it with.
+        async with http.post(base + "/slack/events", data=b"{}") as resp:
+            assert resp.status in (404, 405)
+    assert len(store.states) == 1

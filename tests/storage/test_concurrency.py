@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
+from sonality.store import AuditEvent
 from storage import Database, VersionConflictError
 
 from .conftest import commit_of, record
@@ -56,3 +58,31 @@ async def test_reads_never_see_a_half_written_commit(db: Database) -> None:
 
     await asyncio.gather(reader(), writer())
     assert all(pending in (0, 1) for _, pending in seen)
+
+
+async def test_cancelled_commits_are_all_or_nothing(db: Database) -> None:
+    """Cancel commits at many different points: each is applied fully or not at all."""
+    store = db.community("discord:1")
+    await store.commit(commit_of(0))
+    for steps in range(16):
+        latest = await store.latest_version()
+        assert latest is not None
+        interaction = f"i{latest + 1}-{steps}"
+        await store.record_interaction(record(interaction))
+        events = [AuditEvent(kind="ess", interaction=n) for n in range(3)]
+        task = asyncio.create_task(
+            store.commit(commit_of(latest + 1, interaction_id=interaction, events=events))
+        )
+        await asyncio.sleep(steps * 0.0004)  # let it get 0..n statements in
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        applied = await store.latest_version() == latest + 1
+        pending = [r.id for r in await store.pending_interactions()]
+        version_events = [
+            e for e in await store.audit_events(limit=1000) if e.version == latest + 1
+        ]
+        assert (interaction not in pending) == applied
+        assert len(version_events) == (3 if applied else 0)
+        if not applied:
+            await store.commit(commit_of(latest + 1, interaction_id=interaction))

@@ -9,7 +9,7 @@ import pytest
 
 from sonality.llm import Usage
 from sonality.memory.sponge import BeliefMeta, Shift, SpongeState, StagedOpinionUpdate
-from sonality.store import AuditEvent, StateCommit, UsageRecord
+from sonality.store import AuditEvent, StateCommit, StateStore, UsageRecord
 from storage import (
     Database,
     InteractionAlreadyDoneError,
@@ -47,6 +47,7 @@ def rich_state(version: int) -> SpongeState:
 
 async def test_state_round_trips_with_opinions_and_beliefs(db: Database) -> None:
     store = db.community("discord:1")
+    _: StateStore = store  # mypy checks that CommunityStore satisfies the protocol
     assert await store.latest_state() is None
     assert await store.latest_version() is None
     original = rich_state(0)
@@ -180,3 +181,25 @@ async def test_record_created_at_preserved(db: Database) -> None:
     (pending,) = await store.pending_interactions()
     assert pending == record("i1", minutes=5)
     assert pending.created_at == at(5)
+
+
+async def test_failure_midway_rolls_back_everything(db: Database) -> None:
+    store = db.community("discord:1")
+    await store.commit(commit_of(0))
+    await store.record_interaction(record("i1"))
+    unserialisable = commit_of(
+        1,
+        interaction_id="i1",
+        events=[
+            AuditEvent(kind="ess", interaction=1),
+            AuditEvent(kind="bad", interaction=1, payload={"x": object()}),
+        ],
+    )
+    with pytest.raises(Exception, match="serialize"):
+        await store.commit(unserialisable)
+    # The version row and the first event were already inserted when it failed.
+    assert await store.latest_version() == 0
+    assert await store.audit_events() == []
+    assert await store.pending_count() == 1
+    await store.commit(commit_of(1, interaction_id="i1"))  # the store is still usable
+    assert await store.latest_version() == 1

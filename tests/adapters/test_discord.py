@@ -1,0 +1,617 @@
+"""The real discord.py client, driven by DiscordAdapter, against a fake Discord.
+
+Nothing in discord.py is mocked: the adapter only points Route.BASE and the gateway
+URL at tests/fakes/discord_server.py, so every assertion is about what discord.py
+really sent over HTTP and the websocket. The runtime is a small recording
+implementation of our own ChatRuntime protocol.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Literal
+
+import pytest
+from discord.gateway import DiscordWebSocket
+from discord.http import Route
+
+from adapters.discord import INTENTS_HELP, TOKEN_HELP, DiscordAdapter
+from bot.interface import StartupError
+from bot.messages import (
+    MODERATOR_COMMANDS,
+    CommandRequest,
+    CommandResult,
+    Community,
+    IncomingMessage,
+    Reply,
+    ReplyKind,
+)
+from bot.settings import Settings
+from tests.fakes.discord_server import FakeChannel, FakeDiscord, FakeGuild, FakeUser
+
+MANAGE_GUILD = 1 << 5
+REFUSAL = "Only moderators (Manage Server) can do that."
+
+
+class RecordingRuntime:
+    """Implements ChatRuntime; records what the adapter handed over."""
+
+    def __init__(self) -> None:
+        self.messages: list[IncomingMessage] = []
+        self.commands: list[CommandRequest] = []
+        self.completions: list[tuple[Community, str, str]] = []
+        self.answer: Callable[[IncomingMessage], Reply | None] = lambda m: Reply(
+            text=f"echo: {m.text}"
+        )
+        self.command_result: Callable[[CommandRequest], CommandResult] | None = None
+
+    async def handle(self, message: IncomingMessage) -> Reply | None:
+        self.messages.append(message)
+        return self.answer(message)
+
+    async def run_command(self, request: CommandRequest) -> CommandResult:
+        self.commands.append(request)
+        if request.name in MODERATOR_COMMANDS and not request.is_moderator:
+            return CommandResult(text=REFUSAL, ok=False, private=True)
+        if self.command_result is not None:
+            return self.command_result(request)
+        return CommandResult(text=f"{request.name}({', '.join(request.args)}) ran")
+
+    async def complete(
+        self, community: Community, kind: Literal["version", "topic"], prefix: str
+    ) -> list[str]:
+        self.completions.append((community, kind, prefix))
+        pool = ["3", "2", "1"] if kind == "version" else ["ethics", "ethereum", "music"]
+        return [p for p in pool if p.startswith(prefix)]
+
+
+@pytest.fixture(autouse=True)
+def restores_discord_endpoints() -> Any:
+    base, gateway = Route.BASE, DiscordWebSocket.DEFAULT_GATEWAY
+    yield
+    assert Route.BASE == base, "adapter leaked its API base URL"
+    assert DiscordWebSocket.DEFAULT_GATEWAY == gateway, "adapter leaked its gateway URL"
+    Route.BASE, DiscordWebSocket.DEFAULT_GATEWAY = base, gateway
+
+
+@pytest.fixture
+def alice() -> FakeUser:
+    return FakeUser(9001, "alice", "Alice")
+
+
+@pytest.fixture
+async def fake(alice: FakeUser) -> AsyncIterator[FakeDiscord]:
+    server = FakeDiscord()
+    server.add_guild("Guild One", members=[alice])
+    await server.start()
+    yield server
+    await server.close()
+
+
+@pytest.fixture
+def runtime() -> RecordingRuntime:
+    return RecordingRuntime()
+
+
+def make_settings(fake: FakeDiscord, **overrides: Any) -> Settings:
+    return Settings(  # type: ignore[call-arg]
+        _env_file=None,
+        discord_token="test-token",
+        discord_api_base_url=fake.api_base,
+        discord_gateway_url=fake.gateway_url,
+        **overrides,
+    )
+
+
+@contextlib.asynccontextmanager
+async def running(
+    fake: FakeDiscord, runtime: RecordingRuntime, **overrides: Any
+) -> AsyncIterator[DiscordAdapter]:
+    adapter = DiscordAdapter(
+        runtime,
+        make_settings(fake, **overrides),
+        client_options={"guild_ready_timeout": 0.05},
+        identify_delay=0,
+    )
+    task = asyncio.create_task(adapter.start())
+    ready = asyncio.create_task(adapter.wait_until_ready())
+    done, _ = await asyncio.wait({task, ready}, timeout=10, return_when=asyncio.FIRST_COMPLETED)
+    if ready not in done:
+        ready.cancel()
+        await adapter.close()
+        await task  # surfaces the start() error
+        raise AssertionError("adapter never became ready")
+    try:
+        yield adapter
+    finally:
+        await adapter.close()
+        await asyncio.wait_for(task, 5)
+
+
+def sent_messages(fake: FakeDiscord, channel_id: int | None = None) -> list[Any]:
+    path = f"/channels/{channel_id}/messages" if channel_id else "/messages"
+    return [r for r in fake.find("POST", path) if r.path.startswith("/channels/")]
+
+
+async def wait_sent(fake: FakeDiscord, count: int = 1, channel_id: int | None = None) -> list[Any]:
+    path = f"/channels/{channel_id}/messages" if channel_id else "/messages"
+    return await fake.wait_for(
+        lambda r: r.method == "POST" and r.path.startswith("/channels/") and r.path.endswith(path),
+        count=count,
+    )
+
+
+def guild_and_channel(fake: FakeDiscord, index: int = 0) -> tuple[FakeGuild, FakeChannel]:
+    guild = fake.guilds[index]
+    return guild, guild.channels[0]
+
+
+# --------------------------------------------------------------------------- messages
+
+
+async def test_mention_types_then_replies_without_pinging(
+    fake: FakeDiscord, runtime: RecordingRuntime, alice: FakeUser
+) -> None:
+    bob = FakeUser(9002, "bob", "Bobby")
+    guild, channel = guild_and_channel(fake)
+    async with running(fake, runtime):
+        trigger = await fake.message_create(
+            channel=channel,
+            author=alice,
+            content=f"<@{fake.bot.id}> what does <@!{bob.id}> think?",
+            mentions=[fake.bot, bob],
+        )
+        [sent] = await wait_sent(fake)
+
+    typing = fake.find("POST", f"/channels/{channel.id}/typing")
+    assert typing and fake.requests.index(typing[0]) < fake.requests.index(sent)
+    assert sent.path == f"/channels/{channel.id}/messages"
+    assert str(sent.json["message_reference"]["message_id"]) == trigger["id"]
+    assert sent.json["allowed_mentions"] == {"parse": [], "replied_user": False}
+    # A trigger deleted while the model thinks must not turn the answer into a 400.
+    assert sent.json["message_reference"]["fail_if_not_exists"] is False
+    assert sent.json["content"] == "echo: what does @Bobby think?"
+    assert sent.headers["Authorization"] == "Bot test-token"
+
+    [msg] = runtime.messages
+    assert msg.text == "what does @Bobby think?"
+    assert msg.community == Community(id=f"discord:{guild.id}", name="Guild One")
+    assert (msg.channel_id, msg.thread_id, msg.message_id) == (str(channel.id), None, trigger["id"])
+    assert msg.user.id == str(alice.id) and msg.user.name == "Alice" and msg.addressed
+
+    intents = fake.identifies[0]["intents"]
+    assert intents & 1 and intents & (1 << 9) and intents & (1 << 15)  # guilds, messages, content
+    assert not intents & (1 << 12)  # no DMs unless allowed
+    assert not intents & (1 << 1)  # no members intent
+
+
+async def test_reply_to_bot_message_triggers(
+    fake: FakeDiscord, runtime: RecordingRuntime, alice: FakeUser
+) -> None:
+    _, channel = guild_and_channel(fake)
+    async with running(fake, runtime):
+        bot_said = fake.message_payload(
+            channel_id=channel.id, author=fake.bot, content="I think so."
+        )
+        trigger = await fake.message_create(
+            channel=channel, author=alice, content="why though?", reply_to=bot_said
+        )
+        [sent] = await wait_sent(fake)
+    assert str(sent.json["message_reference"]["message_id"]) == trigger["id"]
+    assert [m.text for m in runtime.messages] == ["why though?"]
+
+
+async def test_ignores_bots_empty_and_unaddressed_messages(
+    fake: FakeDiscord, runtime: RecordingRuntime, alice: FakeUser
+) -> None:
+    _, channel = guild_and_channel(fake)
+    other_bot = FakeUser(7777, "otherbot", "Other", bot=True)
+    mention = f"<@{fake.bot.id}>"
+    async with running(fake, runtime):
+        await fake.message_create(
+            channel=channel, author=other_bot, content=f"{mention} hi", mentions=[fake.bot]
+        )
+        await fake.message_create(
+            channel=channel, author=fake.bot, content=f"{mention} me", mentions=[fake.bot]
+        )
+        await fake.message_create(channel=channel, author=alice, content="just chatting")
+        other_reply = fake.message_payload(channel_id=channel.id, author=alice, content="x")
+        await fake.message_create(channel=channel, author=alice, content="re", reply_to=other_reply)
+        await fake.message_create(
+            channel=channel, author=alice, content=mention, mentions=[fake.bot]
+        )
+        await fake.message_create(channel=channel, author=alice, content="@everyone news")
+        await fake.message_create(
+            channel=channel, author=alice, content=f"{mention} barrier", mentions=[fake.bot]
+        )
+        await wait_sent(fake)
+        await asyncio.sleep(0.1)
+    assert [m.text for m in runtime.messages] == ["barrier"]
+    assert len(sent_messages(fake)) == 1
+    assert len(fake.find("POST", "/typing")) == 1
+
+
+async def test_long_answer_is_split_with_balanced_fences(
+    fake: FakeDiscord, runtime: RecordingRuntime, alice: FakeUser
+) -> None:
+    _, channel = guild_and_channel(fake)
+    code = "\n".join(f"    step_{i} = compute({i})  # explain" for i in range(80))
+    answer = "Here is how.\n\n```python\n" + code + "\n```\n\n" + "And that is all. " * 110
+    assert 4500 <= len(answer) < 6000
+    runtime.answer = lambda m: Reply(text=answer)
+    async with running(fake, runtime):
+        trigger = await fake.message_create(
+            channel=channel, author=alice, content=f"<@{fake.bot.id}> show", mentions=[fake.bot]
+        )
+        await wait_sent(fake, count=3)
+        await asyncio.sleep(0.1)
+    bodies = [r.json for r in sent_messages(fake)]
+    assert len(bodies) >= 3
+    for body in bodies:
+        assert len(body["content"]) <= 2000
+        assert body["content"].count("```") % 2 == 0
+        assert str(body["message_reference"]["message_id"]) == trigger["id"]
+        assert body["allowed_mentions"] == {"parse": [], "replied_user": False}
+    joined = "".join(b["content"] for b in bodies)
+    assert "step_59 = compute(59)" in joined and joined.count("```python") >= 2
+
+
+async def test_notice_reply_is_sent_the_same_way(
+    fake: FakeDiscord, runtime: RecordingRuntime, alice: FakeUser
+) -> None:
+    _, channel = guild_and_channel(fake)
+    runtime.answer = lambda m: Reply(text="Slow down a little.", kind=ReplyKind.NOTICE)
+    async with running(fake, runtime):
+        trigger = await fake.message_create(
+            channel=channel, author=alice, content=f"<@{fake.bot.id}> hi", mentions=[fake.bot]
+        )
+        [sent] = await wait_sent(fake)
+    assert sent.json["content"] == "Slow down a little."
+    assert str(sent.json["message_reference"]["message_id"]) == trigger["id"]
+
+
+async def test_thread_message_is_answered_in_the_thread(
+    fake: FakeDiscord, runtime: RecordingRuntime, alice: FakeUser
+) -> None:
+    guild, channel = guild_and_channel(fake)
+    thread = fake.add_thread(guild, channel)
+    async with running(fake, runtime):
+        await fake.message_create(
+            channel=thread, author=alice, content=f"<@{fake.bot.id}> in here", mentions=[fake.bot]
+        )
+        [sent] = await wait_sent(fake)
+    assert sent.path == f"/channels/{thread.id}/messages"
+    [msg] = runtime.messages
+    assert (msg.channel_id, msg.thread_id) == (str(channel.id), str(thread.id))
+
+
+async def test_two_guilds_are_two_communities(
+    fake: FakeDiscord, runtime: RecordingRuntime, alice: FakeUser
+) -> None:
+    fake.add_guild("Guild Two", members=[alice])
+    async with running(fake, runtime):
+        for guild in fake.guilds:
+            await fake.message_create(
+                channel=guild.channels[0],
+                author=alice,
+                content=f"<@{fake.bot.id}> hello {guild.name}",
+                mentions=[fake.bot],
+            )
+        await wait_sent(fake, count=2)
+    communities = {m.community for m in runtime.messages}
+    assert communities == {Community(id=f"discord:{g.id}", name=g.name) for g in fake.guilds}
+
+
+async def test_dms_are_private_communities_only_when_allowed(
+    fake: FakeDiscord, runtime: RecordingRuntime, alice: FakeUser
+) -> None:
+    dm = FakeChannel(fake.snowflake(), "dm")
+
+    async def send_dm(text: str) -> None:
+        data = fake.message_payload(channel_id=dm.id, author=alice, content=text)
+        await fake.dispatch("MESSAGE_CREATE", data)
+
+    async with running(fake, runtime):
+        await send_dm("ignored: DMs are off")
+        await asyncio.sleep(0.2)
+    assert runtime.messages == []
+
+    async with running(fake, runtime, discord_allow_dms=True):
+        await send_dm("hello privately")
+        [sent] = await wait_sent(fake, channel_id=dm.id)
+    assert fake.identifies[-1]["intents"] & (1 << 12)
+    [msg] = runtime.messages
+    assert msg.community.id == f"discord:dm:{alice.id}" and msg.text == "hello privately"
+    assert sent.path == f"/channels/{dm.id}/messages"
+
+
+async def test_rate_limited_reply_is_retried_and_arrives_once(
+    fake: FakeDiscord, runtime: RecordingRuntime, alice: FakeUser
+) -> None:
+    _, channel = guild_and_channel(fake)
+    fake.fail_next_messages_with_429(1, retry_after=0.05)
+    async with running(fake, runtime):
+        await fake.message_create(
+            channel=channel, author=alice, content=f"<@{fake.bot.id}> hi", mentions=[fake.bot]
+        )
+        attempts = await wait_sent(fake, count=2)
+        await asyncio.sleep(0.2)
+    assert len(sent_messages(fake)) == 2 == len(attempts)
+    delivered = [m for m in fake.messages.values() if m["author"]["id"] == str(fake.bot.id)]
+    assert len(delivered) == 1
+
+
+async def test_discord_errors_are_logged_not_fatal(
+    fake: FakeDiscord,
+    runtime: RecordingRuntime,
+    alice: FakeUser,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    guild, channel = guild_and_channel(fake)
+    fake.fail_next_messages_with(403, code=50001, message="Missing Access")
+    async with running(fake, runtime):
+        await fake.message_create(
+            channel=channel, author=alice, content=f"<@{fake.bot.id}> one", mentions=[fake.bot]
+        )
+        await wait_sent(fake)
+        await fake.message_create(
+            channel=channel, author=alice, content=f"<@{fake.bot.id}> two", mentions=[fake.bot]
+        )
+        await wait_sent(fake, count=2)
+    assert [m.text for m in runtime.messages] == ["one", "two"]
+    errors = [r.getMessage() for r in caplog.records if r.name == "adapters.discord"]
+    assert any(
+        "403" in e and "50001" in e and str(guild.id) in e and str(channel.id) in e for e in errors
+    )
+
+
+# --------------------------------------------------------------------------- startup
+
+
+async def test_disallowed_intents_close_is_a_clear_startup_error(
+    fake: FakeDiscord, runtime: RecordingRuntime
+) -> None:
+    fake.close_with_4014 = True
+    adapter = DiscordAdapter(runtime, make_settings(fake), identify_delay=0)
+    with pytest.raises(StartupError) as info:
+        await asyncio.wait_for(adapter.start(), 10)
+    assert str(info.value) == INTENTS_HELP
+    assert "Message Content Intent" in INTENTS_HELP and "Privileged Gateway Intents" in INTENTS_HELP
+    assert "\n" not in INTENTS_HELP
+
+
+async def test_bad_or_missing_token_is_a_clear_startup_error(
+    fake: FakeDiscord, runtime: RecordingRuntime
+) -> None:
+    fake.token = "the-real-token"
+    adapter = DiscordAdapter(runtime, make_settings(fake), identify_delay=0)
+    with pytest.raises(StartupError) as info:
+        await asyncio.wait_for(adapter.start(), 10)
+    assert str(info.value) == TOKEN_HELP
+    assert fake.find("GET", "/users/@me") and not fake.identifies
+
+    no_token = make_settings(fake)
+    no_token.discord_token = None
+    with pytest.raises(StartupError, match="DISCORD_TOKEN"):
+        await DiscordAdapter(runtime, no_token).start()
+
+
+async def test_commands_synced_globally_or_to_dev_guild(
+    fake: FakeDiscord, runtime: RecordingRuntime
+) -> None:
+    async with running(fake, runtime):
+        pass
+    [put] = fake.find("PUT", "/commands")
+    assert put.path == f"/applications/{fake.application_id}/commands"
+    assert "Authorization" in put.headers
+    [group] = put.json
+    assert group["name"] == "sonality"
+    assert str(group["default_member_permissions"]) == str(MANAGE_GUILD)
+    subs = {o["name"]: o for o in group["options"]}
+    assert set(subs) == {
+        "beliefs",
+        "rollback",
+        "history",
+        "diff",
+        "snapshot",
+        "status",
+        "reflect",
+        "help",
+    }
+    assert subs["rollback"]["options"][0]["autocomplete"] is True
+    assert subs["beliefs"]["options"][0]["autocomplete"] is True
+
+    dev = fake.guilds[0].id
+    async with running(fake, runtime, discord_dev_guild_id=dev):
+        pass
+    [guild_put] = [r for r in fake.find("PUT", "/commands") if "/guilds/" in r.path]
+    assert guild_put.path == f"/applications/{fake.application_id}/guilds/{dev}/commands"
+
+
+async def test_sharded_client_identifies_each_shard(
+    fake: FakeDiscord, runtime: RecordingRuntime, alice: FakeUser
+) -> None:
+    for i in range(3):
+        fake.add_guild(f"Extra {i}", members=[alice])
+    async with running(fake, runtime, discord_shard_count=2) as adapter:
+        assert sorted(tuple(i["shard"]) for i in fake.identifies) == [(0, 2), (1, 2)]
+        assert adapter.client is not None and len(adapter.client.guilds) == 4
+        for guild in fake.guilds:
+            await fake.message_create(
+                channel=guild.channels[0],
+                author=alice,
+                content=f"<@{fake.bot.id}> hi",
+                mentions=[fake.bot],
+            )
+        await wait_sent(fake, count=4)
+    assert not fake.find("GET", "/gateway/bot")  # shard_count given: no lookup
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def callbacks(fake: FakeDiscord, interaction_id: int) -> list[Any]:
+    return fake.find("POST", f"/interactions/{interaction_id}/")
+
+
+async def test_beliefs_defers_then_edits_original(
+    fake: FakeDiscord, runtime: RecordingRuntime, alice: FakeUser
+) -> None:
+    guild, channel = guild_and_channel(fake)
+    async with running(fake, runtime):
+        iid, token = await fake.interaction_create(
+            guild=guild,
+            channel=channel,
+            user=alice,
+            subcommand="beliefs",
+            options=[{"name": "topic", "type": 3, "value": "ethics"}],
+        )
+        [patch] = await fake.wait_for(lambda r: r.method == "PATCH")
+    [callback] = callbacks(fake, iid)
+    assert callback.path == f"/interactions/{iid}/{token}/callback"
+    assert callback.json["type"] == 5
+    assert not int((callback.json.get("data") or {}).get("flags", 0)) & 64
+    assert "Authorization" not in callback.headers and "Authorization" not in patch.headers
+    assert fake.requests.index(callback) < fake.requests.index(patch)
+    assert patch.path == f"/webhooks/{fake.application_id}/{token}/messages/@original"
+    assert patch.json["content"] == "beliefs(ethics) ran"
+    assert patch.json["allowed_mentions"] == {"parse": []}
+    [request] = runtime.commands
+    assert request.community.id == f"discord:{guild.id}"
+    assert (request.name, request.args, request.is_moderator) == ("beliefs", ("ethics",), False)
+    assert request.caller.id == str(alice.id)
+
+
+async def test_non_moderator_rollback_is_refused_ephemerally(
+    fake: FakeDiscord, runtime: RecordingRuntime, alice: FakeUser
+) -> None:
+    guild, channel = guild_and_channel(fake)
+    async with running(fake, runtime):
+        iid, _ = await fake.interaction_create(
+            guild=guild,
+            channel=channel,
+            user=alice,
+            subcommand="rollback",
+            options=[{"name": "version", "type": 4, "value": 3}],
+            permissions=1 << 11,  # Send Messages, not Manage Server
+        )
+        [patch] = await fake.wait_for(lambda r: r.method == "PATCH")
+    [callback] = callbacks(fake, iid)
+    assert callback.json["type"] == 5 and int(callback.json["data"]["flags"]) & 64
+    assert patch.json["content"] == REFUSAL
+    [request] = runtime.commands
+    assert request.name == "rollback" and request.is_moderator is False
+
+
+async def test_moderator_rollback_reaches_runtime_with_args(
+    fake: FakeDiscord, runtime: RecordingRuntime, alice: FakeUser
+) -> None:
+    guild, channel = guild_and_channel(fake)
+    async with running(fake, runtime):
+        iid, _ = await fake.interaction_create(
+            guild=guild,
+            channel=channel,
+            user=alice,
+            subcommand="rollback",
+            options=[{"name": "version", "type": 4, "value": 3}],
+            permissions=MANAGE_GUILD,
+        )
+        [patch] = await fake.wait_for(lambda r: r.method == "PATCH")
+    [callback] = callbacks(fake, iid)
+    assert not int((callback.json.get("data") or {}).get("flags", 0)) & 64
+    [request] = runtime.commands
+    assert (request.name, request.args, request.is_moderator) == ("rollback", ("3",), True)
+    assert patch.json["content"] == "rollback(3) ran"
+
+
+async def test_private_result_after_public_defer_goes_ephemeral(
+    fake: FakeDiscord, runtime: RecordingRuntime, alice: FakeUser
+) -> None:
+    guild, channel = guild_and_channel(fake)
+    runtime.command_result = lambda r: CommandResult(
+        text="No snapshot yet.", ok=False, private=True
+    )
+    async with running(fake, runtime):
+        _, token = await fake.interaction_create(
+            guild=guild, channel=channel, user=alice, subcommand="snapshot"
+        )
+        [followup] = await fake.wait_for(
+            lambda r: r.method == "POST" and r.path == f"/webhooks/{fake.application_id}/{token}"
+        )
+    assert fake.find("DELETE", f"/webhooks/{fake.application_id}/{token}/messages/@original")
+    assert followup.json["content"] == "No snapshot yet." and followup.json["flags"] & 64
+
+
+async def test_long_command_output_uses_followups_then_a_file(
+    fake: FakeDiscord, runtime: RecordingRuntime, alice: FakeUser
+) -> None:
+    guild, channel = guild_and_channel(fake)
+    size = {"n": 3000}
+    runtime.command_result = lambda r: CommandResult(
+        text="\n".join(f"v{i}: a change of mind" for i in range(size["n"] // 20)), title="History"
+    )
+    async with running(fake, runtime):
+        _, token = await fake.interaction_create(
+            guild=guild, channel=channel, user=alice, subcommand="history"
+        )
+        [followup] = await fake.wait_for(
+            lambda r: r.method == "POST" and r.path == f"/webhooks/{fake.application_id}/{token}"
+        )
+        [patch] = fake.find("PATCH", token)
+        assert patch.json["content"].startswith("**History**\nv0:")
+        assert len(patch.json["content"]) <= 2000 and len(followup.json["content"]) <= 2000
+
+        size["n"] = 20000
+        _, token2 = await fake.interaction_create(
+            guild=guild, channel=channel, user=alice, subcommand="history"
+        )
+        [patch2] = await fake.wait_for(lambda r: r.method == "PATCH" and token2 in r.path)
+    [(filename, data)] = patch2.files
+    assert filename == "sonality-history.txt" and data.decode().startswith("**History**\nv0:")
+    assert "attached" in patch2.json["content"]
+
+
+async def test_autocomplete_asks_runtime(
+    fake: FakeDiscord, runtime: RecordingRuntime, alice: FakeUser
+) -> None:
+    guild, channel = guild_and_channel(fake)
+    async with running(fake, runtime):
+        iid, _ = await fake.interaction_create(
+            guild=guild,
+            channel=channel,
+            user=alice,
+            subcommand="beliefs",
+            options=[{"name": "topic", "type": 3, "value": "eth", "focused": True}],
+            autocomplete=True,
+        )
+        await fake.wait_for(lambda r: f"/interactions/{iid}/" in r.path)
+        iid2, _ = await fake.interaction_create(
+            guild=guild,
+            channel=channel,
+            user=alice,
+            subcommand="diff",
+            options=[
+                {"name": "a", "type": 4, "value": "", "focused": True},
+            ],
+            autocomplete=True,
+            permissions=MANAGE_GUILD,
+        )
+        await fake.wait_for(lambda r: f"/interactions/{iid2}/" in r.path)
+    [topics] = callbacks(fake, iid)
+    assert topics.json == {
+        "type": 8,
+        "data": {
+            "choices": [
+                {"name": "ethics", "value": "ethics"},
+                {"name": "ethereum", "value": "ethereum"},
+            ]
+        },
+    }
+    [versions] = callbacks(fake, iid2)
+    assert [c["value"] for c in versions.json["data"]["choices"]] == [3, 2, 1]
+    assert [(c.id, k, p) for c, k, p in runtime.completions] == [
+        (f"discord:{guild.id}", "topic", "eth"),
+        (f"discord:{guild.id}", "version", ""),
+    ]

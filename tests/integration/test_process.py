@@ -1,0 +1,144 @@
+"""`python -m bot` as a real process: start-up errors, scripted terminal, crash and replay."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from bot.app import open_runtime
+from tests.fakes.anthropic_fixtures import FAKE_API_KEY
+from tests.fakes.anthropic_server import Delay, Text
+from tests.integration.conftest import MODEL_CACHE, make_settings
+
+ROOT = Path(__file__).resolve().parents[2]
+TERMINAL = "terminal:local"
+
+
+def bot_env(data_dir: Path, **extra: str) -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("ANTHROPIC_", "DISCORD_", "SLACK_", "SONALITY_"))
+    }
+    env.update(
+        SONALITY_DATA_DIR=str(data_dir),
+        SONALITY_MODEL_CACHE_DIR=str(MODEL_CACHE),
+        PYTHONUNBUFFERED="1",
+    )
+    env.update(extra)
+    return env
+
+
+def test_without_a_key_it_exits_at_once_naming_the_variable(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "bot"],
+        cwd=tmp_path,
+        env=bot_env(tmp_path / "data"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 2
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert "ANTHROPIC_API_KEY" in lines[0]
+    assert not (tmp_path / "data" / "sonality.sqlite3").exists()
+
+
+async def _start_bot(data_dir: Path, base_url: str, cwd: Path) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bot",
+        cwd=cwd,
+        env=bot_env(data_dir, ANTHROPIC_API_KEY=FAKE_API_KEY, ANTHROPIC_BASE_URL=base_url),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+
+
+async def test_scripted_terminal_session(tmp_path: Path, anthropic_server) -> None:
+    """Stdin not a terminal: one reply line per message line; commands work; EOF exits."""
+    anthropic_server.brain.reply_rule(contains="two lines", text="first line\nsecond line")
+    proc = await _start_bot(tmp_path / "data", anthropic_server.base_url, tmp_path)
+    script = "hello bot\n/as Bob\nplease answer in two lines\n/sonality status\n"
+    out, err = await asyncio.wait_for(proc.communicate(script.encode()), 120)
+    assert proc.returncode == 0, err.decode()
+    lines = out.decode().splitlines()
+    assert lines[0] == "[reply] hello bot"
+    assert lines[1] == "(now speaking as Bob)"
+    assert lines[2] == "first line\\nsecond line"
+    assert "Interactions: 2" in out.decode()
+    assert "ESS 0.02" in err.decode()  # the status line goes to stderr when scripted
+
+
+async def test_crash_between_reply_and_learning_replays_exactly_once(
+    tmp_path: Path, anthropic_server, llm
+) -> None:
+    data_dir = tmp_path / "data"
+    anthropic_server.brain.ess_rule(
+        contains="reactor fleet",
+        score=0.8,
+        direction="supports",
+        topics=["nuclear_energy"],
+        novelty=0.9,
+    )
+    # The reply is answered; the ESS call then hangs, and the process is killed meanwhile.
+    anthropic_server.enqueue(Text("Interesting point."), Delay(60))
+    proc = await _start_bot(data_dir, anthropic_server.base_url, tmp_path)
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(b"The reactor fleet data says nuclear is safe.\n")
+    await proc.stdin.drain()
+    line = await asyncio.wait_for(proc.stdout.readline(), 120)
+    assert line.decode().strip() == "Interesting point."
+    for _ in range(200):
+        if any(r.tool_name == "classify_evidence" for r in anthropic_server.requests):
+            break
+        await asyncio.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    await proc.wait()
+
+    settings = make_settings(data_dir)
+    async with open_runtime(settings, llm=llm) as runtime:
+        agent = runtime.registry.get(TERMINAL)
+        assert agent is not None, "the unfinished community is loaded at start"
+        await runtime.drain()
+        store = runtime.db.community(TERMINAL)
+        assert agent.sponge.interaction_count == 1
+        assert len(agent.sponge.staged_opinion_updates) == 1
+        assert [v.version for v in await store.versions()] == [1, 0]
+        assert await store.pending_count() == 0
+        assert len(await store.audit_events(kind="ess")) == 1
+        assert agent.episodes.count() == 1
+    classify_calls = sum(r.tool_name == "classify_evidence" for r in anthropic_server.requests)
+    assert classify_calls == 2  # the killed attempt and the replay
+
+    async with open_runtime(settings, llm=llm) as runtime:
+        assert runtime.registry.get(TERMINAL) is None  # nothing left to replay
+        store = runtime.db.community(TERMINAL)
+        assert [v.version for v in await store.versions()] == [1, 0]
+    assert (
+        sum(r.tool_name == "classify_evidence" for r in anthropic_server.requests)
+        == classify_calls
+    )
+
+
+async def test_sigterm_finishes_pending_learning(tmp_path: Path, anthropic_server, llm) -> None:
+    anthropic_server.enqueue(Text("Noted."), Delay(1.0))  # ESS slow but within the timeout
+    proc = await _start_bot(tmp_path / "data", anthropic_server.base_url, tmp_path)
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(b"remember this\n")
+    await proc.stdin.drain()
+    assert (await asyncio.wait_for(proc.stdout.readline(), 120)).decode().strip() == "Noted."
+    proc.send_signal(signal.SIGTERM)
+    await asyncio.wait_for(proc.wait(), 60)
+    async with open_runtime(make_settings(tmp_path / "data"), llm=llm) as runtime:
+        store = runtime.db.community(TERMINAL)
+        assert await store.pending_count() == 0
+        assert [v.version for v in await store.versions()] == [1, 0]

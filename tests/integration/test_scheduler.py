@@ -1,0 +1,88 @@
+"""Nightly and idle-time reflection, driven with a controllable clock."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+from bot.app import open_runtime
+from bot.scheduler import ReflectionScheduler
+from tests.integration.conftest import A, B, command, make_settings, say
+
+T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+
+
+def reflection_requests(server) -> list:
+    return [r for r in server.requests if "current_self_description" in r.user_text]
+
+
+def scheduler_for(runtime, clock_value: datetime = T0) -> ReflectionScheduler:
+    return ReflectionScheduler(
+        runtime.settings, runtime, runtime.db, runtime.registry, clock=lambda: clock_value
+    )
+
+
+async def test_nightly_reflects_only_communities_active_since_last_reflection(
+    runtime, anthropic_server
+):
+    await say(runtime, "hello alpha", community=A)
+    await say(runtime, "hello beta", community=B)
+    await runtime.db.mark_reflected(B.id, datetime.now(UTC) + timedelta(seconds=1))
+    scheduler = scheduler_for(runtime)
+    done = await scheduler.run_nightly(datetime.now(UTC) + timedelta(hours=1))
+    assert done == [A.id]
+    assert scheduler.runs == [(A.id, "nightly")]
+    assert len(reflection_requests(anthropic_server)) == 1
+    events = await runtime.db.community(A.id).audit_events(kind="reflection")
+    assert events[0].payload["trigger"] == "nightly"
+    assert await runtime.db.community(B.id).audit_events(kind="reflection") == []
+    # Nothing new happened: the next night spends no tokens.
+    assert await scheduler.run_nightly(datetime.now(UTC) + timedelta(days=1)) == []
+
+
+async def test_jobs_never_overlap_for_one_community(runtime, anthropic_server):
+    await say(runtime, "hello alpha", community=A)
+    anthropic_server.latency = 0.3
+    scheduler = scheduler_for(runtime)
+    later = datetime.now(UTC) + timedelta(hours=1)
+    first, second = await asyncio.gather(scheduler.run_nightly(later), scheduler.run_nightly(later))
+    assert sorted(first + second) == [A.id]
+    assert len(reflection_requests(anthropic_server)) == 1
+
+
+async def test_idle_reflection_needs_quiet_and_pending_insights(runtime, anthropic_server):
+    anthropic_server.brain.ess_rule(
+        contains="randomised trial",
+        score=0.7,
+        direction="supports",
+        topics=["tutoring"],
+        novelty=0.8,
+    )
+    await say(runtime, "A randomised trial showed tutoring lifts maths scores.", community=A)
+    await say(runtime, "just chatting", community=B)
+    assert runtime.registry.get(A.id).sponge.pending_insights
+    assert not runtime.registry.get(B.id).sponge.pending_insights
+    last = runtime.last_message_at[A.id]
+    scheduler = scheduler_for(runtime)
+    assert await scheduler.run_idle(last + timedelta(minutes=10)) == []
+    assert await scheduler.run_idle(last + timedelta(minutes=31)) == [A.id]
+    assert scheduler.runs == [(A.id, "idle")]
+    assert runtime.registry.get(A.id).sponge.pending_insights == []
+
+
+async def test_nightly_trigger_honours_hour_and_timezone(tmp_path, llm):
+    settings = make_settings(
+        tmp_path / "data", SONALITY_NIGHTLY_HOUR=4, SONALITY_TIMEZONE="Europe/Helsinki"
+    )
+    async with open_runtime(settings, llm=llm) as runtime:
+        scheduler = ReflectionScheduler(settings, runtime, runtime.db, runtime.registry)
+        # 04:00 in Helsinki (UTC+2 in November) is 02:00 UTC.
+        assert scheduler.next_nightly(T0) == datetime(2026, 11, 24, 2, 0, tzinfo=UTC)
+        scheduler.start()
+        try:
+            assert runtime.next_nightly is not None
+            assert runtime.next_nightly.astimezone(UTC).hour == 2
+            status = await command(runtime, "status")
+            assert "nightly run" in status.text and "02:00 UTC" in status.text
+        finally:
+            scheduler.shutdown()
