@@ -32,7 +32,7 @@ from chromadb.api.types import Documents, EmbeddingFunction, Embeddings, Where
 from sonality.memory.embedding import default_embedding_function, make_chroma_client
 
 #: How many index candidates to fetch per requested result before reranking.
-CANDIDATE_FACTOR = 1
+CANDIDATE_FACTOR = 3
 EPISODIC = "episodic"
 SEMANTIC = "semantic"
 

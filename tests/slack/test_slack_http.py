@@ -403,3 +403,49 @@ def test_team_is_the_workspace_not_the_author_or_org() -> None:
     org_wide["team_id"] = "E0001"
     org_wide["context_team_id"] = "T0002"
     assert _team_of(org_wide, AsyncBoltContext()) == "T0002"
+
+
+@pytest.mark.filterwarnings("ignore:BasicAuth is deprecated:DeprecationWarning")
+async def test_with_the_real_database_install_and_dedup_survive_a_restart(
+    fake: FakeSlack,
+    runtime: RecordingRuntime,
+    http: aiohttp.ClientSession,
+    tmp_path: Path,
+) -> None:
+    """The same flows on `storage.Database` (SQLite): what production plugs in."""
+    database = pytest.importorskip("storage.db")
+    fake.grants["code-9"] = OAuthGrant(team_id="T0009", bot_token="xoxb-T0009")
+    oauth = {"SLACK_BOT_TOKEN": None, "SLACK_CLIENT_ID": "1.2", "SLACK_CLIENT_SECRET": "s"}
+    event = mention_event(event_id="EvDb", team="T0009")
+    db = await database.Database.open(tmp_path / "sonality.sqlite3")
+    try:
+        adapter = SlackAdapter(runtime, make_settings(fake, **oauth), db, host="127.0.0.1", port=0)
+        async with running(adapter):
+            async with http.get(url(adapter, "/slack/install")) as resp:
+                cookie = resp.headers["Set-Cookie"].split(";", 1)[0]
+                state = re.search(r"state=([\w\-]+)", await resp.text())
+            assert state is not None
+            redirect = url(adapter, f"/slack/oauth_redirect?code=code-9&state={state.group(1)}")
+            async with http.get(redirect, headers={"Cookie": cookie}) as resp:
+                assert resp.status == 200
+            async with http.get(redirect, headers={"Cookie": cookie}) as resp:
+                assert resp.status != 200, "an OAuth state works once"
+            assert (await send(http, adapter, event))[0] == 200
+            await fake.wait_for(fake.posts, what="reply")
+    finally:
+        await db.close()
+
+    db = await database.Database.open(tmp_path / "sonality.sqlite3")  # restarted process
+    try:
+        adapter = SlackAdapter(runtime, make_settings(fake, **oauth), db, host="127.0.0.1", port=0)
+        async with running(adapter):
+            assert (await send(http, adapter, event, retry_num=1))[0] == 200
+            assert (await send(http, adapter, mention_event(event_id="Ev2", team="T0009")))[
+                0
+            ] == 200
+            await fake.wait_for(lambda: len(fake.posts()) == 2, what="second reply")
+            await fake.settle()
+    finally:
+        await db.close()
+    assert len(fake.posts()) == 2
+    assert {c.token for c in fake.calls("chat.postMessage")} == {"xoxb-T0009"}
