@@ -12,6 +12,7 @@ import logging
 import signal
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
+from typing import Any
 
 from bot.interface import Adapter, StartupError
 from bot.messages import Community
@@ -46,9 +47,7 @@ def build_llm(settings: Settings) -> AnthropicLLM:
 
 
 @contextlib.asynccontextmanager
-async def open_runtime(
-    settings: Settings, llm: LLMClient | None = None
-) -> AsyncIterator[Runtime]:
+async def open_runtime(settings: Settings, llm: LLMClient | None = None) -> AsyncIterator[Runtime]:
     """Open storage, memory and the engine; yield the runtime; close it all cleanly."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     owned_llm = llm is None
@@ -125,13 +124,15 @@ async def run_bot(settings: Settings) -> int:
         scheduler = ReflectionScheduler(settings, runtime, runtime.db, runtime.registry)
         scheduler.start()
         adapters = _adapters(settings, runtime)
-        tasks = {asyncio.create_task(a.start(), name=f"adapter:{a.name}"): a for a in adapters}
+        tasks: dict[asyncio.Task[Any], Adapter] = {
+            asyncio.create_task(a.start(), name=f"adapter:{a.name}"): a for a in adapters
+        }
         stopper = asyncio.create_task(stop.wait(), name="stop-signal")
         code = 0
         try:
             done, _ = await asyncio.wait({*tasks, stopper}, return_when=asyncio.FIRST_COMPLETED)
             for task in done:
-                if task is stopper or task.cancelled():
+                if task not in tasks or task.cancelled():
                     continue
                 exc = task.exception()
                 if isinstance(exc, StartupError):

@@ -41,8 +41,7 @@ class Adapter(Protocol):
         """Connect and serve until `close()`; raise `StartupError` on fatal misconfiguration."""
         ...
 
-    async def close(self) -> None:
-        ...
+    async def close(self) -> None: ...
 
 
 class StartupError(RuntimeError):

@@ -73,7 +73,10 @@ class CommunityRegistry:
         for cid, entry in list(self._entries.items()):
             if now - entry.last_used < self._idle_seconds or entry.agent.backlog:
                 continue
-            if entry.agent.sponge.pending_insights and now - entry.last_used < 2 * self._idle_seconds:
+            if (
+                entry.agent.sponge.pending_insights
+                and now - entry.last_used < 2 * self._idle_seconds
+            ):
                 continue  # give idle-time reflection a chance first
             del self._entries[cid]
             await entry.agent.close()
@@ -84,11 +87,13 @@ class CommunityRegistry:
 
     async def drain(self, community_id: str | None = None) -> None:
         agents = (
-            [self._entries[community_id].agent] if community_id in self._entries else []
-        ) if community_id else [e.agent for e in self._entries.values()]
+            ([self._entries[community_id].agent] if community_id in self._entries else [])
+            if community_id
+            else [e.agent for e in self._entries.values()]
+        )
         await asyncio.gather(*(a.drain() for a in agents))
 
-    async def close_all(self, timeout: float = 10.0) -> None:
+    async def close_all(self, grace_seconds: float = 10.0) -> None:
         entries = list(self._entries.values())
         self._entries.clear()
-        await asyncio.gather(*(e.agent.close(timeout) for e in entries))
+        await asyncio.gather(*(e.agent.close(grace_seconds) for e in entries))

@@ -163,6 +163,6 @@ class Runtime:
     def stop_accepting(self) -> None:
         self._accepting = False
 
-    async def close(self, timeout: float = 10.0) -> None:
+    async def close(self, grace_seconds: float = 10.0) -> None:
         self.stop_accepting()
-        await self.registry.close_all(timeout)
+        await self.registry.close_all(grace_seconds)

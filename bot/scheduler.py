@@ -90,7 +90,9 @@ class ReflectionScheduler:
             job = self._scheduler.get_job("nightly-reflection")
             if job is not None and job.next_run_time is not None:
                 return job.next_run_time.astimezone(UTC)
-        fire = self.nightly_trigger.get_next_fire_time(None, (now or self.clock()).astimezone(self.tz))
+        fire = self.nightly_trigger.get_next_fire_time(
+            None, (now or self.clock()).astimezone(self.tz)
+        )
         return fire.astimezone(UTC) if fire else None
 
     def _publish_next(self) -> None:

@@ -35,7 +35,7 @@ def _fingerprint() -> str:
 
 
 def ensure_venv() -> Path:
-    if sys.version_info < (3, 11):
+    if sys.version_info < (3, 11):  # noqa: UP036 - this script may run on an old Python
         sys.exit(f"Python 3.11 or newer is required (this is {sys.version.split()[0]}).")
     python = venv_python()
     if not python.exists():

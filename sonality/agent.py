@@ -156,14 +156,14 @@ class SonalityAgent:
         """Interactions answered but not yet post-processed."""
         return self._queue.qsize() + (1 if self._lock.locked() else 0)
 
-    async def close(self, timeout: float = 10.0) -> None:
+    async def close(self, grace_seconds: float = 10.0) -> None:
         """Finish queued post-processing (bounded), then stop the worker.
 
         Anything not finished stays in the store's outbox and is replayed on next load.
         """
         self._closed = True
         try:
-            await asyncio.wait_for(self._queue.join(), timeout)
+            await asyncio.wait_for(self._queue.join(), grace_seconds)
         except TimeoutError:
             log.warning("%s: %d interaction(s) left for replay", self.label, self._queue.qsize())
         if self._worker is not None:
@@ -429,9 +429,7 @@ class SonalityAgent:
                 "\n".join(f"- {i}" for i in state.pending_insights) or "(none)"
             ),
             episode_count=len(recent),
-            episode_summaries=escape_prompt_text(
-                "\n".join(f"- {s}" for s in recent) or "(none)"
-            ),
+            episode_summaries=escape_prompt_text("\n".join(f"- {s}" for s in recent) or "(none)"),
             recent_shifts=escape_prompt_text(
                 "\n".join(f"- #{s.interaction}: {s.description}" for s in state.recent_shifts)
                 or "(none)"
@@ -560,9 +558,9 @@ class SonalityAgent:
             top = sorted(engagement.items(), key=lambda kv: (-kv[1], kv[0]))[:5]
             lines.append("Top topics: " + ", ".join(f"{t}({n})" for t, n in top))
         if state.opinion_vectors:
-            strongest = sorted(
-                state.opinion_vectors.items(), key=lambda kv: (-abs(kv[1]), kv[0])
-            )[:5]
+            strongest = sorted(state.opinion_vectors.items(), key=lambda kv: (-abs(kv[1]), kv[0]))[
+                :5
+            ]
             parts = []
             for topic, value in strongest:
                 meta = state.belief_meta.get(topic)
@@ -658,7 +656,10 @@ def _describe_reflection(outcome: ReflectionOutcome) -> str:
     if not outcome.ran:
         base = f"reflection failed ({outcome.error})"
     elif outcome.accepted:
-        base = f"reflection ({outcome.reason}): narrative {outcome.old_chars}->{outcome.new_chars} chars"
+        base = (
+            f"reflection ({outcome.reason}): narrative "
+            f"{outcome.old_chars}->{outcome.new_chars} chars"
+        )
     else:
         base = f"reflection ({outcome.reason}) rejected: {outcome.new_chars} chars too short"
     if outcome.dropped_beliefs:
@@ -687,5 +688,7 @@ def _describe_interaction(
 
 def cumulative_shift(state: SpongeState) -> float:
     """Shift magnitude since the last reflection (shown by `/sonality status`)."""
-    total = sum(s.magnitude for s in state.recent_shifts if s.interaction > state.last_reflection_at)
+    total = sum(
+        s.magnitude for s in state.recent_shifts if s.interaction > state.last_reflection_at
+    )
     return 0.0 if math.isnan(total) else total

@@ -11,14 +11,12 @@ transaction. Anything recorded but not committed is handed back by
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from sonality.llm import Usage
-
-if TYPE_CHECKING:
-    from sonality.memory.sponge import SpongeState
+from sonality.memory.sponge import SpongeState
 
 
 def utcnow() -> datetime:
@@ -100,8 +98,7 @@ class StateStore(Protocol):
         """The newest committed state, or None for a community never seen."""
         ...
 
-    async def state_at(self, version: int) -> SpongeState | None:
-        ...
+    async def state_at(self, version: int) -> SpongeState | None: ...
 
     async def versions(self, limit: int = 20, before: int | None = None) -> list[VersionInfo]:
         """Newest first."""

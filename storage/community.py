@@ -36,11 +36,6 @@ from storage.models import (
     VersionConflictError,
 )
 
-# `sonality.store` imports SpongeState only for type checking, so pydantic can't resolve
-# StateCommit's `state` field on its own in every importing context; resolve it here
-# (from this module's namespace, which has SpongeState) so commits always validate.
-StateCommit.model_rebuild()
-
 MAX_INTERACTION_ATTEMPTS = 3
 """Failed post-processing attempts after which an interaction is parked as 'failed'.
 

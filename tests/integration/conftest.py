@@ -33,7 +33,7 @@ def make_settings(data_dir: Path, **overrides: Any) -> Settings:
 
 
 @pytest_asyncio.fixture
-async def runtime(tmp_path: Path, llm: Any) -> AsyncIterator[Runtime]:
+async def runtime(tmp_path: Path, llm: Any) -> AsyncIterator[Runtime]:  # noqa: F811
     async with open_runtime(make_settings(tmp_path / "data"), llm=llm) as rt:
         yield rt
 

@@ -124,8 +124,7 @@ async def test_crash_between_reply_and_learning_replays_exactly_once(
         store = runtime.db.community(TERMINAL)
         assert [v.version for v in await store.versions()] == [1, 0]
     assert (
-        sum(r.tool_name == "classify_evidence" for r in anthropic_server.requests)
-        == classify_calls
+        sum(r.tool_name == "classify_evidence" for r in anthropic_server.requests) == classify_calls
     )
 
 
