@@ -8,9 +8,11 @@ a short apology instead of silence or a stack trace.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Coroutine
 from datetime import UTC, datetime, timedelta
-from typing import Literal
+from typing import Any, Literal
 
 from bot.commands import CommandHandlers
 from bot.messages import (
@@ -32,6 +34,7 @@ log = logging.getLogger(__name__)
 
 LLM_DOWN = "Sorry, I can't reach my language model right now. Please try again in a minute."
 INTERNAL_ERROR = "Sorry, something went wrong on my side. Nothing was lost; please try again."
+TOUCH_EVERY = timedelta(minutes=1)
 SLOW_DOWN = "You're sending messages faster than I can think. Please slow down a little."
 
 
@@ -56,6 +59,8 @@ class Runtime:
         self.next_nightly: datetime | None = None  # set by the scheduler
         # Wall-clock time of each community's latest message, for idle-time reflection.
         self.last_message_at: dict[str, datetime] = {}
+        self._background: set[asyncio.Task[None]] = set()
+        self._touched: dict[str, tuple[datetime, str]] = {}
 
     # ------------------------------------------------------------------ messages
     async def handle(self, message: IncomingMessage) -> Reply | None:
@@ -82,7 +87,8 @@ class Runtime:
         try:
             agent = await self.registry.agent_for(community)
             now = datetime.now(UTC)
-            await self.db.touch_community(community.id, community.name, now)
+            if self._needs_touch(community, now):
+                await self.db.touch_community(community.id, community.name, now)
             self.last_message_at[community.id] = now
             history = await self._history(community.id, user.id, now)
             reply = await agent.respond(text, Speaker(id=user.id, name=user.name), history)
@@ -93,12 +99,9 @@ class Runtime:
             log.exception("failed to answer in %s for %s", community.id, user.id)
             return Reply(text=INTERNAL_ERROR, kind=ReplyKind.NOTICE)
 
-        try:
-            await self.db.append_exchange(community.id, user.id, text, reply, datetime.now(UTC))
-        except Exception:
-            # The reply exists and the interaction is in the outbox; only the short-term
-            # conversation memory missed a turn.
-            log.exception("could not store the conversation turn in %s", community.id)
+        # The reply is already durable in the outbox; the conversation buffer is written
+        # after it leaves so the person waits for nothing but the model.
+        self._spawn(self._remember_exchange(community.id, user.id, text, reply))
         if truncated:
             reply += (
                 f"\n\n(Your message was very long, so I only read its first {limit:,} characters.)"
@@ -109,6 +112,28 @@ class Runtime:
             truncated=truncated,
             status=f"v{state.version} · staged {len(state.staged_opinion_updates)}",
         )
+
+    def _needs_touch(self, community: Community, now: datetime) -> bool:
+        """Community bookkeeping (name, first sight) is written at most once a minute."""
+        seen = self._touched.get(community.id)
+        if seen is not None and seen[1] == community.name and now - seen[0] < TOUCH_EVERY:
+            return False
+        self._touched[community.id] = (now, community.name)
+        return True
+
+    async def _remember_exchange(
+        self, community_id: str, user_id: str, text: str, reply: str
+    ) -> None:
+        try:
+            await self.db.append_exchange(community_id, user_id, text, reply, datetime.now(UTC))
+        except Exception:
+            # The interaction itself is in the outbox; only short-term memory missed a turn.
+            log.exception("could not store the conversation turn in %s", community_id)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def _history(self, community_id: str, user_id: str, now: datetime) -> list[ChatTurn]:
         if self.settings.buffer_turns <= 0:
@@ -157,7 +182,9 @@ class Runtime:
         return self.next_nightly
 
     async def drain(self, community_id: str | None = None) -> None:
-        """Wait for background post-processing (tests, terminal status line, shutdown)."""
+        """Wait for background work (tests, terminal status line, shutdown)."""
+        if self._background:
+            await asyncio.gather(*list(self._background), return_exceptions=True)
         await self.registry.drain(community_id)
 
     def stop_accepting(self) -> None:
@@ -165,4 +192,6 @@ class Runtime:
 
     async def close(self, grace_seconds: float = 10.0) -> None:
         self.stop_accepting()
+        if self._background:
+            await asyncio.gather(*list(self._background), return_exceptions=True)
         await self.registry.close_all(grace_seconds)

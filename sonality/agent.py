@@ -36,6 +36,7 @@ from sonality.memory.updater import (
     extract_insight,
     validate_snapshot,
 )
+from sonality.priority import REPLY_PRIORITY
 from sonality.prompts import (
     CORE_IDENTITY,
     REFLECTION_PROMPT,
@@ -188,13 +189,14 @@ class SonalityAgent:
         if self._closed:
             raise RuntimeError("agent is closed")
         speaker = speaker or ANONYMOUS
-        memories = await asyncio.to_thread(
-            self.episodes.retrieve_typed,
-            user_message,
-            config.EPISODIC_RETRIEVAL_COUNT,
-            config.SEMANTIC_RETRIEVAL_COUNT,
-            config.MIN_EPISODE_RELEVANCE,
-        )
+        with REPLY_PRIORITY.replying():
+            memories = await asyncio.to_thread(
+                self.episodes.retrieve_typed,
+                user_message,
+                config.EPISODIC_RETRIEVAL_COUNT,
+                config.SEMANTIC_RETRIEVAL_COUNT,
+                config.MIN_EPISODE_RELEVANCE,
+            )
         system = build_system_blocks(
             self.sponge.snapshot, memories, self._build_structured_traits(self.sponge)
         )
@@ -254,6 +256,7 @@ class SonalityAgent:
 
         ess = await self._classify_ess(record.message, state.snapshot, usage)
         state.interaction_count += 1
+        await REPLY_PRIORITY.wait_quiet()
         await asyncio.to_thread(
             self.episodes.store,
             record.message,

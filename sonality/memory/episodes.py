@@ -28,6 +28,8 @@ from typing import Any, cast
 from chromadb.api import ClientAPI
 from chromadb.api.models.Collection import Collection
 from chromadb.api.types import Documents, EmbeddingFunction, Embeddings, Where
+from chromadb.errors import NotFoundError
+from pydantic import BaseModel, ConfigDict
 
 from sonality.memory.embedding import default_embedding_function, make_chroma_client
 
@@ -38,6 +40,21 @@ SEMANTIC = "semantic"
 
 _SLUG_MAX = 64
 _HASH_CHARS = 16
+
+
+class Episode(BaseModel):
+    """One memory as stored: the document is the summary (or the start of the message)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    user_message: str
+    agent_response: str = ""
+    ess_score: float = 0.0
+    topics: tuple[str, ...] = ()
+    summary: str = ""
+    interaction: int = 0
+    memory_type: str = EPISODIC
 
 
 def collection_name_for(community_id: str) -> str:
@@ -78,15 +95,39 @@ class EpisodeStore:
             embedding_function = default_embedding_function(model_cache_dir)
         self._embed = embedding_function
         self._client = client if client is not None else make_chroma_client(self.persist_dir)
-        self._collection: Collection = self._client.get_or_create_collection(
-            name=collection,
-            embedding_function=embedding_function,  # type: ignore[arg-type]
-            configuration={"hnsw": {"space": "cosine"}},
-        )
-        space = (self._collection.configuration_json.get("hnsw") or {}).get("space")
+        self._collection: Collection = self._open(collection)
+        # Semantic memories (consolidated insights) are few and live in their own
+        # collection, created on first use: a metadata filter that matches most of a large
+        # collection costs Chroma tens of milliseconds, an unfiltered query about two.
+        self._semantic_name = f"{collection}-semantic"
+        self._semantic: Collection | None = None
+        try:
+            self._semantic = self._open(self._semantic_name, create=False)
+        except NotFoundError:
+            pass
+
+    def _open(self, name: str, *, create: bool = True) -> Collection:
+        if create:
+            collection = self._client.get_or_create_collection(
+                name=name,
+                embedding_function=self._embed,  # type: ignore[arg-type]
+                configuration={"hnsw": {"space": "cosine"}},
+            )
+        else:
+            collection = self._client.get_collection(
+                name=name,
+                embedding_function=self._embed,  # type: ignore[arg-type]
+            )
+        space = (collection.configuration_json.get("hnsw") or {}).get("space")
         if space not in (None, "cosine"):
             # A pre-existing collection in another space would make 1 - distance wrong.
-            raise ValueError(f"collection {collection!r} uses {space!r} space, not cosine")
+            raise ValueError(f"collection {name!r} uses {space!r} space, not cosine")
+        return collection
+
+    def _semantic_collection(self) -> Collection:
+        if self._semantic is None:
+            self._semantic = self._open(self._semantic_name)
+        return self._semantic
 
     @classmethod
     def for_community(
@@ -130,25 +171,54 @@ class EpisodeStore:
         ``upsert`` keyed by ``episode_id`` makes a replayed interaction (retry after a
         crash, duplicate platform event) overwrite rather than duplicate its memory.
         """
-        episode_id = episode_id or uuid.uuid4().hex
-        document = summary or user_message[:200]
-        metadata: dict[str, str | int | float | bool] = {
-            "ess_score": float(ess_score),
-            "topics": ",".join(topics),
-            "summary": summary,
-            "memory_type": memory_type,
-            "user_message": user_message[:500],
-            "agent_response": agent_response[:500],
-            "timestamp": datetime.now(UTC).isoformat(),
-            "interaction": int(interaction_count),
-        }
-        self._collection.upsert(ids=[episode_id], documents=[document], metadatas=[metadata])
-        return episode_id
+        episode = Episode(
+            id=episode_id or uuid.uuid4().hex,
+            user_message=user_message,
+            agent_response=agent_response,
+            ess_score=ess_score,
+            topics=tuple(topics),
+            summary=summary,
+            interaction=interaction_count,
+            memory_type=memory_type,
+        )
+        self.store_many([episode])
+        return episode.id
+
+    def store_many(self, episodes: Sequence[Episode]) -> None:
+        """Upsert many episodes in one embedding batch (imports, benchmarks, backfills)."""
+        semantic = [e for e in episodes if e.memory_type == SEMANTIC]
+        episodic = [e for e in episodes if e.memory_type != SEMANTIC]
+        if semantic:
+            self._upsert(self._semantic_collection(), semantic)
+        if episodic:
+            self._upsert(self._collection, episodic)
+
+    @staticmethod
+    def _upsert(collection: Collection, episodes: Sequence[Episode]) -> None:
+        now = datetime.now(UTC).isoformat()
+        collection.upsert(
+            ids=[e.id for e in episodes],
+            documents=[e.summary or e.user_message[:200] for e in episodes],
+            metadatas=[
+                {
+                    "ess_score": float(e.ess_score),
+                    "topics": ",".join(e.topics),
+                    "summary": e.summary,
+                    "memory_type": e.memory_type,
+                    "user_message": e.user_message[:500],
+                    "agent_response": e.agent_response[:500],
+                    "timestamp": now,
+                    "interaction": int(e.interaction),
+                }
+                for e in episodes
+            ],
+        )
 
     # -- reading -----------------------------------------------------------------------
 
     def count(self) -> int:
-        return self._collection.count()
+        semantic = self._semantic.count() if self._semantic is not None else 0
+        return self._collection.count() + semantic
 
     def embed_query(self, query: str) -> Embeddings:
         """Embed a query once so several filtered passes can reuse the vector."""
@@ -167,9 +237,17 @@ class EpisodeStore:
         is ranked by ``similarity * (1 + ess_score)``. ``where`` filters on metadata,
         e.g. ``{"interaction": {"$gte": 40}}``.
         """
-        if n_results <= 0 or self.count() == 0:
+        if n_results <= 0:
             return []
-        return self._ranked(self.embed_query(query), n_results, min_relevance, where)
+        vector = self.embed_query(query)
+        memory_type = (where or {}).get("memory_type")
+        rest = {k: v for k, v in (where or {}).items() if k != "memory_type"} or None
+        sources: list[tuple[Collection, dict[str, Any] | None]] = []
+        if memory_type in (None, SEMANTIC) and self._semantic is not None:
+            sources.append((self._semantic, rest))
+        if memory_type in (None, EPISODIC):
+            sources.append((self._collection, rest))
+        return self._ranked(vector, n_results, min_relevance, sources)
 
     def retrieve_typed(
         self,
@@ -179,11 +257,13 @@ class EpisodeStore:
         min_relevance: float = 0.3,
     ) -> list[str]:
         """Semantic memories (distilled knowledge) first, then episodes, without repeats."""
-        if self.count() == 0:
-            return []
         vector = self.embed_query(query)
-        semantic = self._ranked(vector, semantic_n, min_relevance, {"memory_type": SEMANTIC})
-        episodic = self._ranked(vector, episodic_n, min_relevance, {"memory_type": EPISODIC})
+        semantic = (
+            self._ranked(vector, semantic_n, min_relevance, [(self._semantic, None)])
+            if self._semantic is not None
+            else []
+        )
+        episodic = self._ranked(vector, episodic_n, min_relevance, [(self._collection, None)])
         return list(dict.fromkeys([*semantic, *episodic]))
 
     def recent_summaries(self, since_interaction: int, limit: int = 20) -> list[str]:
@@ -210,26 +290,27 @@ class EpisodeStore:
         query_embedding: Embeddings,
         n_results: int,
         min_relevance: float,
-        where: dict[str, Any] | None,
+        sources: Sequence[tuple[Collection, dict[str, Any] | None]],
     ) -> list[str]:
         if n_results <= 0:
             return []
-        result = self._collection.query(
-            query_embeddings=query_embedding,
-            n_results=n_results * CANDIDATE_FACTOR,
-            where=where,
-            include=["metadatas", "documents", "distances"],
-        )
-        distances = (result["distances"] or [[]])[0]
-        metadatas = (result["metadatas"] or [[]])[0]
-        documents = (result["documents"] or [[]])[0]
         scored: list[tuple[float, float, str]] = []
-        for distance, meta, doc in zip(distances, metadatas, documents, strict=True):
-            similarity = 1.0 - float(distance)
-            if similarity < min_relevance:
-                continue
-            ess = _as_float(meta.get("ess_score"))
-            scored.append((similarity * (1.0 + ess), similarity, _summary_of(meta, doc)))
+        for collection, where in sources:
+            result = collection.query(
+                query_embeddings=query_embedding,
+                n_results=n_results * CANDIDATE_FACTOR,
+                where=cast(Where | None, where),
+                include=["metadatas", "documents", "distances"],
+            )
+            distances = (result["distances"] or [[]])[0]
+            metadatas = (result["metadatas"] or [[]])[0]
+            documents = (result["documents"] or [[]])[0]
+            for distance, meta, doc in zip(distances, metadatas, documents, strict=True):
+                similarity = 1.0 - float(distance)
+                if similarity < min_relevance:
+                    continue
+                ess = _as_float(meta.get("ess_score"))
+                scored.append((similarity * (1.0 + ess), similarity, _summary_of(meta, doc)))
         scored.sort(key=lambda item: (item[0], item[1]), reverse=True)
         return [summary for _, _, summary in scored[:n_results]]
 

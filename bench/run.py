@@ -1,0 +1,479 @@
+"""Benchmarks of the whole bot against a loopback LLM of fixed latency.
+
+Run: `python3 scripts/bench.py` (or `.venv/bin/python -m bench.run`). Prints one line
+per figure, each with the workload that produced it and the target it is held to.
+Nothing here is a test: the figures depend on the machine and are for people to read.
+
+Figures:
+  1. time to reply ÷ one bare LLM round trip, 10,000 episodes stored (target ≤ 1.05)
+  2. our own time per message with the LLM answering at once, 10,000 episodes
+     (target p50 ≤ 25 ms, p99 ≤ 100 ms)
+  3. 100 communities at once, LLM latency 200 ms, cap 32: LLM calls per second
+     (target ≥ 80% of cap ÷ latency) and reply-path time outside the LLM call
+  4. 1,000 known communities, 100 active: resident memory (target < 500 MB)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import gc
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any
+
+from bot.app import open_runtime
+from bot.messages import Community, IncomingMessage, User
+from bot.runtime import Runtime
+from bot.settings import Settings
+from sonality.anthropic_llm import AnthropicLLM
+from sonality.llm import ChatTurn, LLMClient, SystemBlock, TextResult, ToolResult
+from sonality.memory.embedding import default_embedding_function, make_chroma_client
+from sonality.memory.episodes import Episode, EpisodeStore, collection_name_for
+from sonality.memory.sponge import SEED_SNAPSHOT, SpongeState
+from sonality.prompts import build_system_blocks
+from sonality.store import StateCommit
+
+ROOT = Path(__file__).resolve().parent.parent
+CACHE = ROOT / ".cache"
+MODEL_CACHE = CACHE / "test-models"
+KEY = "sk-bench"
+
+TOPICS = [
+    ("nuclear power", "is safer per TWh than most people assume"),
+    ("remote work", "raises output for focused engineering work"),
+    ("sourdough baking", "needs a longer cold proof for flavour"),
+    ("football tactics", "rewards a high press against slow build-up"),
+    ("tax policy", "should shift from labour towards land"),
+    ("public transport", "pays off when frequency beats coverage"),
+    ("open source", "survives on a few unpaid maintainers"),
+    ("chess openings", "matter less than endgame technique for amateurs"),
+    ("urban cycling", "gets safer with protected lanes"),
+    ("sleep", "is the cheapest performance enhancer"),
+    ("language learning", "works best with spaced repetition"),
+    ("climate policy", "needs carbon prices that rise predictably"),
+]
+SOURCES = [
+    "a meta-analysis",
+    "a field trial",
+    "a personal anecdote",
+    "a news article",
+    "census data",
+]
+
+
+def episode_texts(n: int, seed: int = 7) -> Iterator[Episode]:
+    rng = random.Random(seed)
+    for i in range(n):
+        topic, claim = TOPICS[i % len(TOPICS)]
+        source = rng.choice(SOURCES)
+        summary = f"User argued that {topic} {claim}, citing {source} (#{i})."
+        yield Episode(
+            id=f"seed-{i}",
+            user_message=summary,
+            agent_response="noted",
+            ess_score=round(rng.random() * 0.8, 2),
+            topics=(topic.replace(" ", "_"),),
+            summary=summary,
+            interaction=i,
+        )
+
+
+def fmt_ms(seconds: float) -> str:
+    return f"{seconds * 1000:.1f} ms"
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
+
+
+def report(name: str, value: str, workload: str, target: str, ok: bool | None = None) -> None:
+    verdict = "" if ok is None else ("  [meets target]" if ok else "  [MISSES target]")
+    print(f"{name}: {value}  ({workload}; target {target}){verdict}", flush=True)
+
+
+# --------------------------------------------------------------------------- plumbing
+@contextlib.contextmanager
+def llm_server(latency: float) -> Iterator[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench.llm_server", "--latency", str(latency)],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stdin is not None
+    try:
+        yield proc.stdout.readline().strip()
+    finally:
+        proc.stdin.close()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def settings_for(data_dir: Path, base_url: str, **extra: Any) -> Settings:
+    values: dict[str, Any] = {
+        "ANTHROPIC_API_KEY": KEY,
+        "ANTHROPIC_BASE_URL": base_url,
+        "SONALITY_DATA_DIR": str(data_dir),
+        "SONALITY_MODEL_CACHE_DIR": str(MODEL_CACHE),
+        "SONALITY_RATE_LIMIT_MESSAGES": 1_000_000,
+        "SONALITY_LLM_MAX_RETRIES": 0,
+    }
+    values.update(extra)
+    return Settings(_env_file=None, **values)  # type: ignore[call-arg]
+
+
+def make_llm(base_url: str, cap: int) -> AnthropicLLM:
+    return AnthropicLLM(
+        api_key=KEY, base_url=base_url, max_retries=0, timeout=60.0, max_concurrency=cap
+    )
+
+
+_reply_seconds: ContextVar[list[float] | None] = ContextVar("_reply_seconds", default=None)
+
+
+class TimedLLM:
+    """Counts calls and times each reply call, attributing it to the calling task."""
+
+    def __init__(self, inner: LLMClient) -> None:
+        self.inner = inner
+        self.calls = 0
+
+    async def reply(
+        self,
+        *,
+        system: Sequence[SystemBlock],
+        messages: Sequence[ChatTurn],
+        max_tokens: int,
+        model: str | None = None,
+        purpose: str = "reply",
+    ) -> TextResult:
+        start = time.perf_counter()
+        try:
+            return await self.inner.reply(
+                system=system,
+                messages=messages,
+                max_tokens=max_tokens,
+                model=model,
+                purpose=purpose,
+            )
+        finally:
+            self.calls += 1
+            sink = _reply_seconds.get()
+            if sink is not None and purpose == "reply":
+                sink.append(time.perf_counter() - start)
+
+    async def call_tool(
+        self,
+        *,
+        system: Sequence[SystemBlock],
+        messages: Sequence[ChatTurn],
+        tool: dict[str, Any],
+        max_tokens: int,
+        model: str | None = None,
+        purpose: str = "tool",
+    ) -> ToolResult:
+        try:
+            return await self.inner.call_tool(
+                system=system,
+                messages=messages,
+                tool=tool,
+                max_tokens=max_tokens,
+                model=model,
+                purpose=purpose,
+            )
+        finally:
+            self.calls += 1
+
+
+def seeded_chroma(data_dir: Path, community_id: str, episodes: int) -> float:
+    """Put `episodes` episodes in the community's collection (cached across runs)."""
+    cached = CACHE / "bench" / f"chroma-{episodes}"
+    start = time.perf_counter()
+    if not (cached / "done").exists():
+        shutil.rmtree(cached, ignore_errors=True)
+        cached.mkdir(parents=True)
+        store = EpisodeStore(
+            cached,
+            collection=collection_name_for(community_id),
+            client=make_chroma_client(cached),
+            embedding_function=default_embedding_function(MODEL_CACHE),
+        )
+        batch: list[Episode] = []
+        for episode in episode_texts(episodes):
+            batch.append(episode)
+            if len(batch) == 500:
+                store.store_many(batch)
+                batch = []
+        store.store_many(batch)
+        (cached / "done").write_text(str(store.count()))
+    shutil.copytree(cached, data_dir / "chromadb")
+    return time.perf_counter() - start
+
+
+@contextlib.asynccontextmanager
+async def bot(
+    data_dir: Path, base_url: str, cap: int, **extra: Any
+) -> AsyncIterator[tuple[Runtime, TimedLLM]]:
+    llm = TimedLLM(make_llm(base_url, cap))
+    settings = settings_for(data_dir, base_url, SONALITY_MAX_CONCURRENT_LLM=cap, **extra)
+    try:
+        async with open_runtime(settings, llm=llm) as runtime:
+            yield runtime, llm
+    finally:
+        assert isinstance(llm.inner, AnthropicLLM)
+        await llm.inner.aclose()
+
+
+async def seed_state(runtime: Runtime, community: Community, interactions: int) -> None:
+    """A community with N stored episodes has had N interactions: say so in its state."""
+    state = SpongeState(interaction_count=interactions, last_reflection_at=interactions)
+    await runtime.db.community(community.id).commit(
+        StateCommit(state=state, cause="seed", change="benchmark seed")
+    )
+    await runtime.registry.agent_for(community)
+
+
+def message(community: Community, i: int, users: int = 20) -> IncomingMessage:
+    topic, _ = TOPICS[i % len(TOPICS)]
+    return IncomingMessage(
+        community=community,
+        channel_id="bench",
+        user=User(id=f"user-{i % users}", name=f"User {i % users}"),
+        text=f"What do you make of {topic}? Question {i}.",
+    )
+
+
+# --------------------------------------------------------------------------- figures
+async def figure_reply_ratio(work: Path, episodes: int, latency: float, n: int) -> None:
+    community = Community(id="bench:big", name="big")
+    data = work / "ratio"
+    seed_s = seeded_chroma(data, community.id, episodes)
+    with llm_server(latency) as url:
+        async with bot(data, url, cap=16) as (runtime, llm):
+            await seed_state(runtime, community, episodes)
+            system = build_system_blocks(SEED_SNAPSHOT, ["a memory " * 20] * 5, "Style: x")
+            bare = []
+            for i in range(10):
+                start = time.perf_counter()
+                await llm.reply(
+                    system=system,
+                    messages=[ChatTurn(role="user", content=f"ping {i}")],
+                    max_tokens=256,
+                )
+                bare.append(time.perf_counter() - start)
+            replies = []
+            for i in range(n):
+                start = time.perf_counter()
+                await runtime.handle(message(community, i))
+                replies.append(time.perf_counter() - start)
+            await runtime.drain()
+            count = runtime.registry.get(community.id).episodes.count()  # type: ignore[union-attr]
+    ratio = statistics.median(replies) / statistics.median(bare)
+    report(
+        "1. reply time / bare LLM round trip",
+        f"{ratio:.3f} (reply p50 {fmt_ms(statistics.median(replies))}, "
+        f"bare p50 {fmt_ms(statistics.median(bare))})",
+        f"{n} sequential replies vs 10 bare calls, LLM latency {latency * 1000:.0f} ms, "
+        f"{count:,} episodes in the community (seeded in {seed_s:.1f} s)",
+        "≤ 1.05",
+        ratio <= 1.05,
+    )
+
+
+async def figure_own_time(work: Path, episodes: int, n: int) -> None:
+    community = Community(id="bench:big", name="big")
+    data = work / "own"
+    seeded_chroma(data, community.id, episodes)
+    with llm_server(0.0) as url:
+        async with bot(data, url, cap=16) as (runtime, _llm):
+            await seed_state(runtime, community, episodes)
+            for i in range(5):  # warm-up
+                await runtime.handle(message(community, 10_000 + i))
+            await runtime.drain()
+            times, llm_times = [], []
+            for i in range(n):
+                sink: list[float] = []
+                token = _reply_seconds.set(sink)
+                start = time.perf_counter()
+                await runtime.handle(message(community, i))
+                times.append(time.perf_counter() - start)
+                _reply_seconds.reset(token)
+                llm_times.extend(sink)
+            await runtime.drain()
+    p50, p99 = percentile(times, 50), percentile(times, 99)
+    report(
+        "2. own time per message",
+        f"p50 {fmt_ms(p50)}, p99 {fmt_ms(p99)} (of which the loopback LLM call "
+        f"p50 {fmt_ms(statistics.median(llm_times))})",
+        f"{n} sequential messages from 20 users, LLM answering at once, "
+        f"{episodes:,} episodes, learning running in the background",
+        "p50 ≤ 25 ms, p99 ≤ 100 ms",
+        p50 <= 0.025 and p99 <= 0.100,
+    )
+
+
+async def figure_throughput(
+    work: Path, communities: int, latency: float, cap: int, seconds: float
+) -> None:
+    data = work / "throughput"
+    with llm_server(latency) as url:
+        async with bot(data, url, cap=cap) as (runtime, llm):
+            groups = [Community(id=f"bench:c{i}", name=f"c{i}") for i in range(communities)]
+            await asyncio.gather(*(runtime.registry.agent_for(c) for c in groups))
+            overheads: list[float] = []
+            replies = 0
+            deadline = time.perf_counter() + seconds
+
+            async def chat(community: Community) -> None:
+                nonlocal replies
+                i = 0
+                while time.perf_counter() < deadline:
+                    sink: list[float] = []
+                    _reply_seconds.set(sink)
+                    start = time.perf_counter()
+                    await runtime.handle(message(community, i, users=3))
+                    took = time.perf_counter() - start
+                    if sink:
+                        overheads.append(took - sink[0])
+                        replies += 1
+                    i += 1
+
+            calls_before = llm.calls
+            start = time.perf_counter()
+            await asyncio.gather(*(chat(c) for c in groups))
+            elapsed = time.perf_counter() - start
+            calls = llm.calls - calls_before
+            await runtime.drain()
+    rate = calls / elapsed
+    ceiling = cap / latency
+    report(
+        "3. LLM throughput, 100 communities",
+        f"{rate:.0f} calls/s = {rate / ceiling:.0%} of cap/latency ({ceiling:.0f}/s); "
+        f"{replies} replies; reply-path time outside the LLM call p50 "
+        f"{fmt_ms(percentile(overheads, 50))}, p99 {fmt_ms(percentile(overheads, 99))}",
+        f"{communities} communities chatting for {seconds:.0f} s, LLM latency "
+        f"{latency * 1000:.0f} ms, concurrency cap {cap}",
+        "≥ 80% of cap/latency",
+        rate >= 0.8 * ceiling,
+    )
+
+
+async def seed_known(data: Path, known: int, per_community: int) -> None:
+    """Phase run in a child process: many communities that once talked."""
+    from storage import Database
+
+    db = await Database.open(data / "sonality.sqlite3")
+    client = make_chroma_client(data / "chromadb")
+    embed = default_embedding_function(MODEL_CACHE)
+    episodes = list(episode_texts(per_community))
+    for i in range(known):
+        cid = f"bench:k{i}"
+        await db.community(cid).commit(
+            StateCommit(state=SpongeState(), cause="seed", change="seed personality")
+        )
+        await db.touch_community(cid, f"k{i}")
+        store = EpisodeStore(
+            data / "chromadb",
+            collection=collection_name_for(cid),
+            client=client,
+            embedding_function=embed,
+        )
+        store.store_many(episodes)
+    await db.close()
+
+
+async def measure_active(data: Path, active: int) -> None:
+    """Phase run in a fresh child process: open everything, 100 communities talk."""
+    import psutil
+
+    process = psutil.Process()
+    with llm_server(0.0) as url:
+        async with bot(data, url, cap=32) as (runtime, _llm):
+            known = len(await runtime.db.community_ids())
+            base = process.memory_info().rss
+            for start in range(0, active, 10):
+                await asyncio.gather(
+                    *(
+                        runtime.handle(message(Community(id=f"bench:k{i}"), i))
+                        for i in range(start, min(active, start + 10))
+                    )
+                )
+            await runtime.drain()
+            gc.collect()
+            rss = process.memory_info().rss
+            loaded = len(runtime.registry.loaded())
+    report(
+        "4. resident memory",
+        f"{rss / 2**20:.0f} MB ({base / 2**20:.0f} MB before any community talked)",
+        f"{known:,} known communities with episodes, {loaded} of them active "
+        "(one message each, learning finished)",
+        "< 500 MB",
+        rss < 500 * 2**20,
+    )
+
+
+def figure_memory(work: Path, known: int, active: int) -> None:
+    data = work / "memory"
+    data.mkdir(parents=True)
+    for phase in (["seed-known", str(known)], ["measure-active", str(active)]):
+        subprocess.run(
+            [sys.executable, "-m", "bench.run", "--phase", *phase, "--data", str(data)],
+            cwd=ROOT,
+            check=True,
+        )
+
+
+# --------------------------------------------------------------------------- main
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--only", default="1,2,3,4", help="comma-separated figure numbers")
+    parser.add_argument("--episodes", type=int, default=10_000)
+    parser.add_argument("--latency", type=float, default=0.5, help="LLM latency for figure 1")
+    parser.add_argument("--messages", type=int, default=200, help="messages for figure 2")
+    parser.add_argument("--seconds", type=float, default=15.0, help="duration of figure 3")
+    parser.add_argument("--known", type=int, default=1000)
+    parser.add_argument("--active", type=int, default=100)
+    parser.add_argument("--phase", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--data", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
+
+    if args.phase:
+        name, value = args.phase
+        if name == "seed-known":
+            asyncio.run(seed_known(args.data, int(value), per_community=5))
+        else:
+            asyncio.run(measure_active(args.data, int(value)))
+        return
+
+    wanted = {int(x) for x in args.only.split(",")}
+    print(f"# Sonality Bot benchmarks on {os.cpu_count()} cores, Python {sys.version.split()[0]}")
+    with tempfile.TemporaryDirectory(prefix="sonality-bench-") as tmp:
+        work = Path(tmp)
+        if 1 in wanted:
+            asyncio.run(figure_reply_ratio(work, args.episodes, args.latency, n=20))
+        if 2 in wanted:
+            asyncio.run(figure_own_time(work, args.episodes, args.messages))
+        if 3 in wanted:
+            asyncio.run(figure_throughput(work, 100, 0.2, 32, args.seconds))
+        if 4 in wanted:
+            figure_memory(work, args.known, args.active)
+
+
+if __name__ == "__main__":
+    main()
