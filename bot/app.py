@@ -25,6 +25,7 @@ from sonality.anthropic_llm import AnthropicLLM
 from sonality.llm import LLMClient
 from sonality.memory.embedding import default_embedding_function, make_chroma_client
 from sonality.memory.episodes import EpisodeStore, collection_name_for
+from sonality.priority import ReplyPriority
 from storage import Database
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,7 @@ async def open_runtime(settings: Settings, llm: LLMClient | None = None) -> Asyn
         memory_limit_bytes=CHROMA_MEMORY_LIMIT_BYTES,
     )
     embed = await asyncio.to_thread(default_embedding_function, settings.resolved_model_cache_dir)
+    priority = ReplyPriority()  # one per runtime: any reply outranks any memory write
 
     async def load_agent(community: Community) -> SonalityAgent:
         episodes = await asyncio.to_thread(
@@ -75,6 +77,7 @@ async def open_runtime(settings: Settings, llm: LLMClient | None = None) -> Asyn
             model=settings.model,
             ess_model=settings.ess_model,
             label=community.id,
+            priority=priority,
         )
 
     registry = CommunityRegistry(load_agent, settings.agent_idle_evict_minutes * 60)

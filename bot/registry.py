@@ -35,7 +35,7 @@ class CommunityRegistry:
         idle_seconds: float,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._factory = factory
+        self.factory = factory
         self._idle_seconds = idle_seconds
         self._clock = clock
         self._entries: dict[str, _Entry] = {}
@@ -48,7 +48,7 @@ class CommunityRegistry:
             async with lock:
                 entry = self._entries.get(community.id)
                 if entry is None:
-                    agent = await self._factory(community)
+                    agent = await self.factory(community)
                     entry = _Entry(agent=agent, community=community, last_used=self._clock())
                     self._entries[community.id] = entry
             self._loading.pop(community.id, None)

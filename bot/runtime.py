@@ -90,7 +90,7 @@ class Runtime:
             if self._needs_touch(community, now):
                 await self.db.touch_community(community.id, community.name, now)
             self.last_message_at[community.id] = now
-            history = await self._history(community.id, user.id, now)
+            history = self._history(community.id, user.id, now)  # read during retrieval
             reply = await agent.respond(text, Speaker(id=user.id, name=user.name), history)
         except LLMError as exc:
             log.warning("no reply in %s for %s: %s", community.id, user.id, exc)

@@ -18,10 +18,12 @@ community's changes are strictly ordered while other communities never wait on i
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import inspect
 import logging
 import math
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +38,7 @@ from sonality.memory.updater import (
     extract_insight,
     validate_snapshot,
 )
-from sonality.priority import REPLY_PRIORITY
+from sonality.priority import ReplyPriority
 from sonality.prompts import (
     CORE_IDENTITY,
     REFLECTION_PROMPT,
@@ -44,7 +46,10 @@ from sonality.prompts import (
     escape_prompt_text,
 )
 from sonality.store import (
+    EPISODIC,
+    SEMANTIC,
     AuditEvent,
+    Episode,
     InteractionRecord,
     Speaker,
     StateCommit,
@@ -57,6 +62,8 @@ log = logging.getLogger(__name__)
 ANONYMOUS = Speaker(id="anonymous", name="someone")
 REFLECTION_MAX_OUTPUT_TOKENS = 1500
 RECENT_EPISODES_FOR_REFLECTION = 30
+# Chroma's upsert cost grows quickly past a few dozen items (50 took 60 ms here).
+EPISODE_BATCH = 20
 
 
 class RollbackError(ValueError):
@@ -89,8 +96,11 @@ class SonalityAgent:
         model: str | None = None,
         ess_model: str | None = None,
         label: str = "",
+        priority: ReplyPriority | None = None,
     ) -> None:
         self.client = client
+        # Shared by all agents of a runtime so any reply outranks any memory write.
+        self.priority = priority or ReplyPriority()
         self.store = store
         self.episodes = episodes
         self.sponge = sponge
@@ -105,6 +115,13 @@ class SonalityAgent:
         self._queue: asyncio.Queue[InteractionRecord] = asyncio.Queue()
         self._worker: asyncio.Task[None] | None = None
         self._closed = False
+        # Committed episodes not yet in Chroma (write-behind; durable in the store).
+        self._unwritten: list[Episode] = []
+        self._write_lock = asyncio.Lock()
+        self._write_wake = asyncio.Event()
+        self._writer: asyncio.Task[None] | None = None
+        # Interaction id -> its message's embedding from the reply path, for learning.
+        self._vectors: dict[str, tuple[float, ...]] = {}
 
     # ------------------------------------------------------------------ lifecycle
     @classmethod
@@ -117,6 +134,7 @@ class SonalityAgent:
         model: str | None = None,
         ess_model: str | None = None,
         label: str = "",
+        priority: ReplyPriority | None = None,
     ) -> SonalityAgent:
         """Open a community: its latest version (or the seed as version 0), then replay.
 
@@ -135,7 +153,11 @@ class SonalityAgent:
             model=model,
             ess_model=ess_model,
             label=label,
+            priority=priority,
         )
+        agent._unwritten = await store.pending_episodes()
+        if agent._unwritten:
+            agent._write_wake.set()
         pending = await store.pending_interactions()
         if pending:
             log.info("%s: replaying %d unfinished interaction(s)", agent.label, len(pending))
@@ -147,10 +169,15 @@ class SonalityAgent:
     def _ensure_worker(self) -> None:
         if self._worker is None or self._worker.done():
             self._worker = asyncio.create_task(self._work(), name=f"sonality-post:{self.label}")
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(
+                self._write_episodes(), name=f"sonality-episodes:{self.label}"
+            )
 
     async def drain(self) -> None:
-        """Wait until every queued interaction has been post-processed."""
+        """Wait until every queued interaction is post-processed and its memory written."""
         await self._queue.join()
+        await self.flush_episodes()
 
     @property
     def backlog(self) -> int:
@@ -167,42 +194,44 @@ class SonalityAgent:
             await asyncio.wait_for(self._queue.join(), grace_seconds)
         except TimeoutError:
             log.warning("%s: %d interaction(s) left for replay", self.label, self._queue.qsize())
-        if self._worker is not None:
-            self._worker.cancel()
-            try:
-                await self._worker
-            except asyncio.CancelledError:
-                pass
+        try:
+            await asyncio.wait_for(self.flush_episodes(), grace_seconds)
+        except Exception:
+            log.warning("%s: episodes left for the next start", self.label, exc_info=True)
+        for task in (self._worker, self._writer):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
     # ------------------------------------------------------------------ reply path
     async def respond(
         self,
         user_message: str,
         speaker: Speaker | None = None,
-        conversation: Sequence[ChatTurn] = (),
+        conversation: Sequence[ChatTurn] | Awaitable[Sequence[ChatTurn]] = (),
     ) -> str:
         """Answer one message with a single LLM call; learning happens afterwards.
 
+        `conversation` is the speaker's recent exchanges, or an awaitable of them: the
+        host's buffer read then overlaps memory retrieval instead of preceding it.
         Raises `LLMError` when the model cannot answer; nothing is recorded then, so a
         failed reply leaves the personality untouched.
         """
         if self._closed:
             raise RuntimeError("agent is closed")
         speaker = speaker or ANONYMOUS
-        with REPLY_PRIORITY.replying():
-            memories = await asyncio.to_thread(
-                self.episodes.retrieve_typed,
-                user_message,
-                config.EPISODIC_RETRIEVAL_COUNT,
-                config.SEMANTIC_RETRIEVAL_COUNT,
-                config.MIN_EPISODE_RELEVANCE,
-            )
+        with self.priority.replying():
+            retrieval = asyncio.to_thread(self._recall, user_message)
+            history: Sequence[ChatTurn]
+            if inspect.isawaitable(conversation):
+                (vector, memories), history = await asyncio.gather(retrieval, conversation)
+            else:
+                (vector, memories), history = await retrieval, conversation
         system = build_system_blocks(
             self.sponge.snapshot, memories, self._build_structured_traits(self.sponge)
         )
-        messages = _truncate_conversation(
-            [*conversation, ChatTurn(role="user", content=user_message)]
-        )
+        messages = _truncate_conversation([*history, ChatTurn(role="user", content=user_message)])
         result = await self.client.reply(
             system=system,
             messages=messages,
@@ -222,6 +251,7 @@ class SonalityAgent:
             reply_usage=result.usage,
         )
         await self.store.record_interaction(record)
+        self._vectors[record.id] = vector
         self.conversation = [
             {"role": "user", "content": user_message},
             {"role": "assistant", "content": reply},
@@ -229,6 +259,18 @@ class SonalityAgent:
         self._queue.put_nowait(record)
         self._ensure_worker()
         return reply
+
+    def _recall(self, text: str) -> tuple[tuple[float, ...], list[str]]:
+        """Embed the message once: for retrieval now, and as its episode's vector later."""
+        embedded = self.episodes.embed_query(text)
+        memories = self.episodes.retrieve_typed(
+            text,
+            config.EPISODIC_RETRIEVAL_COUNT,
+            config.SEMANTIC_RETRIEVAL_COUNT,
+            config.MIN_EPISODE_RELEVANCE,
+            query_embedding=embedded,
+        )
+        return tuple(float(x) for x in embedded[0]), memories
 
     # ------------------------------------------------------------------ post-processing
     async def _work(self) -> None:
@@ -246,6 +288,7 @@ class SonalityAgent:
                 except Exception:
                     log.exception("%s: could not record the failure", self.label)
             finally:
+                self._vectors.pop(record.id, None)
                 self._queue.task_done()
 
     async def _post_process(self, record: InteractionRecord) -> None:
@@ -256,18 +299,20 @@ class SonalityAgent:
 
         ess = await self._classify_ess(record.message, state.snapshot, usage)
         state.interaction_count += 1
-        await REPLY_PRIORITY.wait_quiet()
-        await asyncio.to_thread(
-            self.episodes.store,
-            record.message,
-            record.reply,
-            ess.score,
-            list(ess.topics),
-            ess.summary,
-            state.interaction_count,
-            "episodic",
-            episode_id=record.id,
-        )
+        episodes = [
+            Episode(
+                id=record.id,  # the interaction id: a replay overwrites, never duplicates
+                user_message=record.message,
+                agent_response=record.reply,
+                ess_score=ess.score,
+                topics=ess.topics,
+                summary=ess.summary,
+                interaction=state.interaction_count,
+                # Reuse the reply path's vector of this message (absent after a restart:
+                # the store then embeds the summary).
+                embedding=self._vectors.pop(record.id, None),
+            )
+        ]
         self._update_topics(state, ess)
         disagreed = _disagrees(state, ess)
         committed = self._apply_due(state)
@@ -298,7 +343,7 @@ class SonalityAgent:
                 },
             )
         )
-        outcome = await self._maybe_reflect(state, usage, events)
+        outcome = await self._maybe_reflect(state, usage, events, episodes)
         state.version = self.sponge.version + 1
         change = _describe_interaction(ess, staged, committed, insight, outcome)
         await self.store.commit(
@@ -308,11 +353,46 @@ class SonalityAgent:
                 change=change,
                 events=events,
                 usage=usage,
+                episodes=episodes,
                 interaction_id=record.id,
             )
         )
         self._install(state)
         self.last_ess = ess
+        self._queue_episodes(episodes)
+
+    # ------------------------------------------------------------------ memory writes
+    def _queue_episodes(self, episodes: list[Episode]) -> None:
+        if episodes:
+            self._unwritten.extend(episodes)
+            self._write_wake.set()
+
+    async def _write_episodes(self) -> None:
+        while True:
+            await self._write_wake.wait()
+            self._write_wake.clear()
+            try:
+                await self.flush_episodes()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                # They stay in the store's episode outbox and are retried on next start.
+                log.exception("%s: writing memories failed", self.label)
+
+    async def flush_episodes(self) -> None:
+        """Write committed episodes to Chroma in batches, yielding to replies first.
+
+        A Chroma write blocks every query in the process for several milliseconds, so
+        the writer waits (bounded) until no reply is retrieving; episodes arriving
+        meanwhile join the batch.
+        """
+        async with self._write_lock:
+            while self._unwritten:
+                await self.priority.wait_quiet()
+                batch = self._unwritten[:EPISODE_BATCH]
+                await asyncio.to_thread(self.episodes.store_many, batch)
+                await self.store.mark_episodes_written([e.id for e in batch])
+                del self._unwritten[: len(batch)]
 
     def _install(self, state: SpongeState) -> None:
         if state.snapshot != self.sponge.snapshot:
@@ -396,7 +476,11 @@ class SonalityAgent:
 
     # ------------------------------------------------------------------ reflection
     async def _maybe_reflect(
-        self, state: SpongeState, usage: list[UsageRecord], events: list[AuditEvent]
+        self,
+        state: SpongeState,
+        usage: list[UsageRecord],
+        events: list[AuditEvent],
+        episodes: list[Episode],
     ) -> ReflectionOutcome | None:
         """Periodic (every REFLECTION_EVERY) or event-driven (cumulative shift) reflection."""
         since = state.interaction_count - state.last_reflection_at
@@ -408,7 +492,7 @@ class SonalityAgent:
         if not (periodic or event_driven) or since < config.REFLECTION_EVERY // 2:
             return None
         trigger = "periodic" if periodic else f"shift {shift:.3f}"
-        return await self._reflect(state, usage, events, trigger)
+        return await self._reflect(state, usage, events, trigger, episodes)
 
     async def _reflect(
         self,
@@ -416,14 +500,22 @@ class SonalityAgent:
         usage: list[UsageRecord],
         events: list[AuditEvent],
         trigger: str,
+        episodes: list[Episode],
     ) -> ReflectionOutcome:
-        """Decay, then consolidate insights into the narrative, validated before use."""
+        """Decay, then consolidate insights into the narrative, validated before use.
+
+        New semantic memories are appended to `episodes`, which the caller commits.
+        """
         dropped = tuple(state.decay_beliefs(config.BELIEF_DECAY_RATE))
+        await self.flush_episodes()
         recent = await asyncio.to_thread(
             self.episodes.recent_summaries,
             state.last_reflection_at,
             RECENT_EPISODES_FOR_REFLECTION,
         )
+        recent = [*recent, *(e.summary for e in episodes if e.memory_type == EPISODIC)][
+            -RECENT_EPISODES_FOR_REFLECTION:
+        ]
         prompt = REFLECTION_PROMPT.format(
             current_snapshot=escape_prompt_text(state.snapshot),
             structured_traits=escape_prompt_text(self._build_structured_traits(state)),
@@ -460,7 +552,18 @@ class SonalityAgent:
         accepted = validate_snapshot(state.snapshot, candidate)
         if accepted:
             state.snapshot = candidate
-            await self._remember_insights(state)
+            # Consolidated insights become semantic memories, retrieved before episodes.
+            episodes.extend(
+                Episode(
+                    id=f"insight-{state.interaction_count}-{index}",
+                    user_message=insight,
+                    ess_score=1.0,
+                    summary=insight,
+                    interaction=state.interaction_count,
+                    memory_type=SEMANTIC,
+                )
+                for index, insight in enumerate(state.pending_insights)
+            )
             state.pending_insights.clear()
         else:
             log.warning(
@@ -481,28 +584,14 @@ class SonalityAgent:
         events.append(_reflection_event(state, outcome))
         return outcome
 
-    async def _remember_insights(self, state: SpongeState) -> None:
-        """Consolidated insights become semantic memories, retrieved before episodes."""
-        for index, insight in enumerate(state.pending_insights):
-            await asyncio.to_thread(
-                self.episodes.store,
-                insight,
-                "",
-                1.0,
-                [],
-                insight,
-                state.interaction_count,
-                "semantic",
-                episode_id=f"insight-{state.interaction_count}-{index}",
-            )
-
     async def reflect_now(self, trigger: str, actor: str | None = None) -> ReflectionOutcome:
         """Reflect outside the message flow (scheduler, `/sonality reflect`)."""
         async with self._lock:
             state = self.sponge.model_copy(deep=True)
             usage: list[UsageRecord] = []
             events: list[AuditEvent] = []
-            outcome = await self._reflect(state, usage, events, trigger)
+            episodes: list[Episode] = []
+            outcome = await self._reflect(state, usage, events, trigger, episodes)
             if not outcome.ran and not outcome.dropped_beliefs:
                 return outcome
             state.version = self.sponge.version + 1
@@ -513,10 +602,12 @@ class SonalityAgent:
                     change=_describe_reflection(outcome),
                     events=events,
                     usage=usage,
+                    episodes=episodes,
                     actor=actor,
                 )
             )
             self._install(state)
+            self._queue_episodes(episodes)
             return outcome
 
     # ------------------------------------------------------------------ rollback

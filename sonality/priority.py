@@ -14,31 +14,39 @@ from collections.abc import Iterator
 
 
 class ReplyPriority:
+    """Share one instance between all agents of a runtime (one event loop)."""
+
     def __init__(self, max_wait: float = 0.25) -> None:
         self.max_wait = max_wait
         self._active = 0
-        self._quiet = asyncio.Event()
-        self._quiet.set()
+        self._waiters: set[asyncio.Future[None]] = set()
 
     @contextlib.contextmanager
     def replying(self) -> Iterator[None]:
         """Mark a latency-critical section (a reply's retrieval)."""
         self._active += 1
-        self._quiet.clear()
         try:
             yield
         finally:
             self._active -= 1
             if self._active == 0:
-                self._quiet.set()
+                for waiter in self._waiters:
+                    if not waiter.done():
+                        waiter.set_result(None)
+                self._waiters.clear()
 
     async def wait_quiet(self) -> None:
-        """Return when no reply is retrieving, or after `max_wait` at most."""
+        """Return when no reply is retrieving, or after `max_wait` at most.
+
+        Futures are made per call on the running loop (not one Event made at import),
+        so the gate keeps working when a runtime is rebuilt in another event loop.
+        """
         if self._active == 0:
             return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._quiet.wait(), self.max_wait)
-
-
-#: One per process: every community's replies outrank every community's learning.
-REPLY_PRIORITY = ReplyPriority()
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.add(waiter)
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(waiter, self.max_wait)
+        finally:
+            self._waiters.discard(waiter)

@@ -66,6 +66,29 @@ class UsageRecord(BaseModel):
     created_at: datetime = Field(default_factory=utcnow)
 
 
+EPISODIC = "episodic"
+SEMANTIC = "semantic"
+
+
+class Episode(BaseModel):
+    """One memory as stored in Chroma; the embedded document is the summary."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    user_message: str
+    agent_response: str = ""
+    ess_score: float = 0.0
+    topics: tuple[str, ...] = ()
+    summary: str = ""
+    interaction: int = 0
+    memory_type: str = EPISODIC
+    # A vector computed already (the reply path embeds the user's message to retrieve
+    # memories; reusing it saves the background an embedding per message). None: the
+    # store embeds the document, i.e. the summary.
+    embedding: tuple[float, ...] | None = None
+
+
 class StateCommit(BaseModel):
     """Everything one state change writes, applied atomically by the store."""
 
@@ -76,6 +99,8 @@ class StateCommit(BaseModel):
     change: str  # one line for humans: what changed in this version
     events: list[AuditEvent] = Field(default_factory=list)
     usage: list[UsageRecord] = Field(default_factory=list)
+    # Memories to write to Chroma after the commit (write-behind, see `pending_episodes`).
+    episodes: list[Episode] = Field(default_factory=list)
     interaction_id: str | None = None  # outbox row acknowledged by this commit
     actor: str | None = None  # who caused it, for moderator actions
 
@@ -120,5 +145,16 @@ class StateStore(Protocol):
         ...
 
     async def commit(self, commit: StateCommit) -> None:
-        """Append the new version + events + usage and ack the outbox row, atomically."""
+        """Append the new version + events + usage + episodes, ack the outbox row: atomically."""
         ...
+
+    async def pending_episodes(self) -> list[Episode]:
+        """Committed episodes not yet confirmed written to the vector store, oldest first.
+
+        Vector-store writes block every reader in the process, so they happen after the
+        commit, batched, when no reply is waiting; until confirmed they stay here and are
+        written again after a crash (the write is an idempotent upsert by id).
+        """
+        ...
+
+    async def mark_episodes_written(self, episode_ids: list[str]) -> None: ...

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from sonality.llm import Usage
 from sonality.memory.sponge import SpongeState
-from sonality.store import InteractionRecord, Speaker, StateCommit, VersionInfo
+from sonality.store import Episode, InteractionRecord, Speaker, StateCommit, VersionInfo
 from storage.base import (
     SqlBase,
     ensure_community,
@@ -198,6 +198,15 @@ class CommunityStore:
                 await insert_usage(
                     conn, cid, usage.purpose, usage.model, usage.usage, usage.created_at
                 )
+            for episode in commit.episodes:
+                await execute(
+                    conn,
+                    "INSERT OR REPLACE INTO episode_outbox (community_id, episode_id, seq, "
+                    "episode_json, created_at) VALUES (?, ?, "
+                    "(SELECT COALESCE(MAX(seq), 0) + 1 FROM episode_outbox WHERE community_id = ?),"
+                    " ?, ?)",
+                    (cid, episode.id, cid, episode.model_dump_json(), to_db_time(now)),
+                )
             if commit.interaction_id is not None:
                 await execute(
                     conn,
@@ -207,6 +216,26 @@ class CommunityStore:
                 )
             if commit.cause in ACTIVITY_CAUSES:
                 await note_activity(conn, cid, now)
+
+    # --- episode write-behind ---------------------------------------------------------
+
+    async def pending_episodes(self) -> list[Episode]:
+        rows = await self._db._fetchall(
+            "SELECT episode_json FROM episode_outbox WHERE community_id = ? ORDER BY seq",
+            (self.community_id,),
+        )
+        return [Episode.model_validate_json(r[0]) for r in rows]
+
+    async def mark_episodes_written(self, episode_ids: list[str]) -> None:
+        if not episode_ids:
+            return
+        async with self._db._write() as conn:
+            for episode_id in episode_ids:
+                await execute(
+                    conn,
+                    "DELETE FROM episode_outbox WHERE community_id = ? AND episode_id = ?",
+                    (self.community_id, episode_id),
+                )
 
     # --- outbox --------------------------------------------------------------------------
 

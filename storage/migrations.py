@@ -170,7 +170,22 @@ _V1: list[str] = [
     """,
 ]
 
-MIGRATIONS: list[list[str]] = [_V1]
+_V2: list[str] = [
+    # Episodes committed with a version but not yet written to Chroma (write-behind).
+    """
+    CREATE TABLE episode_outbox (
+        community_id TEXT NOT NULL REFERENCES communities(id),
+        episode_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        episode_json TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        PRIMARY KEY (community_id, episode_id)
+    )
+    """,
+    "CREATE INDEX episode_outbox_order ON episode_outbox (community_id, seq)",
+]
+
+MIGRATIONS: list[list[str]] = [_V1, _V2]
 """Index i holds the statements that take the schema from version i to i + 1."""
 
 SCHEMA_VERSION = len(MIGRATIONS)

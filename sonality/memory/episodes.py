@@ -29,32 +29,16 @@ from chromadb.api import ClientAPI
 from chromadb.api.models.Collection import Collection
 from chromadb.api.types import Documents, EmbeddingFunction, Embeddings, Where
 from chromadb.errors import NotFoundError
-from pydantic import BaseModel, ConfigDict
 
 from sonality.memory.embedding import default_embedding_function, make_chroma_client
+from sonality.store import EPISODIC, SEMANTIC, Episode
 
 #: How many index candidates to fetch per requested result before reranking.
 CANDIDATE_FACTOR = 3
-EPISODIC = "episodic"
-SEMANTIC = "semantic"
+__all__ = ["EPISODIC", "SEMANTIC", "Episode", "EpisodeStore", "collection_name_for"]
 
 _SLUG_MAX = 64
 _HASH_CHARS = 16
-
-
-class Episode(BaseModel):
-    """One memory as stored: the document is the summary (or the start of the message)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    id: str
-    user_message: str
-    agent_response: str = ""
-    ess_score: float = 0.0
-    topics: tuple[str, ...] = ()
-    summary: str = ""
-    interaction: int = 0
-    memory_type: str = EPISODIC
 
 
 def collection_name_for(community_id: str) -> str:
@@ -193,12 +177,18 @@ class EpisodeStore:
         if episodic:
             self._upsert(self._collection, episodic)
 
-    @staticmethod
-    def _upsert(collection: Collection, episodes: Sequence[Episode]) -> None:
+    def _upsert(self, collection: Collection, episodes: Sequence[Episode]) -> None:
         now = datetime.now(UTC).isoformat()
+        documents = [e.summary or e.user_message[:200] for e in episodes]
+        missing = [i for i, e in enumerate(episodes) if e.embedding is None]
+        computed = self._embed([documents[i] for i in missing]) if missing else []
+        vectors: list[Sequence[float]] = [e.embedding or () for e in episodes]
+        for i, vector in zip(missing, computed, strict=True):
+            vectors[i] = [float(x) for x in vector]
         collection.upsert(
             ids=[e.id for e in episodes],
-            documents=[e.summary or e.user_message[:200] for e in episodes],
+            embeddings=cast(Embeddings, [list(v) for v in vectors]),
+            documents=documents,
             metadatas=[
                 {
                     "ess_score": float(e.ess_score),
@@ -255,9 +245,14 @@ class EpisodeStore:
         episodic_n: int = 3,
         semantic_n: int = 2,
         min_relevance: float = 0.3,
+        *,
+        query_embedding: Embeddings | None = None,
     ) -> list[str]:
-        """Semantic memories (distilled knowledge) first, then episodes, without repeats."""
-        vector = self.embed_query(query)
+        """Semantic memories (distilled knowledge) first, then episodes, without repeats.
+
+        Pass `query_embedding` when the caller already embedded `query`.
+        """
+        vector = query_embedding if query_embedding is not None else self.embed_query(query)
         semantic = (
             self._ranked(vector, semantic_n, min_relevance, [(self._semantic, None)])
             if self._semantic is not None

@@ -278,3 +278,16 @@ async def test_token_usage_is_recorded_per_community(runtime, anthropic_server):
     assert totals.input_tokens > 0 and totals.output_tokens > 0
     other = await runtime.db.usage_totals("test:nobody")
     assert other.input_tokens == 0
+
+
+async def test_episode_vector_is_the_reply_paths_embedding_of_the_message(
+    runtime, anthropic_server
+):
+    """The message is embedded once; its episode is found by that exact message."""
+    anthropic_server.brain.ess_rule(**NUCLEAR)
+    await say(runtime, STRONG_ARGUMENT)
+    agent = runtime.registry.get(A.id)
+    exact = agent.episodes.retrieve(STRONG_ARGUMENT, min_relevance=0.99)
+    assert exact == [NUCLEAR["summary"]]  # the document is still the ESS summary
+    by_summary = agent.episodes.retrieve(NUCLEAR["summary"], min_relevance=0.99)
+    assert by_summary == []  # the vector is the message's, not the summary's

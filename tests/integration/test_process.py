@@ -141,3 +141,37 @@ async def test_sigterm_finishes_pending_learning(tmp_path: Path, anthropic_serve
         store = runtime.db.community(TERMINAL)
         assert await store.pending_count() == 0
         assert [v.version for v in await store.versions()] == [1, 0]
+
+
+async def test_committed_but_unwritten_memories_are_written_on_next_start(
+    tmp_path: Path, llm
+) -> None:
+    """A crash after the commit but before the Chroma write loses no memory."""
+    from sonality.memory.sponge import SpongeState
+    from sonality.store import Episode, StateCommit
+    from storage import Database
+
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    db = await Database.open(data_dir / "sonality.sqlite3")
+    lost = Episode(
+        id="interaction-1",
+        user_message="Raised zebra crossings cut injuries by 40% in the audit.",
+        summary="User cites a road-safety audit on raised zebra crossings.",
+        ess_score=0.8,
+        interaction=1,
+    )
+    await db.community(TERMINAL).commit(
+        StateCommit(state=SpongeState(), cause="seed", change="seed", episodes=[lost])
+    )
+    await db.close()
+
+    async with open_runtime(make_settings(data_dir), llm=llm) as runtime:
+        from bot.messages import Community
+
+        agent = await runtime.registry.agent_for(Community(id=TERMINAL))
+        await runtime.drain()
+        assert agent.episodes.count() == 1
+        assert await runtime.db.community(TERMINAL).pending_episodes() == []
+        found = agent.episodes.retrieve("zebra crossing safety audit")
+        assert found == [lost.summary]

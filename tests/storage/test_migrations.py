@@ -22,6 +22,7 @@ EXPECTED_TABLES = {
     "seen_events",
     "installations",
     "oauth_states",
+    "episode_outbox",
     "schema_migrations",
 }
 

@@ -1,0 +1,67 @@
+"""Episodes committed with a version wait in SQLite until Chroma confirms them."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from sonality.store import SEMANTIC, Episode
+from storage import Database, VersionConflictError
+from storage.migrations import MIGRATIONS
+
+from .conftest import commit_of
+
+
+def episode(eid: str, **kw: object) -> Episode:
+    return Episode(id=eid, user_message=f"message {eid}", summary=f"summary {eid}", **kw)  # type: ignore[arg-type]
+
+
+async def test_committed_episodes_are_pending_until_marked_written(db_path: Path) -> None:
+    db = await Database.open(db_path)
+    store = db.community("discord:1")
+    commit = commit_of(0)
+    commit.episodes.extend([episode("a"), episode("b", memory_type=SEMANTIC, ess_score=1.0)])
+    await store.commit(commit)
+    await db.close()
+
+    db = await Database.open(db_path)  # survives a restart
+    store = db.community("discord:1")
+    pending = await store.pending_episodes()
+    assert [e.id for e in pending] == ["a", "b"]
+    assert pending[1].memory_type == SEMANTIC and pending[1].ess_score == 1.0
+    assert await db.community("discord:2").pending_episodes() == []
+    await store.mark_episodes_written(["a"])
+    assert [e.id for e in await store.pending_episodes()] == ["b"]
+    await store.mark_episodes_written(["b", "unknown"])
+    assert await store.pending_episodes() == []
+    await db.close()
+
+
+async def test_a_rejected_commit_queues_no_episode(db: Database) -> None:
+    store = db.community("discord:1")
+    await store.commit(commit_of(0))
+    bad = commit_of(5)
+    bad.episodes.append(episode("x"))
+    try:
+        await store.commit(bad)
+    except VersionConflictError:
+        pass
+    else:  # pragma: no cover - the commit must be refused
+        raise AssertionError("a wrong version was accepted")
+    assert await store.pending_episodes() == []
+
+
+async def test_an_existing_v1_file_is_upgraded_in_place(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite3"
+    old = await Database.open(path)
+    await old.close()
+    with sqlite3.connect(path) as conn:  # make it look like a file from before v2
+        conn.execute("DROP TABLE episode_outbox")
+        conn.execute("DELETE FROM schema_migrations WHERE version > 1")
+    db = await Database.open(path)
+    assert db.schema_version == len(MIGRATIONS) == 2
+    commit = commit_of(0)
+    commit.episodes.append(episode("a"))
+    await db.community("c").commit(commit)
+    assert [e.id for e in await db.community("c").pending_episodes()] == ["a"]
+    await db.close()
