@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import shlex
 import sys
+import threading
 from typing import TextIO
 
 from bot.interface import ChatRuntime
@@ -49,14 +50,40 @@ class TerminalAdapter:
     async def start(self) -> None:
         if self.interactive:
             self._print(BANNER)
+        lines = self._read_lines()
         while not self._closed:
             if self.interactive:
                 self._write(f"{self.user.name}> ")
-            line = await asyncio.to_thread(self.stdin.readline)
-            if not line:  # end of input
+            line = await lines.get()
+            if line is None:  # end of input
                 break
             if not await self.handle_line(line.rstrip("\n")):
                 break
+
+    def _read_lines(self) -> asyncio.Queue[str | None]:
+        """Lines from stdin, read on a daemon thread.
+
+        A blocking readline in the loop's executor would keep the process alive after
+        Ctrl-C until the user pressed Enter; a daemon thread never blocks shutdown.
+        """
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[str | None] = asyncio.Queue()
+
+        def reader() -> None:
+            while True:
+                try:
+                    line = self.stdin.readline()
+                except (OSError, ValueError):
+                    line = ""
+                try:
+                    loop.call_soon_threadsafe(queue.put_nowait, line or None)
+                except RuntimeError:  # the loop is gone: we are shutting down
+                    return
+                if not line:
+                    return
+
+        threading.Thread(target=reader, name="terminal-stdin", daemon=True).start()
+        return queue
 
     async def close(self) -> None:
         self._closed = True

@@ -251,7 +251,8 @@ class SonalityAgent:
             reply_usage=result.usage,
         )
         await self.store.record_interaction(record)
-        self._vectors[record.id] = vector
+        if vector is not None:
+            self._vectors[record.id] = vector
         self.conversation = [
             {"role": "user", "content": user_message},
             {"role": "assistant", "content": reply},
@@ -260,17 +261,31 @@ class SonalityAgent:
         self._ensure_worker()
         return reply
 
-    def _recall(self, text: str) -> tuple[tuple[float, ...], list[str]]:
-        """Embed the message once: for retrieval now, and as its episode's vector later."""
-        embedded = self.episodes.embed_query(text)
-        memories = self.episodes.retrieve_typed(
-            text,
-            config.EPISODIC_RETRIEVAL_COUNT,
-            config.SEMANTIC_RETRIEVAL_COUNT,
-            config.MIN_EPISODE_RELEVANCE,
-            query_embedding=embedded,
-        )
-        return tuple(float(x) for x in embedded[0]), memories
+    def _recall(self, text: str) -> tuple[tuple[float, ...] | None, list[str]]:
+        """Embed the message once: for retrieval now, and as its episode's vector later.
+
+        Memories enrich a reply but are not worth failing it for: if the vector store
+        errs (seen under load: a just-created index not yet readable), the reply goes
+        out without memories and the log says why.
+        """
+        try:
+            embedded = self.episodes.embed_query(text)
+            vector = tuple(float(x) for x in embedded[0])
+        except Exception:
+            log.exception("%s: could not embed the message; answering without memories", self.label)
+            return None, []
+        try:
+            memories = self.episodes.retrieve_typed(
+                text,
+                config.EPISODIC_RETRIEVAL_COUNT,
+                config.SEMANTIC_RETRIEVAL_COUNT,
+                config.MIN_EPISODE_RELEVANCE,
+                query_embedding=embedded,
+            )
+        except Exception:
+            log.exception("%s: memory retrieval failed; answering without memories", self.label)
+            memories = []
+        return vector, memories
 
     # ------------------------------------------------------------------ post-processing
     async def _work(self) -> None:

@@ -1,12 +1,24 @@
-"""The one SQLite connection, its lock, and the value codecs every storage module shares.
+"""The one SQLite connection, how a transaction reaches it, and the shared value codecs.
 
-Why one connection guarded by one `asyncio.Lock` for reads *and* writes: aiosqlite runs
-every call of a connection on one worker thread, so a second task reading through the
-same connection in the middle of another task's transaction would see that
-transaction's uncommitted rows (and could act on a version that is then rolled back).
-Holding the lock for the whole transaction makes every read see committed data only and
-keeps each group of writes that belong together in exactly one transaction. Statements
-are short, so the lost parallelism is negligible next to LLM latency.
+Why every operation is ONE call into aiosqlite's worker thread: aiosqlite runs each call
+of a connection on one worker thread, and every awaited call (BEGIN, each statement, each
+fetch, COMMIT) costs a trip through the event loop. Under load the loop is busy with
+HTTP work, so a transaction made of many awaited calls stays open for many loop
+iterations and every other DB operation queues behind it (measured: ~1.3 s p50 for
+operations SQLite finishes in ~1 ms). So each storage method builds its statements in a
+plain synchronous function of a `sqlite3.Connection`, and `SqlBase._run_write` /
+`_run_read` hand that function to the worker thread in one call that also does
+BEGIN ... COMMIT/ROLLBACK around it.
+
+Why that is atomic without an `asyncio.Lock`: the worker thread runs queued calls one at
+a time, and each call opens and closes its own transaction, so no other operation can
+run in the middle of one (and no read can see another operation's uncommitted rows).
+
+What this does not remove: between SQLite calls the worker thread needs the GIL, and an
+event loop that never idles can starve it of the GIL (CPython hands it back to the loop
+thread on each loop iteration, faster than the waiting thread wakes up). Running the
+same `fn` on the loop thread would avoid that; `run_on_sqlite_thread` is the one place
+to change if measurements call for it.
 
 Timestamps are stored as ISO-8601 UTC text with fixed microsecond precision
 (``2025-01-31T04:00:00.000000+00:00``): readable in the sqlite3 shell and, because the
@@ -16,10 +28,10 @@ width is fixed, string comparison in SQL equals chronological order.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable
-from contextlib import asynccontextmanager
+import sqlite3
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import aiosqlite
 import pydantic_core
@@ -28,6 +40,7 @@ from sonality.llm import Usage
 from storage.models import StorageError
 
 Row = tuple[Any, ...]
+T = TypeVar("T")
 
 
 def utcnow() -> datetime:
@@ -60,94 +73,138 @@ def platform_of(community_id: str) -> str:
     return prefix if sep else ""
 
 
+# --- running work on the SQLite thread -------------------------------------------------
+
+
+async def run_on_sqlite_thread(
+    conn: aiosqlite.Connection, fn: Callable[[sqlite3.Connection], T]
+) -> T:
+    """Run `fn(sqlite3_connection)` in aiosqlite's worker thread: ONE round trip.
+
+    aiosqlite has no public "run this callable in your thread" API; `Connection._execute`
+    is the mechanism every public aiosqlite method is built on (pinned: aiosqlite 0.22.x
+    in pyproject.toml), and this is the only place storage uses it.
+
+    Cancellation: `_execute` queues the call before it first suspends, so once the
+    awaiting task got that far, the call runs to completion in the worker thread even
+    if the task is cancelled; only its result is dropped. Together with
+    `write_transaction` this means a cancelled write is applied entirely or not at all.
+    """
+    result: T = await conn._execute(fn, conn._conn)
+    return result
+
+
+def write_transaction(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
+    """``BEGIN IMMEDIATE``, `fn`, ``COMMIT``; ``ROLLBACK`` if anything raises, COMMIT included.
+
+    IMMEDIATE takes SQLite's write lock up front, so another process sharing the file
+    waits (busy_timeout) at BEGIN instead of failing halfway through.
+    """
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        result = fn(conn)
+        conn.commit()
+    except BaseException:
+        conn.rollback()  # a no-op if SQLite already ended the transaction
+        raise
+    return result
+
+
+def read_snapshot(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
+    """Run `fn` in a deferred transaction, so all its queries see one consistent state."""
+    conn.execute("BEGIN")
+    try:
+        return fn(conn)
+    finally:
+        conn.rollback()
+
+
 class SqlBase:
-    """Connection + lock + transaction helpers; package-internal (only `storage` speaks SQL)."""
+    """The connection + transaction helpers; package-internal (only `storage` speaks SQL)."""
 
     def __init__(self, conn: aiosqlite.Connection) -> None:
         self._conn = conn
-        self._lock = asyncio.Lock()
+        # Only `close` uses it (a second close waits for the first); transactions need no
+        # lock, see the module docstring.
+        self._close_lock = asyncio.Lock()
         self._closed = False
 
-    @asynccontextmanager
-    async def _write(self) -> AsyncIterator[aiosqlite.Connection]:
-        """One write transaction (``BEGIN IMMEDIATE``): all or nothing, writers serialised.
+    async def _run_write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run `fn` as one write transaction (all or nothing) in one round trip.
 
-        IMMEDIATE takes SQLite's write lock up front, so another process sharing the file
-        waits (busy_timeout) at BEGIN instead of failing halfway through.
+        `fn` is synchronous and must do all its work on the connection it is given; it
+        runs in the SQLite thread between ``BEGIN IMMEDIATE`` and ``COMMIT`` (``ROLLBACK``
+        on any exception, which is then raised here). No other storage operation runs
+        while it does. If the caller is cancelled after the call was queued, the
+        transaction still completes or rolls back entirely; it is never half-applied.
         """
-        async with self._lock:
-            self._ensure_open()
-            try:
-                # BEGIN is inside the try: if the task is cancelled while BEGIN is queued,
-                # the worker thread still runs it, and the ROLLBACK queued behind it must
-                # close that transaction again. The same holds for any statement of the
-                # body, so nothing half-done is ever left open or applied. (Cancelled
-                # while COMMIT is queued, the write is applied in full although the
-                # caller sees CancelledError.)
-                await execute(self._conn, "BEGIN IMMEDIATE")
-                yield self._conn
-                await self._conn.commit()
-            except BaseException:
-                await self._conn.rollback()
-                raise
+        self._ensure_open()
+        return await run_on_sqlite_thread(self._conn, lambda c: write_transaction(c, fn))
 
-    @asynccontextmanager
-    async def _read(self) -> AsyncIterator[aiosqlite.Connection]:
-        """A consistent read snapshot (deferred transaction) that never sees half a write."""
-        async with self._lock:
-            self._ensure_open()
-            try:
-                await execute(self._conn, "BEGIN")
-                yield self._conn
-            finally:
-                await self._conn.rollback()
+    async def _run_read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run `fn`'s queries in one round trip, as one consistent snapshot (then ROLLBACK)."""
+        self._ensure_open()
+        return await run_on_sqlite_thread(self._conn, lambda c: read_snapshot(c, fn))
 
     async def _fetchall(self, sql: str, params: Iterable[Any] = ()) -> list[Row]:
-        async with self._read() as conn:
-            return await fetchall(conn, sql, params)
+        args = tuple(params)
+        return await self._run_read(lambda c: fetchall(c, sql, args))
 
     async def _fetchone(self, sql: str, params: Iterable[Any] = ()) -> Row | None:
-        async with self._read() as conn:
-            return await fetchone(conn, sql, params)
+        args = tuple(params)
+        return await self._run_read(lambda c: fetchone(c, sql, args))
 
     def _ensure_open(self) -> None:
         if self._closed:
             raise StorageError("the database is closed")
 
 
-async def fetchall(conn: aiosqlite.Connection, sql: str, params: Iterable[Any] = ()) -> list[Row]:
-    async with conn.execute(sql, tuple(params)) as cur:
-        return [tuple(row) for row in await cur.fetchall()]
+# --- synchronous statement helpers (called inside a `_run_write` / `_run_read` fn) -------
 
 
-async def fetchone(conn: aiosqlite.Connection, sql: str, params: Iterable[Any] = ()) -> Row | None:
-    async with conn.execute(sql, tuple(params)) as cur:
-        row = await cur.fetchone()
+def fetchall(conn: sqlite3.Connection, sql: str, params: Iterable[Any] = ()) -> list[Row]:
+    cur = conn.execute(sql, tuple(params))
+    try:
+        return [tuple(row) for row in cur.fetchall()]
+    finally:
+        cur.close()
+
+
+def fetchone(conn: sqlite3.Connection, sql: str, params: Iterable[Any] = ()) -> Row | None:
+    """The first row (the statement is finished either way, e.g. an UPDATE ... RETURNING)."""
+    cur = conn.execute(sql, tuple(params))
+    try:
+        row = cur.fetchone()
+    finally:
+        cur.close()
     return None if row is None else tuple(row)
 
 
-async def execute(conn: aiosqlite.Connection, sql: str, params: Iterable[Any] = ()) -> int:
+def execute(conn: sqlite3.Connection, sql: str, params: Iterable[Any] = ()) -> int:
     """Run one statement; returns the number of rows it changed."""
-    async with conn.execute(sql, tuple(params)) as cur:
+    cur = conn.execute(sql, tuple(params))
+    try:
         return cur.rowcount
+    finally:
+        cur.close()
 
 
-async def ensure_community(conn: aiosqlite.Connection, community_id: str, at: datetime) -> None:
+def ensure_community(conn: sqlite3.Connection, community_id: str, at: datetime) -> None:
     """Create the community row if missing (every per-community row references it)."""
     if not community_id:
         raise StorageError("community_id must not be empty")
-    await execute(
+    execute(
         conn,
         "INSERT OR IGNORE INTO communities (id, platform, name, created_at) VALUES (?, ?, '', ?)",
         (community_id, platform_of(community_id), to_db_time(at)),
     )
 
 
-async def note_activity(conn: aiosqlite.Connection, community_id: str, at: datetime) -> None:
+def note_activity(conn: sqlite3.Connection, community_id: str, at: datetime) -> None:
     """Move last_activity_at forward (never backwards: late writers can't hide activity)."""
-    await ensure_community(conn, community_id, at)
+    ensure_community(conn, community_id, at)
     stamp = to_db_time(at)
-    await execute(
+    execute(
         conn,
         "UPDATE communities SET last_activity_at = ? WHERE id = ? "
         "AND (last_activity_at IS NULL OR last_activity_at < ?)",
@@ -155,15 +212,15 @@ async def note_activity(conn: aiosqlite.Connection, community_id: str, at: datet
     )
 
 
-async def insert_usage(
-    conn: aiosqlite.Connection,
+def insert_usage(
+    conn: sqlite3.Connection,
     community_id: str,
     purpose: str,
     model: str,
     usage: Usage,
     at: datetime,
 ) -> None:
-    await execute(
+    execute(
         conn,
         "INSERT INTO token_usage (community_id, purpose, model, input_tokens, output_tokens, "
         "cache_read_tokens, cache_write_tokens, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",

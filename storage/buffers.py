@@ -13,6 +13,7 @@ user/assistant alternation the LLM API expects.
 
 from __future__ import annotations
 
+import sqlite3
 from datetime import datetime
 
 from storage.base import SqlBase, ensure_community, execute, fetchone, to_db_time
@@ -41,9 +42,10 @@ class BufferStore(SqlBase):
         if keep_exchanges < 1:
             raise StorageError("keep_exchanges must be at least 1")
         stamp = to_db_time(at)
-        async with self._write() as conn:
-            await ensure_community(conn, community_id, at)
-            row = await fetchone(
+
+        def work(conn: sqlite3.Connection) -> None:
+            ensure_community(conn, community_id, at)
+            row = fetchone(
                 conn,
                 "SELECT COALESCE(MAX(exchange), 0) + 1 FROM conversation_turns "
                 "WHERE community_id = ? AND user_id = ?",
@@ -51,19 +53,21 @@ class BufferStore(SqlBase):
             )
             exchange = int(row[0]) if row else 1
             for role, content in (("user", user_text), ("assistant", reply_text)):
-                await execute(
+                execute(
                     conn,
                     "INSERT INTO conversation_turns "
                     "(community_id, user_id, exchange, role, content, created_at) "
                     "VALUES (?, ?, ?, ?, ?, ?)",
                     (community_id, user_id, exchange, role, content, stamp),
                 )
-            await execute(
+            execute(
                 conn,
                 "DELETE FROM conversation_turns WHERE community_id = ? AND user_id = ? "
                 "AND exchange <= ?",
                 (community_id, user_id, exchange - keep_exchanges),
             )
+
+        await self._run_write(work)
 
     async def recent_turns(
         self,
@@ -121,9 +125,9 @@ class BufferStore(SqlBase):
         Both turns of an exchange share one timestamp, so this never splits a pair.
         Returns the number of rows removed.
         """
-        async with self._write() as conn:
-            return await execute(
-                conn,
-                "DELETE FROM conversation_turns WHERE created_at < ?",
-                (to_db_time(older_than),),
+        stamp = to_db_time(older_than)
+        return await self._run_write(
+            lambda conn: execute(
+                conn, "DELETE FROM conversation_turns WHERE created_at < ?", (stamp,)
             )
+        )

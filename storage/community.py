@@ -13,6 +13,8 @@ nor acknowledge another community's rows, even with a guessed interaction id.
 
 from __future__ import annotations
 
+import sqlite3
+
 from sonality.llm import Usage
 from sonality.memory.sponge import SpongeState
 from sonality.store import Episode, InteractionRecord, Speaker, StateCommit, VersionInfo
@@ -135,8 +137,24 @@ class CommunityStore:
         state = commit.state
         cid = self.community_id
         now = utcnow()
-        async with self._db._write() as conn:
-            row = await fetchone(
+        stamp = to_db_time(now)
+        # Serialised here, in the caller's thread, so the SQLite thread only runs SQL.
+        state_json = state.model_dump_json()
+        events = [
+            (
+                cid,
+                state.version,
+                event.interaction,
+                event.kind,
+                to_json(event.payload),
+                to_db_time(event.created_at),
+            )
+            for event in commit.events
+        ]
+        episodes = [(cid, e.id, cid, e.model_dump_json(), stamp) for e in commit.episodes]
+
+        def work(conn: sqlite3.Connection) -> None:
+            row = fetchone(
                 conn,
                 "SELECT MAX(version) FROM personality_versions WHERE community_id = ?",
                 (cid,),
@@ -149,7 +167,7 @@ class CommunityStore:
                     f"{'none' if latest is None else latest}, so the next must be {expected}"
                 )
             if commit.interaction_id is not None:
-                found = await fetchone(
+                found = fetchone(
                     conn,
                     "SELECT status FROM interactions WHERE community_id = ? AND id = ?",
                     (cid, commit.interaction_id),
@@ -163,8 +181,8 @@ class CommunityStore:
                         f"{cid}: interaction {commit.interaction_id!r} was already committed"
                     )
 
-            await ensure_community(conn, cid, now)
-            await execute(
+            ensure_community(conn, cid, now)
+            execute(
                 conn,
                 "INSERT INTO personality_versions (community_id, version, cause, change, "
                 "actor, interaction_count, state_json, created_at) "
@@ -176,46 +194,39 @@ class CommunityStore:
                     commit.change,
                     commit.actor,
                     state.interaction_count,
-                    state.model_dump_json(),
-                    to_db_time(now),
+                    state_json,
+                    stamp,
                 ),
             )
-            for event in commit.events:
-                await execute(
+            for event_row in events:
+                execute(
                     conn,
                     "INSERT INTO audit_events (community_id, version, interaction, kind, "
                     "payload_json, created_at) VALUES (?, ?, ?, ?, ?, ?)",
-                    (
-                        cid,
-                        state.version,
-                        event.interaction,
-                        event.kind,
-                        to_json(event.payload),
-                        to_db_time(event.created_at),
-                    ),
+                    event_row,
                 )
             for usage in commit.usage:
-                await insert_usage(
-                    conn, cid, usage.purpose, usage.model, usage.usage, usage.created_at
-                )
-            for episode in commit.episodes:
-                await execute(
+                insert_usage(conn, cid, usage.purpose, usage.model, usage.usage, usage.created_at)
+            for episode_row in episodes:
+                execute(
                     conn,
                     "INSERT OR REPLACE INTO episode_outbox (community_id, episode_id, seq, "
                     "episode_json, created_at) VALUES (?, ?, "
                     "(SELECT COALESCE(MAX(seq), 0) + 1 FROM episode_outbox WHERE community_id = ?),"
                     " ?, ?)",
-                    (cid, episode.id, cid, episode.model_dump_json(), to_db_time(now)),
+                    episode_row,
                 )
             if commit.interaction_id is not None:
-                await execute(
+                execute(
                     conn,
                     "UPDATE interactions SET status = 'done', updated_at = ? "
                     "WHERE community_id = ? AND id = ?",
-                    (to_db_time(now), cid, commit.interaction_id),
+                    (stamp, cid, commit.interaction_id),
                 )
             if commit.cause in ACTIVITY_CAUSES:
-                await note_activity(conn, cid, now)
+                note_activity(conn, cid, now)
+
+        await self._db._run_write(work)
 
     # --- episode write-behind ---------------------------------------------------------
 
@@ -229,13 +240,15 @@ class CommunityStore:
     async def mark_episodes_written(self, episode_ids: list[str]) -> None:
         if not episode_ids:
             return
-        async with self._db._write() as conn:
-            for episode_id in episode_ids:
-                await execute(
-                    conn,
-                    "DELETE FROM episode_outbox WHERE community_id = ? AND episode_id = ?",
-                    (self.community_id, episode_id),
-                )
+        cid = self.community_id
+        params = [(cid, episode_id) for episode_id in episode_ids]
+
+        def work(conn: sqlite3.Connection) -> None:
+            conn.executemany(
+                "DELETE FROM episode_outbox WHERE community_id = ? AND episode_id = ?", params
+            )
+
+        await self._db._run_write(work)
 
     # --- outbox --------------------------------------------------------------------------
 
@@ -246,30 +259,34 @@ class CommunityStore:
         retried handler can't double-count usage or queue the message twice.
         """
         cid = self.community_id
-        async with self._db._write() as conn:
-            await note_activity(conn, cid, record.created_at)
-            inserted = await execute(
+        params = (
+            record.id,
+            cid,
+            record.speaker.id,
+            record.speaker.name,
+            record.message,
+            record.reply,
+            record.model,
+            record.reply_usage.model_dump_json(),
+            to_db_time(record.created_at),
+            to_db_time(utcnow()),
+        )
+
+        def work(conn: sqlite3.Connection) -> None:
+            note_activity(conn, cid, record.created_at)
+            inserted = execute(
                 conn,
                 "INSERT OR IGNORE INTO interactions (id, community_id, speaker_id, speaker_name, "
                 "message, reply, model, usage_json, created_at, status, attempts, updated_at) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0, ?)",
-                (
-                    record.id,
-                    cid,
-                    record.speaker.id,
-                    record.speaker.name,
-                    record.message,
-                    record.reply,
-                    record.model,
-                    record.reply_usage.model_dump_json(),
-                    to_db_time(record.created_at),
-                    to_db_time(utcnow()),
-                ),
+                params,
             )
             if inserted:
-                await insert_usage(
+                insert_usage(
                     conn, cid, "reply", record.model, record.reply_usage, record.created_at
                 )
+
+        await self._db._run_write(work)
 
     async def pending_interactions(self) -> list[InteractionRecord]:
         """Recorded, not yet committed and not given up on; oldest (first recorded) first."""
@@ -305,31 +322,35 @@ class CommunityStore:
         (its attempts are returned); an unknown id raises `UnknownInteractionError`.
         """
         cid = self.community_id
-        async with self._db._write() as conn:
-            row = await fetchone(
+        params = (
+            error[:MAX_ERROR_CHARS],
+            to_db_time(utcnow()),
+            MAX_INTERACTION_ATTEMPTS,
+            cid,
+            interaction_id,
+        )
+
+        def work(conn: sqlite3.Connection) -> int:
+            row = fetchone(
                 conn,
                 "UPDATE interactions SET attempts = attempts + 1, last_error = ?, "
                 "updated_at = ?, status = CASE WHEN attempts + 1 >= ? THEN 'failed' "
                 "ELSE status END "
                 "WHERE community_id = ? AND id = ? AND status = 'pending' RETURNING attempts",
-                (
-                    error[:MAX_ERROR_CHARS],
-                    to_db_time(utcnow()),
-                    MAX_INTERACTION_ATTEMPTS,
-                    cid,
-                    interaction_id,
-                ),
+                params,
             )
-            if row is not None:
-                return int(row[0])
-            existing = await fetchone(
-                conn,
-                "SELECT attempts FROM interactions WHERE community_id = ? AND id = ?",
-                (cid, interaction_id),
-            )
-        if existing is None:
-            raise UnknownInteractionError(f"{cid}: no recorded interaction {interaction_id!r}")
-        return int(existing[0])
+            if row is None:
+                row = fetchone(
+                    conn,
+                    "SELECT attempts FROM interactions WHERE community_id = ? AND id = ?",
+                    (cid, interaction_id),
+                )
+            if row is None:
+                # The UPDATE matched nothing, so the rollback this causes undoes nothing.
+                raise UnknownInteractionError(f"{cid}: no recorded interaction {interaction_id!r}")
+            return int(row[0])
+
+        return await self._db._run_write(work)
 
     # --- audit ---------------------------------------------------------------------------
 

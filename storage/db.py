@@ -4,7 +4,8 @@ Why SQLite in WAL mode with one connection: the bot is one process serving many
 communities; WAL lets readers (the sqlite3 shell, a backup) work while the bot writes,
 `synchronous=NORMAL` keeps commits cheap (in WAL mode a committed transaction survives a
 process crash; only an OS crash/power loss can lose the last few), and a single
-connection with an `asyncio.Lock` gives every group of related writes exactly one
+connection whose every operation is one transaction run as one call in aiosqlite's
+worker thread (see `storage.base`) gives every group of related writes exactly one
 transaction without any cross-connection locking surprises.
 
 Per-community data is reached through `Database.community(id)` (a `CommunityStore`,
@@ -17,6 +18,7 @@ totals, moderator actions, conversation buffers (`BufferStore`) and platform plu
 from __future__ import annotations
 
 import logging
+import sqlite3
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -31,6 +33,7 @@ from storage.base import (
     from_db_time,
     insert_usage,
     note_activity,
+    run_on_sqlite_thread,
     to_db_time,
     utcnow,
 )
@@ -62,14 +65,7 @@ class Database(BufferStore, PlatformStore):
         # isolation_level=None: no implicit transactions; storage issues BEGIN/COMMIT itself.
         conn = await aiosqlite.connect(path, isolation_level=None)
         try:
-            async with conn.execute("PRAGMA journal_mode=WAL") as cur:
-                row = await cur.fetchone()
-            mode = str(row[0]).lower() if row else ""
-            if mode != "wal":
-                raise StorageError(f"could not enable WAL mode on {path} (got {mode!r})")
-            await conn.execute("PRAGMA foreign_keys=ON")
-            await conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
-            await conn.execute("PRAGMA synchronous=NORMAL")
+            await run_on_sqlite_thread(conn, lambda c: _configure(c, path, busy_timeout_ms))
             version = await migrate(conn)
         except BaseException:
             await conn.close()
@@ -78,8 +74,12 @@ class Database(BufferStore, PlatformStore):
         return cls(conn, path, version)
 
     async def close(self) -> None:
-        """Close the connection; waits for a transaction in progress to finish first."""
-        async with self._lock:
+        """Close the connection; operations already queued finish first.
+
+        From the first call on, new operations raise `StorageError`; aiosqlite queues the
+        close behind every transaction already handed to its thread, so none is cut off.
+        """
+        async with self._close_lock:
             if self._closed:
                 return
             self._closed = True
@@ -107,12 +107,13 @@ class Database(BufferStore, PlatformStore):
     ) -> None:
         """Note activity in a community (creating its row), and its latest display name."""
         at = at or utcnow()
-        async with self._write() as conn:
-            await note_activity(conn, community_id, at)
+
+        def work(conn: sqlite3.Connection) -> None:
+            note_activity(conn, community_id, at)
             if name:
-                await execute(
-                    conn, "UPDATE communities SET name = ? WHERE id = ?", (name, community_id)
-                )
+                execute(conn, "UPDATE communities SET name = ? WHERE id = ?", (name, community_id))
+
+        await self._run_write(work)
 
     async def communities_needing_nightly(
         self, now: datetime, min_interval: timedelta | None = None
@@ -137,14 +138,17 @@ class Database(BufferStore, PlatformStore):
     async def mark_reflected(self, community_id: str, at: datetime) -> None:
         """Record a finished reflection (never moves the time backwards)."""
         stamp = to_db_time(at)
-        async with self._write() as conn:
-            await ensure_community(conn, community_id, at)
-            await execute(
+
+        def work(conn: sqlite3.Connection) -> None:
+            ensure_community(conn, community_id, at)
+            execute(
                 conn,
                 "UPDATE communities SET last_reflection_time = ? WHERE id = ? "
                 "AND (last_reflection_time IS NULL OR last_reflection_time < ?)",
                 (stamp, community_id, stamp),
             )
+
+        await self._run_write(work)
 
     async def community_ids(self) -> list[str]:
         rows = await self._fetchall("SELECT id FROM communities ORDER BY id")
@@ -182,9 +186,12 @@ class Database(BufferStore, PlatformStore):
         Usage of a commit goes in `StateCommit.usage`, so it is written atomically with it.
         """
         at = at or utcnow()
-        async with self._write() as conn:
-            await ensure_community(conn, community_id, at)
-            await insert_usage(conn, community_id, purpose, model, usage, at)
+
+        def work(conn: sqlite3.Connection) -> None:
+            ensure_community(conn, community_id, at)
+            insert_usage(conn, community_id, purpose, model, usage, at)
+
+        await self._run_write(work)
 
     async def usage_totals(self, community_id: str, since: datetime | None = None) -> UsageTotals:
         """Summed token usage of one community, overall and per purpose."""
@@ -235,23 +242,27 @@ class Database(BufferStore, PlatformStore):
         still carries `actor`, so the history is complete even if this write is lost.
         """
         at = at or utcnow()
-        async with self._write() as conn:
-            await ensure_community(conn, community_id, at)
-            await execute(
+        params = (
+            community_id,
+            actor_id,
+            actor_name,
+            action,
+            args if isinstance(args, str) else " ".join(args),
+            reason,
+            int(allowed),
+            to_db_time(at),
+        )
+
+        def work(conn: sqlite3.Connection) -> None:
+            ensure_community(conn, community_id, at)
+            execute(
                 conn,
                 "INSERT INTO moderator_actions (community_id, actor_id, actor_name, action, "
                 "args, reason, allowed, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    community_id,
-                    actor_id,
-                    actor_name,
-                    action,
-                    args if isinstance(args, str) else " ".join(args),
-                    reason,
-                    int(allowed),
-                    to_db_time(at),
-                ),
+                params,
             )
+
+        await self._run_write(work)
 
     async def moderator_actions(self, community_id: str, limit: int = 20) -> list[ModeratorAction]:
         """Newest first."""
@@ -273,3 +284,14 @@ class Database(BufferStore, PlatformStore):
             )
             for r in rows
         ]
+
+
+def _configure(conn: sqlite3.Connection, path: Path, busy_timeout_ms: int) -> None:
+    """WAL, foreign keys, busy timeout, synchronous=NORMAL (see the module docstring)."""
+    row = conn.execute("PRAGMA journal_mode=WAL").fetchone()
+    mode = str(row[0]).lower() if row else ""
+    if mode != "wal":
+        raise StorageError(f"could not enable WAL mode on {path} (got {mode!r})")
+    conn.execute("PRAGMA foreign_keys=ON")
+    conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+    conn.execute("PRAGMA synchronous=NORMAL")

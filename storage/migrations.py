@@ -14,9 +14,18 @@ each other's rows.
 
 from __future__ import annotations
 
+import sqlite3
+
 import aiosqlite
 
-from storage.base import execute, fetchone, to_db_time, utcnow
+from storage.base import (
+    execute,
+    fetchone,
+    run_on_sqlite_thread,
+    to_db_time,
+    utcnow,
+    write_transaction,
+)
 from storage.models import SchemaTooNewError
 
 _V1: list[str] = [
@@ -191,8 +200,8 @@ MIGRATIONS: list[list[str]] = [_V1, _V2]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
-async def current_version(conn: aiosqlite.Connection) -> int:
-    row = await fetchone(conn, "SELECT COALESCE(MAX(version), 0) FROM schema_migrations")
+def current_version(conn: sqlite3.Connection) -> int:
+    row = fetchone(conn, "SELECT COALESCE(MAX(version), 0) FROM schema_migrations")
     return int(row[0]) if row else 0
 
 
@@ -200,35 +209,40 @@ async def migrate(conn: aiosqlite.Connection, migrations: list[list[str]] | None
     """Apply every migration the file lacks, one transaction each; returns the version.
 
     Safe to call on every start (a no-op when up to date) and from two processes at once:
-    the version is re-read under SQLite's write lock before each step.
+    the version is re-read under SQLite's write lock before each step. Runs as one call
+    in the SQLite thread (no other operation uses the connection while it does).
     """
     steps = MIGRATIONS if migrations is None else migrations
-    await execute(
+    return await run_on_sqlite_thread(conn, lambda c: _migrate(c, steps))
+
+
+def _migrate(conn: sqlite3.Connection, steps: list[list[str]]) -> int:
+    execute(
         conn,
         "CREATE TABLE IF NOT EXISTS schema_migrations ("
         "version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)",
     )
-    version = await current_version(conn)
+    version = current_version(conn)
     if version > len(steps):
         raise SchemaTooNewError(
             f"database schema is version {version} but this code knows only "
             f"{len(steps)}; upgrade the bot instead of downgrading the database"
         )
     while version < len(steps):
-        try:
-            await execute(conn, "BEGIN IMMEDIATE")
-            version = await current_version(conn)
-            if version < len(steps):
-                for statement in steps[version]:
-                    await execute(conn, statement)
-                version += 1
-                await execute(
-                    conn,
-                    "INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)",
-                    (version, to_db_time(utcnow())),
-                )
-            await conn.commit()
-        except BaseException:
-            await conn.rollback()
-            raise
+        version = write_transaction(conn, lambda c: _apply_next_step(c, steps))
+    return version
+
+
+def _apply_next_step(conn: sqlite3.Connection, steps: list[list[str]]) -> int:
+    """Apply the step after the file's current version (if any is left); returns the version."""
+    version = current_version(conn)
+    if version < len(steps):
+        for statement in steps[version]:
+            execute(conn, statement)
+        version += 1
+        execute(
+            conn,
+            "INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)",
+            (version, to_db_time(utcnow())),
+        )
     return version

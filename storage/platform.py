@@ -44,15 +44,17 @@ class PlatformStore(SqlBase):
             raise StorageError("ttl_seconds must be positive")
         now = to_db_time(at)
         expires = to_db_time(at + timedelta(seconds=ttl_seconds))
-        async with self._write() as conn:
-            await execute(conn, "DELETE FROM seen_events WHERE expires_at <= ?", (now,))
-            inserted = await execute(
+
+        def work(conn: sqlite3.Connection) -> int:
+            execute(conn, "DELETE FROM seen_events WHERE expires_at <= ?", (now,))
+            return execute(
                 conn,
                 "INSERT OR IGNORE INTO seen_events (platform, event_id, seen_at, expires_at) "
                 "VALUES (?, ?, ?, ?)",
                 (platform, event_id, now, expires),
             )
-        return inserted == 1
+
+        return await self._run_write(work) == 1
 
     # --- installations -----------------------------------------------------------------
 
@@ -70,18 +72,22 @@ class PlatformStore(SqlBase):
             key.get("enterprise_id"), key.get("team_id"), key.get("user_id"), is_enterprise
         )
         payload = to_json(dict(data))
-        async with self._write() as conn:
-            await execute(
+        installed_at = to_db_time(utcnow())
+
+        def work(conn: sqlite3.Connection) -> None:
+            execute(
                 conn,
                 "DELETE FROM installations WHERE enterprise_id = ? AND team_id = ? AND user_id = ?",
                 (enterprise, team, user),
             )
-            await execute(
+            execute(
                 conn,
                 "INSERT INTO installations (enterprise_id, team_id, user_id, "
                 "is_enterprise_install, data_json, installed_at) VALUES (?, ?, ?, ?, ?, ?)",
-                (enterprise, team, user, int(is_enterprise), payload, to_db_time(utcnow())),
+                (enterprise, team, user, int(is_enterprise), payload, installed_at),
             )
+
+        await self._run_write(work)
 
     async def find_installation(
         self,
@@ -125,22 +131,21 @@ class PlatformStore(SqlBase):
         if user_id is not None:
             sql += " AND user_id = ?"
             params.append(user)
-        async with self._write() as conn:
-            return await execute(conn, sql, params)
+        return await self._run_write(lambda conn: execute(conn, sql, params))
 
     # --- OAuth state -------------------------------------------------------------------
 
     async def issue_oauth_state(self, state: str, expires_at: datetime) -> None:
         """Remember a freshly generated OAuth state until `expires_at`."""
-        async with self._write() as conn:
+        params = (state, to_db_time(expires_at))
+
+        def work(conn: sqlite3.Connection) -> None:
             try:
-                await execute(
-                    conn,
-                    "INSERT INTO oauth_states (state, expires_at) VALUES (?, ?)",
-                    (state, to_db_time(expires_at)),
-                )
+                execute(conn, "INSERT INTO oauth_states (state, expires_at) VALUES (?, ?)", params)
             except sqlite3.IntegrityError as exc:
                 raise StorageError("this OAuth state was already issued") from exc
+
+        await self._run_write(work)
 
     async def consume_oauth_state(self, state: str, now: datetime) -> bool:
         """True exactly once for an issued, unexpired state; it is deleted either way.
@@ -148,11 +153,14 @@ class PlatformStore(SqlBase):
         A DELETE's row count decides, so two concurrent callbacks can't both succeed.
         """
         stamp = to_db_time(now)
-        async with self._write() as conn:
-            consumed = await execute(
+
+        def work(conn: sqlite3.Connection) -> int:
+            consumed = execute(
                 conn,
                 "DELETE FROM oauth_states WHERE state = ? AND expires_at > ?",
                 (state, stamp),
             )
-            await execute(conn, "DELETE FROM oauth_states WHERE expires_at <= ?", (stamp,))
-        return consumed == 1
+            execute(conn, "DELETE FROM oauth_states WHERE expires_at <= ?", (stamp,))
+            return consumed
+
+        return await self._run_write(work) == 1

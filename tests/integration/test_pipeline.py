@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from bot.messages import ReplyKind
+from bot.messages import IncomingMessage, ReplyKind
 from bot.runtime import LLM_DOWN, SLOW_DOWN
 from sonality.memory.sponge import SEED_SNAPSHOT
 from tests.fakes.anthropic_server import Fault, Text
@@ -291,3 +291,32 @@ async def test_episode_vector_is_the_reply_paths_embedding_of_the_message(
     assert exact == [NUCLEAR["summary"]]  # the document is still the ESS summary
     by_summary = agent.episodes.retrieve(NUCLEAR["summary"], min_relevance=0.99)
     assert by_summary == []  # the vector is the message's, not the summary's
+
+
+async def test_a_memory_store_fault_does_not_cost_the_reply(runtime, anthropic_server, caplog):
+    """Chroma failing a query (a real error seen under load) degrades to no memories."""
+    anthropic_server.brain.ess_rule(**NUCLEAR)
+    await say(runtime, STRONG_ARGUMENT)
+    agent = runtime.registry.get(A.id)
+    broken_collection = agent.episodes._collection
+
+    class Unreadable:
+        """Stands in for a collection whose index cannot be read right now."""
+
+        def query(self, **_: Any) -> None:
+            raise RuntimeError("Error creating hnsw segment reader: Nothing found on disk")
+
+    agent.episodes._collection = Unreadable()  # type: ignore[assignment]
+    try:
+        reply = await runtime.handle(
+            IncomingMessage(
+                community=A, channel_id="c1", user=ALICE, text="How dangerous are atomic plants?"
+            )
+        )
+    finally:
+        agent.episodes._collection = broken_collection
+    await runtime.drain()
+    assert reply is not None and reply.kind is ReplyKind.ANSWER
+    assert "<relevant_memories>" not in chat_requests(anthropic_server)[-1].system_text
+    assert "memory retrieval failed" in caplog.text
+    assert agent.sponge.interaction_count == 2  # learning still happened

@@ -175,3 +175,35 @@ async def test_committed_but_unwritten_memories_are_written_on_next_start(
         assert await runtime.db.community(TERMINAL).pending_episodes() == []
         found = agent.episodes.retrieve("zebra crossing safety audit")
         assert found == [lost.summary]
+
+
+async def test_ctrl_c_at_the_interactive_prompt_exits(tmp_path: Path, anthropic_server) -> None:
+    """With a real terminal on stdin, SIGINT while waiting for input ends the bot."""
+    import pty
+
+    controller, terminal = pty.openpty()
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "bot",
+            cwd=tmp_path,
+            env=bot_env(
+                tmp_path / "data",
+                ANTHROPIC_API_KEY=FAKE_API_KEY,
+                ANTHROPIC_BASE_URL=anthropic_server.base_url,
+            ),
+            stdin=terminal,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        assert proc.stdout is not None
+        banner = await asyncio.wait_for(proc.stdout.readline(), 120)
+        assert b"Sonality terminal community" in banner
+        await asyncio.sleep(0.5)  # now blocked reading the terminal
+        proc.send_signal(signal.SIGINT)
+        code = await asyncio.wait_for(proc.wait(), 20)
+        assert code == 0
+    finally:
+        os.close(controller)
+        os.close(terminal)
