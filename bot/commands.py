@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 
 from bot.messages import MODERATOR_COMMANDS, CommandRequest, CommandResult, Community
+from sonality import config
 from sonality.agent import RollbackError, SonalityAgent, cumulative_shift
 from sonality.memory.sponge import SpongeState
 from storage import Database
@@ -20,7 +21,7 @@ from storage import Database
 log = logging.getLogger(__name__)
 
 AgentLookup = Callable[[Community], Awaitable[SonalityAgent]]
-NextReflection = Callable[[str], datetime | None]
+NextReflection = Callable[[], datetime | None]
 
 HELP = """\
 /sonality beliefs [topic]   what I currently think, how sure I am and why
@@ -172,8 +173,10 @@ class CommandHandlers:
         agent = await self._agent_for(request.community)
         state = agent.sponge
         totals = await self._db.usage_totals(request.community.id)
-        nxt = self._next_reflection(request.community.id) if self._next_reflection else None
-        remaining = max(0, state.last_reflection_at + _reflection_every() - state.interaction_count)
+        nxt = self._next_reflection() if self._next_reflection else None
+        remaining = max(
+            0, state.last_reflection_at + config.REFLECTION_EVERY - state.interaction_count
+        )
         lines = [
             f"Version: v{state.version}",
             f"Interactions: {state.interaction_count}",
@@ -247,12 +250,6 @@ class CommandHandlers:
 
 class _UsageError(ValueError):
     """Bad command arguments; shown to the caller only."""
-
-
-def _reflection_every() -> int:
-    from sonality import config
-
-    return config.REFLECTION_EVERY
 
 
 def _int_arg(

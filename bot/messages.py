@@ -55,8 +55,6 @@ class Reply(BaseModel):
     text: str
     kind: ReplyKind = ReplyKind.ANSWER
     truncated: bool = False  # the incoming message was cut before the engine saw it
-    # Short status for the terminal's status line; adapters may ignore it.
-    status: str = ""
 
 
 class CommandRequest(BaseModel):

@@ -24,7 +24,6 @@ AgentFactory = Callable[[Community], Awaitable[SonalityAgent]]
 @dataclass
 class _Entry:
     agent: SonalityAgent
-    community: Community
     last_used: float = field(default_factory=time.monotonic)
 
 
@@ -49,7 +48,7 @@ class CommunityRegistry:
                 entry = self._entries.get(community.id)
                 if entry is None:
                     agent = await self.factory(community)
-                    entry = _Entry(agent=agent, community=community, last_used=self._clock())
+                    entry = _Entry(agent=agent, last_used=self._clock())
                     self._entries[community.id] = entry
             self._loading.pop(community.id, None)
         entry.last_used = self._clock()
@@ -61,10 +60,6 @@ class CommunityRegistry:
     def get(self, community_id: str) -> SonalityAgent | None:
         entry = self._entries.get(community_id)
         return entry.agent if entry else None
-
-    def last_used(self, community_id: str) -> float | None:
-        entry = self._entries.get(community_id)
-        return entry.last_used if entry else None
 
     async def evict_idle(self) -> list[str]:
         """Close agents idle longer than the limit with nothing left to post-process."""
@@ -86,12 +81,11 @@ class CommunityRegistry:
         return evicted
 
     async def drain(self, community_id: str | None = None) -> None:
-        agents = (
-            ([self._entries[community_id].agent] if community_id in self._entries else [])
-            if community_id
-            else [e.agent for e in self._entries.values()]
-        )
-        await asyncio.gather(*(a.drain() for a in agents))
+        if community_id is None:
+            entries = list(self._entries.values())
+        else:
+            entries = [e for cid, e in self._entries.items() if cid == community_id]
+        await asyncio.gather(*(e.agent.drain() for e in entries))
 
     async def close_all(self, grace_seconds: float = 10.0) -> None:
         entries = list(self._entries.values())

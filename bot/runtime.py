@@ -54,7 +54,7 @@ class Runtime:
         self.rate_limiter = rate_limiter or RateLimiter(
             settings.rate_limit_messages, settings.rate_limit_window_seconds
         )
-        self.commands = CommandHandlers(db, registry.agent_for, self._next_reflection)
+        self.commands = CommandHandlers(db, registry.agent_for, lambda: self.next_nightly)
         self._accepting = True
         self.next_nightly: datetime | None = None  # set by the scheduler
         # Wall-clock time of each community's latest message, for idle-time reflection.
@@ -106,12 +106,7 @@ class Runtime:
             reply += (
                 f"\n\n(Your message was very long, so I only read its first {limit:,} characters.)"
             )
-        state = agent.sponge
-        return Reply(
-            text=reply,
-            truncated=truncated,
-            status=f"v{state.version} · staged {len(state.staged_opinion_updates)}",
-        )
+        return Reply(text=reply, truncated=truncated)
 
     def _needs_touch(self, community: Community, now: datetime) -> bool:
         """Community bookkeeping (name, first sight) is written at most once a minute."""
@@ -178,20 +173,19 @@ class Runtime:
             return []
 
     # ------------------------------------------------------------------ lifecycle
-    def _next_reflection(self, community_id: str) -> datetime | None:
-        return self.next_nightly
-
     async def drain(self, community_id: str | None = None) -> None:
         """Wait for background work (tests, terminal status line, shutdown)."""
+        await self._wait_background()
+        await self.registry.drain(community_id)
+
+    async def _wait_background(self) -> None:
         if self._background:
             await asyncio.gather(*list(self._background), return_exceptions=True)
-        await self.registry.drain(community_id)
 
     def stop_accepting(self) -> None:
         self._accepting = False
 
     async def close(self, grace_seconds: float = 10.0) -> None:
         self.stop_accepting()
-        if self._background:
-            await asyncio.gather(*list(self._background), return_exceptions=True)
+        await self._wait_background()
         await self.registry.close_all(grace_seconds)

@@ -21,11 +21,11 @@ import asyncio
 import contextlib
 import inspect
 import logging
-import math
 import uuid
 from collections.abc import Awaitable, Sequence
-from dataclasses import dataclass
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict
 
 from sonality import config
 from sonality.ess import ESSResult, classify, safe_default_ess
@@ -70,9 +70,10 @@ class RollbackError(ValueError):
     """A rollback target that does not exist."""
 
 
-@dataclass(frozen=True)
-class ReflectionOutcome:
+class ReflectionOutcome(BaseModel):
     """What one reflection did, for commands and the audit log."""
+
+    model_config = ConfigDict(frozen=True)
 
     ran: bool
     accepted: bool = False
@@ -499,9 +500,7 @@ class SonalityAgent:
     ) -> ReflectionOutcome | None:
         """Periodic (every REFLECTION_EVERY) or event-driven (cumulative shift) reflection."""
         since = state.interaction_count - state.last_reflection_at
-        shift = sum(
-            s.magnitude for s in state.recent_shifts if s.interaction > state.last_reflection_at
-        )
+        shift = cumulative_shift(state)
         periodic = since >= config.REFLECTION_EVERY
         event_driven = shift > config.REFLECTION_SHIFT_THRESHOLD
         if not (periodic or event_driven) or since < config.REFLECTION_EVERY // 2:
@@ -797,7 +796,4 @@ def _describe_interaction(
 
 def cumulative_shift(state: SpongeState) -> float:
     """Shift magnitude since the last reflection (shown by `/sonality status`)."""
-    total = sum(
-        s.magnitude for s in state.recent_shifts if s.interaction > state.last_reflection_at
-    )
-    return 0.0 if math.isnan(total) else total
+    return sum(s.magnitude for s in state.recent_shifts if s.interaction > state.last_reflection_at)
