@@ -32,6 +32,7 @@ from discord.http import Route
 from adapters.chunking import split_message
 from bot.interface import ChatRuntime, StartupError
 from bot.messages import (
+    INTERNAL_ERROR,
     MODERATOR_COMMANDS,
     CommandRequest,
     CommandResult,
@@ -99,11 +100,20 @@ class _Endpoints:
             self._saved = None
 
 
+def _community(guild_id: int | None, user_id: int, name: str) -> Community:
+    """The guild's personality, or (in a DM) a private one per user: one place for both."""
+    if guild_id is None:
+        return Community(id=f"{PLATFORM}:dm:{user_id}", name=name)
+    return Community(id=f"{PLATFORM}:{guild_id}", name=name)
+
+
 class _Hooks:
     """discord.py calls hooks as methods on the client; these forward to the adapter."""
 
-    _adapter: DiscordAdapter
-    _identify_delay: float
+    def __init__(self, adapter: DiscordAdapter, identify_delay: float, **options: Any) -> None:
+        super().__init__(**options)
+        self._adapter = adapter
+        self._identify_delay = identify_delay
 
     async def setup_hook(self) -> None:
         await self._adapter._setup_hook()
@@ -121,17 +131,11 @@ class _Hooks:
 
 
 class _Client(_Hooks, discord.Client):
-    def __init__(self, adapter: DiscordAdapter, identify_delay: float, **options: Any) -> None:
-        super().__init__(**options)
-        self._adapter = adapter
-        self._identify_delay = identify_delay
+    pass
 
 
 class _ShardedClient(_Hooks, discord.AutoShardedClient):
-    def __init__(self, adapter: DiscordAdapter, identify_delay: float, **options: Any) -> None:
-        super().__init__(**options)
-        self._adapter = adapter
-        self._identify_delay = identify_delay
+    pass
 
 
 class DiscordAdapter:
@@ -297,11 +301,11 @@ class DiscordAdapter:
                 message.channel, discord.DMChannel
             ):
                 return None
-            community = Community(id=f"{PLATFORM}:dm:{author.id}", name=f"DM with {author.name}")
+            community = _community(None, author.id, f"DM with {author.name}")
         else:
             if not self._addresses_bot(message, me.id):
                 return None
-            community = Community(id=f"{PLATFORM}:{guild.id}", name=guild.name)
+            community = _community(guild.id, author.id, guild.name)
         text = self.clean_text(message, me.id)
         if not text:
             return None
@@ -475,12 +479,11 @@ class DiscordAdapter:
 
     @staticmethod
     def _community(interaction: discord.Interaction) -> Community:
+        user = interaction.user
         if interaction.guild_id is None:
-            return Community(id=f"{PLATFORM}:dm:{interaction.user.id}", name="DM")
+            return _community(None, user.id, f"DM with {user.name}")
         guild = interaction.guild
-        return Community(
-            id=f"{PLATFORM}:{interaction.guild_id}", name=guild.name if guild is not None else ""
-        )
+        return _community(interaction.guild_id, user.id, guild.name if guild is not None else "")
 
     async def _choices(
         self, interaction: discord.Interaction, kind: Literal["version", "topic"], current: str
@@ -529,9 +532,7 @@ class DiscordAdapter:
                 interaction.guild_id,
                 channel_id,
             )
-            result = CommandResult(
-                text="That command failed; try again later.", ok=False, private=True
-            )
+            result = CommandResult(text=INTERNAL_ERROR, ok=False, private=True)
         try:
             await self._deliver(interaction, name, result, ephemeral)
         except (discord.HTTPException, discord.RateLimited) as exc:

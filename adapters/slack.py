@@ -57,11 +57,13 @@ from adapters.chunking import split_message
 from bot.interface import ChatRuntime, StartupError
 from bot.messages import (
     COMMAND_NAMES,
+    INTERNAL_ERROR,
     CommandRequest,
     CommandResult,
     Community,
     IncomingMessage,
     Reply,
+    ReplyKind,
     User,
 )
 from bot.settings import Settings
@@ -787,8 +789,7 @@ class SlackAdapter:
             message = IncomingMessage(
                 community=Community(id=f"{PLATFORM}:{team}"),
                 channel_id=channel,
-                # A DM is one running conversation; in channels each thread is one.
-                thread_id=event.get("thread_ts") or (None if is_dm else ts),
+                thread_id=thread_ts,
                 message_id=ts,
                 user=User(id=user_id, name=author.name if author else ""),
                 text=text,
@@ -800,7 +801,7 @@ class SlackAdapter:
                 log.exception(
                     "runtime failed on a Slack message (team=%s channel=%s)", team, channel
                 )
-                reply = Reply(text="Sorry, something went wrong on my side. Please try again.")
+                reply = Reply(text=INTERNAL_ERROR, kind=ReplyKind.NOTICE)
             if reply is not None:
                 await self._post_reply(client, team, channel, thread_ts, reply)
         finally:
@@ -830,10 +831,7 @@ class SlackAdapter:
         thread_ts: str | None,
         reply: Reply,
     ) -> None:
-        text = reply.text
-        if reply.truncated:
-            text += "\n\n_(Your message was long, so I only read the first part.)_"
-        for chunk in render_chunks(text):
+        for chunk in render_chunks(reply.text):
             posted = await self._call(
                 "chat.postMessage",
                 team,
@@ -899,9 +897,7 @@ class SlackAdapter:
                     result = await self._runtime.run_command(request)
                 except Exception:
                     log.exception("runtime failed on /sonality %s (team=%s)", name, team)
-                    result = CommandResult(
-                        text="Sorry, that command failed. Please try again.", ok=False, private=True
-                    )
+                    result = CommandResult(text=INTERNAL_ERROR, ok=False, private=True)
             await self._respond(respond, team, channel, name, result)
 
     async def _respond(

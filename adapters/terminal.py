@@ -95,7 +95,7 @@ class TerminalAdapter:
             return True
         if text in {"/quit", "/exit"}:
             return False
-        if text.startswith("/as"):
+        if text == "/as" or text.startswith("/as "):
             name = text[3:].strip()
             if not name:
                 self._print("usage: /as NAME")
@@ -141,26 +141,11 @@ class TerminalAdapter:
 
     async def _status(self) -> None:
         """ESS, version and staged count once this message's learning has finished."""
-        drain = getattr(self.runtime, "drain", None)
-        registry = getattr(self.runtime, "registry", None)
-        if drain is None or registry is None:
+        await self.runtime.drain(COMMUNITY.id)
+        status = self.runtime.learning_status(COMMUNITY.id)
+        if not status:
             return
-        await drain(COMMUNITY.id)
-        agent = registry.get(COMMUNITY.id)
-        if agent is None:
-            return
-        state = agent.sponge
-        ess = agent.last_ess
-        parts = []
-        if ess is not None:
-            parts.append(f"ESS {ess.score:.2f} {ess.reasoning_type} {ess.opinion_direction}")
-        parts += [
-            f"v{state.version}",
-            f"staged {len(state.staged_opinion_updates)}",
-            f"insights {len(state.pending_insights)}",
-            f"beliefs {len(state.opinion_vectors)}",
-        ]
-        line = "  · " + " · ".join(parts)
+        line = "  · " + status
         if self.interactive:
             self._print(line)
         else:

@@ -25,6 +25,14 @@ class ChatRuntime(Protocol):
         """Run one `/sonality` command; refusals and errors come back as results."""
         ...
 
+    async def drain(self, community_id: str | None = None) -> None:
+        """Wait until learning from the messages answered so far has finished."""
+        ...
+
+    def learning_status(self, community_id: str) -> str:
+        """One line on the latest learning (ESS, version, staged, insights, beliefs)."""
+        ...
+
     async def complete(
         self, community: Community, kind: Literal["version", "topic"], prefix: str
     ) -> list[str]:

@@ -79,6 +79,11 @@ class CommandResult(BaseModel):
     title: str = ""
 
 
+# What people see when something goes wrong, the same wording on every platform.
+LLM_DOWN = "Sorry, I can't reach my language model right now. Please try again in a minute."
+INTERNAL_ERROR = "Sorry, something went wrong on my side. Nothing was lost; please try again."
+SLOW_DOWN = "You're sending messages faster than I can think. Please slow down a little."
+
 COMMAND_NAMES: tuple[str, ...] = (
     "beliefs",
     "rollback",

@@ -16,6 +16,9 @@ from typing import Any, Literal
 
 from bot.commands import CommandHandlers
 from bot.messages import (
+    INTERNAL_ERROR,
+    LLM_DOWN,
+    SLOW_DOWN,
     CommandRequest,
     CommandResult,
     Community,
@@ -30,12 +33,11 @@ from sonality.llm import ChatTurn, LLMError
 from sonality.store import Speaker
 from storage import Database
 
+__all__ = ["INTERNAL_ERROR", "LLM_DOWN", "SLOW_DOWN", "Runtime"]
+
 log = logging.getLogger(__name__)
 
-LLM_DOWN = "Sorry, I can't reach my language model right now. Please try again in a minute."
-INTERNAL_ERROR = "Sorry, something went wrong on my side. Nothing was lost; please try again."
 TOUCH_EVERY = timedelta(minutes=1)
-SLOW_DOWN = "You're sending messages faster than I can think. Please slow down a little."
 
 
 class Runtime:
@@ -177,6 +179,24 @@ class Runtime:
         """Wait for background work (tests, terminal status line, shutdown)."""
         await self._wait_background()
         await self.registry.drain(community_id)
+
+    def learning_status(self, community_id: str) -> str:
+        agent = self.registry.get(community_id)
+        if agent is None:
+            return ""
+        state, ess = agent.sponge, agent.last_ess
+        parts = (
+            []
+            if ess is None
+            else [f"ESS {ess.score:.2f} {ess.reasoning_type} {ess.opinion_direction}"]
+        )
+        parts += [
+            f"v{state.version}",
+            f"staged {len(state.staged_opinion_updates)}",
+            f"insights {len(state.pending_insights)}",
+            f"beliefs {len(state.opinion_vectors)}",
+        ]
+        return " · ".join(parts)
 
     async def _wait_background(self) -> None:
         if self._background:

@@ -14,8 +14,6 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any, Literal
 
 import pytest
-from discord.gateway import DiscordWebSocket
-from discord.http import Route
 
 from adapters.discord import INTENTS_HELP, TOKEN_HELP, DiscordAdapter
 from bot.interface import StartupError
@@ -29,6 +27,7 @@ from bot.messages import (
     ReplyKind,
 )
 from bot.settings import Settings
+from tests.fakes.discord_fixtures import restores_discord_endpoints  # noqa: F401
 from tests.fakes.discord_server import FakeChannel, FakeDiscord, FakeGuild, FakeUser
 
 MANAGE_GUILD = 1 << 5
@@ -65,15 +64,6 @@ class RecordingRuntime:
         self.completions.append((community, kind, prefix))
         pool = ["3", "2", "1"] if kind == "version" else ["ethics", "ethereum", "music"]
         return [p for p in pool if p.startswith(prefix)]
-
-
-@pytest.fixture(autouse=True)
-def restores_discord_endpoints() -> Any:
-    base, gateway = Route.BASE, DiscordWebSocket.DEFAULT_GATEWAY
-    yield
-    assert Route.BASE == base, "adapter leaked its API base URL"
-    assert DiscordWebSocket.DEFAULT_GATEWAY == gateway, "adapter leaked its gateway URL"
-    Route.BASE, DiscordWebSocket.DEFAULT_GATEWAY = base, gateway
 
 
 @pytest.fixture

@@ -16,14 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from discord.gateway import DiscordWebSocket
-from discord.http import Route
 
 from adapters.discord import DiscordAdapter
 from bot.app import open_runtime
 from bot.runtime import LLM_DOWN, Runtime
 from sonality.agent import SonalityAgent
 from tests.fakes.anthropic_server import AnthropicFake, Fault
+from tests.fakes.discord_fixtures import restores_discord_endpoints  # noqa: F401
 from tests.fakes.discord_server import FakeDiscord, FakeGuild, FakeUser, RecordedRequest
 from tests.integration.conftest import make_settings
 
@@ -66,15 +65,6 @@ class World:
         agent = self.runtime.registry.get(self.community(guild))
         assert agent is not None, f"no agent loaded for {self.community(guild)}"
         return agent
-
-
-@pytest.fixture(autouse=True)
-def restores_discord_endpoints() -> Any:
-    base, gateway = Route.BASE, DiscordWebSocket.DEFAULT_GATEWAY
-    yield
-    assert Route.BASE == base, "adapter leaked its API base URL"
-    assert DiscordWebSocket.DEFAULT_GATEWAY == gateway, "adapter leaked its gateway URL"
-    Route.BASE, DiscordWebSocket.DEFAULT_GATEWAY = base, gateway
 
 
 @pytest.fixture
