@@ -123,7 +123,10 @@ class ReflectionScheduler:
         return done
 
     async def run_housekeeping(self, now: datetime | None = None) -> None:
+        """Idle reflection, unloading idle agents, and forgetting expired conversation."""
+        now = now or self.clock()
         await self.run_idle(now)
+        await self.db.prune_turns(now - timedelta(minutes=self.settings.buffer_ttl_minutes))
         await self.registry.evict_idle()
         self.runtime.rate_limiter.forget_idle()
 

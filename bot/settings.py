@@ -80,7 +80,7 @@ class Settings(BaseSettings):
     slack_moderator_ids: str = Field(default="", alias="SLACK_MODERATOR_IDS")
     slack_allow_dms: bool = Field(default=False, alias="SLACK_ALLOW_DMS")
 
-    log_level: str = Field(default="INFO", alias="SONALITY_LOG_LEVEL")
+    log_level: str = Field(default=engine_config.LOG_LEVEL, alias="SONALITY_LOG_LEVEL")
 
     @property
     def resolved_database_path(self) -> Path:

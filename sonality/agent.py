@@ -300,7 +300,7 @@ class SonalityAgent:
             except Exception as exc:
                 log.exception("%s: post-processing of %s failed", self.label, record.id)
                 try:
-                    await self.store.mark_interaction_failed(record.id, repr(exc)[:500])
+                    await self.store.mark_interaction_failed(record.id, repr(exc))
                 except Exception:
                     log.exception("%s: could not record the failure", self.label)
             finally:
@@ -533,7 +533,7 @@ class SonalityAgent:
         prompt = REFLECTION_PROMPT.format(
             current_snapshot=escape_prompt_text(state.snapshot),
             structured_traits=escape_prompt_text(self._build_structured_traits(state)),
-            current_beliefs=escape_prompt_text(_belief_lines(state) or "(none yet)"),
+            current_beliefs=escape_prompt_text(state.belief_summary() or "(none yet)"),
             pending_insights=escape_prompt_text(
                 "\n".join(f"- {i}" for i in state.pending_insights) or "(none)"
             ),
@@ -703,20 +703,6 @@ def _disagrees(state: SpongeState, ess: ESSResult) -> bool:
     """Structural disagreement: the user argues against a stance the agent holds."""
     sign = ess.opinion_direction.sign
     return sign != 0 and any(state.opinion_vectors.get(t, 0.0) * sign < 0 for t in ess.topics)
-
-
-def _belief_lines(state: SpongeState) -> str:
-    lines = []
-    for topic, value in sorted(state.opinion_vectors.items(), key=lambda kv: -abs(kv[1])):
-        meta = state.belief_meta.get(topic)
-        if meta:
-            lines.append(
-                f"- {topic}: {value:+.2f} (confidence {meta.confidence:.2f}, "
-                f"{meta.evidence_count} evidence)"
-            )
-        else:
-            lines.append(f"- {topic}: {value:+.2f}")
-    return "\n".join(lines)
 
 
 def _fit_snapshot(text: str) -> str:

@@ -2,7 +2,7 @@
 
 A Chroma write holds its collection for several milliseconds, and a reply's retrieval
 that arrives meanwhile waits for it. Learning is never urgent, replies always are, so
-before writing an episode the learning worker waits (briefly, bounded so it can never
+before writing a batch of episodes the learning worker waits (briefly, bounded so it can never
 starve) until no reply in the process is retrieving memories.
 """
 
@@ -38,8 +38,8 @@ class ReplyPriority:
     async def wait_quiet(self) -> None:
         """Return when no reply is retrieving, or after `max_wait` at most.
 
-        Futures are made per call on the running loop (not one Event made at import),
-        so the gate keeps working when a runtime is rebuilt in another event loop.
+        Futures are made per call on the running loop, so an instance is not tied to
+        the event loop it was created in.
         """
         if self._active == 0:
             return

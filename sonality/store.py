@@ -71,7 +71,11 @@ SEMANTIC = "semantic"
 
 
 class Episode(BaseModel):
-    """One memory as stored in Chroma; the embedded document is the summary."""
+    """One memory as stored in Chroma.
+
+    The document is the summary. The vector is `embedding` when given (the user's
+    message as the reply path embedded it), else the summary's.
+    """
 
     model_config = ConfigDict(frozen=True)
 
@@ -91,8 +95,6 @@ class Episode(BaseModel):
 
 class StateCommit(BaseModel):
     """Everything one state change writes, applied atomically by the store."""
-
-    model_config = ConfigDict(arbitrary_types_allowed=True)
 
     state: SpongeState
     cause: str  # "seed" | "interaction" | "reflection" | "rollback" | "decay"

@@ -47,12 +47,13 @@ its community's replay queue forever; failed rows stay in the table for inspecti
 
 MAX_ERROR_CHARS = 2000
 
-ACTIVITY_CAUSES = frozenset({"interaction", "rollback"})
+ACTIVITY_CAUSES = frozenset({"rollback"})
 """Commit causes that count as community activity (people did something).
 
-Seeds, reflections and decay are the bot's own doing; if they counted, each nightly
-reflection would make its community look active again and be reflected every night
-forever.
+A message's activity is recorded by `record_interaction`, at the message's time; its
+learning commit may land later (the nightly job drains the queue before reflecting),
+and counting that would make the community look active after its reflection. Seeds,
+reflections and decay are the bot's own doing and never count.
 """
 
 

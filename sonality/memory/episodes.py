@@ -2,17 +2,23 @@
 
 Why it looks like this:
 
-* Each interaction that mattered is stored as one embedded summary. Retrieval ranks by
+* Each interaction is stored with its ESS summary as the document; its vector is the
+  user's message as the reply path already embedded it (or the summary's, when no
+  vector is given). Retrieval ranks by
   cosine similarity times ``1 + ess_score`` so that, between two equally relevant
   memories, the one backed by stronger arguments surfaces first.
 * Reranking only matters if there is something to rerank, so more candidates than
   asked for are fetched from the index first.
 * The product hosts one personality per Discord guild / Slack workspace. Each gets its
-  own collection (see :func:`collection_name_for`) inside one shared PersistentClient,
-  so communities can never read each other's memories.
+  own collections (see :func:`collection_name_for`): ``<name>`` for episodes and
+  ``<name>-semantic`` for consolidated insights, created on first use. Separate
+  collections instead of a ``memory_type`` filter: a filter matching most of a large
+  collection made every query ~20x slower. All live in one shared PersistentClient, so
+  communities can never read each other's memories.
 * Chroma is synchronous; callers on an event loop use ``asyncio.to_thread``. Nothing
-  here holds state besides the collection handle, and the embedding function is
-  thread-safe, so concurrent calls (even on different collections) are safe.
+  here holds state besides the two collection handles (the semantic one is made with
+  get-or-create, so threads racing to create it is harmless), and the embedding
+  function is thread-safe.
 """
 
 from __future__ import annotations
@@ -169,7 +175,10 @@ class EpisodeStore:
         return episode.id
 
     def store_many(self, episodes: Sequence[Episode]) -> None:
-        """Upsert many episodes in one embedding batch (imports, benchmarks, backfills)."""
+        """Upsert episodes, semantic ones into the ``-semantic`` collection.
+
+        Vectors are computed, in one batch, only for episodes without ``embedding``.
+        """
         semantic = [e for e in episodes if e.memory_type == SEMANTIC]
         episodic = [e for e in episodes if e.memory_type != SEMANTIC]
         if semantic:
@@ -225,7 +234,8 @@ class EpisodeStore:
 
         Cosine similarity (``1 - distance``) below ``min_relevance`` is dropped; the rest
         is ranked by ``similarity * (1 + ess_score)``. ``where`` filters on metadata,
-        e.g. ``{"interaction": {"$gte": 40}}``.
+        e.g. ``{"interaction": {"$gte": 40}}``; a top-level ``memory_type`` in it picks
+        the collection to search instead of filtering.
         """
         if n_results <= 0:
             return []

@@ -86,3 +86,15 @@ async def test_nightly_trigger_honours_hour_and_timezone(tmp_path, llm):
             assert "nightly run" in status.text and "02:00 UTC" in status.text
         finally:
             scheduler.shutdown()
+
+
+async def test_housekeeping_forgets_expired_conversation(runtime, anthropic_server):
+    await say(runtime, "remember my tea", community=A)
+    now = datetime.now(UTC)
+    assert await runtime.db.recent_turns(A.id, "u-alice", max_turns=10, max_chars=1000)
+    scheduler = scheduler_for(runtime)
+    await scheduler.run_housekeeping(now + timedelta(minutes=30))
+    assert await runtime.db.recent_turns(A.id, "u-alice", max_turns=10, max_chars=1000)
+    ttl = runtime.settings.buffer_ttl_minutes
+    await scheduler.run_housekeeping(now + timedelta(minutes=ttl + 1))
+    assert await runtime.db.recent_turns(A.id, "u-alice", max_turns=10, max_chars=1000) == []

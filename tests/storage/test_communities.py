@@ -76,6 +76,16 @@ async def test_own_commits_are_not_activity_but_interactions_are(db: Database) -
     assert await db.communities_needing_nightly(at(3)) == []
 
 
+async def test_learning_committed_after_a_reflection_is_not_new_activity(db: Database) -> None:
+    """The nightly job drains queued learning before reflecting; that is not activity."""
+    store = db.community("discord:1")
+    await store.commit(commit_of(0, cause="seed"))
+    await store.record_interaction(record("i1", minutes=1))
+    await db.mark_reflected("discord:1", at(2))
+    await store.commit(commit_of(1, interaction_id="i1"))  # committed after at(2)
+    assert await db.communities_needing_nightly(at(3)) == []
+
+
 async def test_usage_totals_sum_and_since(db: Database) -> None:
     await db.record_usage("discord:1", "ess", "m", Usage(input_tokens=3, output_tokens=1), at(0))
     await db.record_usage(
