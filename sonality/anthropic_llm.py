@@ -18,16 +18,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, cast
 
 import anthropic
+from anthropic import Omit
 from anthropic.types import (
     AssistantMessageParam,
     Message,
     MessageParam,
     TextBlock,
     TextBlockParam,
+    ToolChoiceToolParam,
     ToolParam,
     ToolUseBlock,
     UserMessageParam,
@@ -81,17 +83,7 @@ class AnthropicLLM(LLMClient):
         model: str | None = None,
         purpose: str = "reply",
     ) -> TextResult:
-        chosen = model or self.default_model
-        message = await self._call(
-            purpose,
-            chosen,
-            lambda: self._client.messages.create(
-                model=chosen,
-                max_tokens=max_tokens,
-                system=_system_param(system) or anthropic.omit,
-                messages=_messages_param(messages),
-            ),
-        )
+        message = await self._create(purpose, system, messages, max_tokens, model)
         text = "".join(block.text for block in message.content if isinstance(block, TextBlock))
         return TextResult(text=text, model=message.model, usage=_usage(message.usage))
 
@@ -107,19 +99,15 @@ class AnthropicLLM(LLMClient):
     ) -> ToolResult:
         """Returns `{}` as the input when the model answered without calling the tool:
         the caller validates the input anyway and retries on invalid."""
-        chosen = model or self.default_model
         name = str(tool["name"])
-        message = await self._call(
+        message = await self._create(
             purpose,
-            chosen,
-            lambda: self._client.messages.create(
-                model=chosen,
-                max_tokens=max_tokens,
-                system=_system_param(system) or anthropic.omit,
-                messages=_messages_param(messages),
-                tools=[cast(ToolParam, tool)],
-                tool_choice={"type": "tool", "name": name},
-            ),
+            system,
+            messages,
+            max_tokens,
+            model,
+            tools=[cast(ToolParam, tool)],
+            tool_choice={"type": "tool", "name": name},
         )
         tool_input: dict[str, Any] = {}
         for block in message.content:
@@ -127,21 +115,35 @@ class AnthropicLLM(LLMClient):
                 tool_input = dict(block.input)
                 break
         else:
-            log.info("%s: model %s answered without calling tool %s", purpose, chosen, name)
+            log.info("%s: model %s answered without calling tool %s", purpose, message.model, name)
         return ToolResult(tool_input=tool_input, model=message.model, usage=_usage(message.usage))
 
     async def aclose(self) -> None:
         """Close the SDK's HTTP connection pool (call once at shutdown)."""
         await self._client.close()
 
-    async def _call(
-        self, purpose: str, model: str, create: Callable[[], Awaitable[Message]]
+    async def _create(
+        self,
+        purpose: str,
+        system: Sequence[SystemBlock],
+        messages: Sequence[ChatTurn],
+        max_tokens: int,
+        model: str | None,
+        tools: list[ToolParam] | Omit = anthropic.omit,
+        tool_choice: ToolChoiceToolParam | Omit = anthropic.omit,
     ) -> Message:
-        # `create` is a factory, not a coroutine, so nothing is left un-awaited when the
-        # wait for a slot is cancelled.
+        """One Messages API call inside a concurrency slot; SDK errors become LLMError."""
+        model = model or self.default_model
         async with self._slots:
             try:
-                return await create()
+                return await self._client.messages.create(
+                    model=model,
+                    max_tokens=max_tokens,
+                    system=_system_param(system) or anthropic.omit,
+                    messages=_messages_param(messages),
+                    tools=tools,
+                    tool_choice=tool_choice,
+                )
             except anthropic.AnthropicError as err:
                 reason = self._describe(err)
                 request_id = getattr(err, "request_id", None)
