@@ -248,6 +248,12 @@ async def seed_state(runtime: Runtime, community: Community, interactions: int) 
     await runtime.registry.agent_for(community)
 
 
+def chroma_reopens(runtime: Runtime) -> int:
+    """How often the shared Chroma client was reopened to free memory indexes."""
+    agents = runtime.registry.loaded().values()
+    return next((agent.episodes.chroma.reopens for agent in agents), 0)
+
+
 def message(community: Community, i: int, users: int = 20) -> IncomingMessage:
     topic, _ = TOPICS[i % len(TOPICS)]
     return IncomingMessage(
@@ -373,13 +379,15 @@ async def figure_throughput(
             elapsed = time.perf_counter() - start
             calls = llm.calls - calls_before
             await runtime.drain()
+            reopens = chroma_reopens(runtime)
     rate = calls / elapsed
     ceiling = cap / latency
     report(
         "3. LLM throughput, 100 communities",
         f"{rate:.0f} calls/s = {rate / ceiling:.0%} of cap/latency ({ceiling:.0f}/s); "
         f"{replies} replies; reply-path time outside the LLM call p50 "
-        f"{fmt_ms(percentile(overheads, 50))}, p99 {fmt_ms(percentile(overheads, 99))}",
+        f"{fmt_ms(percentile(overheads, 50))}, p99 {fmt_ms(percentile(overheads, 99))}; "
+        f"Chroma reopened {reopens} times",
         f"{communities} communities chatting for {seconds:.0f} s, LLM latency "
         f"{latency * 1000:.0f} ms, concurrency cap {cap}",
         "≥ 80% of cap/latency",
@@ -431,9 +439,11 @@ async def measure_active(data: Path, active: int) -> None:
             gc.collect()
             rss = process.memory_info().rss
             loaded = len(runtime.registry.loaded())
+            reopens = chroma_reopens(runtime)
     report(
         "4. resident memory",
-        f"{rss / 2**20:.0f} MB ({base / 2**20:.0f} MB before any community talked)",
+        f"{rss / 2**20:.0f} MB ({base / 2**20:.0f} MB before any community talked; "
+        f"Chroma reopened {reopens} times)",
         f"{known:,} known communities with episodes, {loaded} of them active "
         "(one message each, learning finished)",
         "< 500 MB",

@@ -23,15 +23,13 @@ from bot.settings import Settings
 from sonality.agent import SonalityAgent
 from sonality.anthropic_llm import AnthropicLLM
 from sonality.llm import LLMClient
-from sonality.memory.embedding import default_embedding_function, make_chroma_client
+from sonality.memory.embedding import default_embedding_function
 from sonality.memory.episodes import EpisodeStore, collection_name_for
+from sonality.memory.shared_chroma import SharedChroma
 from sonality.priority import ReplyPriority
 from storage import Database
 
 log = logging.getLogger(__name__)
-
-# Chroma's segment cache is bounded so a process knowing many communities stays small.
-CHROMA_MEMORY_LIMIT_BYTES = 256 * 1024 * 1024
 
 
 def build_llm(settings: Settings) -> AnthropicLLM:
@@ -54,10 +52,9 @@ async def open_runtime(settings: Settings, llm: LLMClient | None = None) -> Asyn
     owned_llm = llm is None
     client: LLMClient = build_llm(settings) if llm is None else llm
     db = await Database.open(settings.resolved_database_path)
+    # One client for every community, reopened when too many memory indexes are open.
     chroma = await asyncio.to_thread(
-        make_chroma_client,
-        settings.resolved_chroma_dir,
-        memory_limit_bytes=CHROMA_MEMORY_LIMIT_BYTES,
+        SharedChroma, settings.resolved_chroma_dir, max_open=settings.chroma_max_open
     )
     embed = await asyncio.to_thread(default_embedding_function, settings.resolved_model_cache_dir)
     priority = ReplyPriority()  # one per runtime: any reply outranks any memory write

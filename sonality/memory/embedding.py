@@ -36,6 +36,7 @@ import numpy as np
 import numpy.typing as npt
 import onnx
 from chromadb.api import ClientAPI
+from chromadb.api.client import Client as ChromaClient
 from chromadb.api.types import Documents, EmbeddingFunction, Embeddings, Space
 from chromadb.config import Settings
 from chromadb.utils.embedding_functions import register_embedding_function
@@ -469,42 +470,27 @@ def default_embedding_function(cache_dir: Path) -> FastMiniLML6V2:
 # --------------------------------------------------------------------------------------
 
 _client_lock = threading.Lock()
-_clients: dict[Path, tuple[ClientAPI, int | None]] = {}
+_clients: dict[Path, ClientAPI] = {}
 
 
-def make_chroma_client(persist_dir: Path, *, memory_limit_bytes: int | None = None) -> ClientAPI:
+def make_chroma_client(persist_dir: Path) -> ClientAPI:
     """Return the process's PersistentClient for ``persist_dir`` (created on first use).
 
     Chroma keeps one system per path per process and rejects a second one with
     different settings, so clients are cached by resolved path. Telemetry is off (the
-    bot runs offline). With ``memory_limit_bytes`` the LRU segment-cache policy is
-    requested so idle communities' indexes can be evicted. ``None`` means "whatever the
-    existing client uses"; an explicit limit that disagrees with it is an error.
-
-    Caveat (chromadb 1.5.x): ``PersistentClient`` runs on the Rust bindings, which do
-    not read these two settings; there the number of resident HNSW indexes is bounded by
-    Chroma's own cache of ``RLIMIT_NOFILE // 5`` indexes. The settings are still passed
-    so the intent is recorded and honoured by any backend that supports it.
+    bot runs offline). Chroma's memory settings (``chroma_memory_limit_bytes``, the LRU
+    segment cache) are not passed: the Rust bindings ignore them. See
+    ``sonality.memory.shared_chroma`` for how the bot bounds Chroma's memory instead.
     """
     key = Path(persist_dir).resolve()
     with _client_lock:
-        cached = _clients.get(key)
-        if cached is not None:
-            client, limit = cached
-            if memory_limit_bytes is not None and memory_limit_bytes != limit:
-                raise ValueError(
-                    f"Chroma client for {key} already exists with memory limit {limit}"
-                )
-            return client
-        options: dict[str, Any] = {"anonymized_telemetry": False}
-        if memory_limit_bytes is not None:
-            if memory_limit_bytes <= 0:
-                raise ValueError("memory_limit_bytes must be positive")
-            options["chroma_segment_cache_policy"] = "LRU"
-            options["chroma_memory_limit_bytes"] = int(memory_limit_bytes)
-        key.mkdir(parents=True, exist_ok=True)
-        client = chromadb.PersistentClient(path=str(key), settings=Settings(**options))
-        _clients[key] = (client, memory_limit_bytes)
+        client = _clients.get(key)
+        if client is None:
+            key.mkdir(parents=True, exist_ok=True)
+            client = chromadb.PersistentClient(
+                path=str(key), settings=Settings(anonymized_telemetry=False)
+            )
+            _clients[key] = client
         return client
 
 
@@ -513,7 +499,5 @@ def close_chroma_client(persist_dir: Path) -> None:
     key = Path(persist_dir).resolve()
     with _client_lock:
         cached = _clients.pop(key, None)
-    if cached is not None:
-        close = getattr(cached[0], "close", None)
-        if callable(close):
-            close()
+    if isinstance(cached, ChromaClient):  # the concrete client is what has close()
+        cached.close()

@@ -13,10 +13,12 @@ Why it looks like this:
   own collections (see :func:`collection_name_for`): ``<name>`` for episodes and
   ``<name>-semantic`` for consolidated insights, created on first use. Separate
   collections instead of a ``memory_type`` filter: a filter matching most of a large
-  collection made every query ~20x slower. All live in one shared PersistentClient, so
-  communities can never read each other's memories.
-* Chroma is synchronous; callers on an event loop use ``asyncio.to_thread``. Nothing
-  here holds state besides the two collection handles (the semantic one is made with
+  collection made every query ~20x slower. All live in one shared client, so
+  communities can never read each other's memories; :class:`SharedChroma` reopens it
+  when too many collections are open, so every operation fetches its collection
+  handles inside ``chroma.use()`` instead of keeping them.
+* Chroma is synchronous; callers on an event loop use ``asyncio.to_thread``. The only
+  state here is whether the semantic collection exists yet (it is made with
   get-or-create, so threads racing to create it is harmless), and the embedding
   function is thread-safe.
 """
@@ -34,9 +36,9 @@ from typing import Any, cast
 from chromadb.api import ClientAPI
 from chromadb.api.models.Collection import Collection
 from chromadb.api.types import Documents, EmbeddingFunction, Embeddings, Where
-from chromadb.errors import NotFoundError
 
-from sonality.memory.embedding import default_embedding_function, make_chroma_client
+from sonality.memory.embedding import default_embedding_function
+from sonality.memory.shared_chroma import SharedChroma
 from sonality.store import EPISODIC, SEMANTIC, Episode
 
 #: How many index candidates to fetch per requested result before reranking.
@@ -72,7 +74,7 @@ class EpisodeStore:
         persist_dir: str | Path,
         *,
         collection: str = "episodes",
-        client: ClientAPI | None = None,
+        client: ClientAPI | SharedChroma | None = None,
         embedding_function: EmbeddingFunction[Documents] | None = None,
         model_cache_dir: Path | None = None,
     ) -> None:
@@ -84,27 +86,29 @@ class EpisodeStore:
                 model_cache_dir = config.DATA_DIR / "models"
             embedding_function = default_embedding_function(model_cache_dir)
         self._embed = embedding_function
-        self._client = client if client is not None else make_chroma_client(self.persist_dir)
-        self._collection: Collection = self._open(collection)
+        if isinstance(client, SharedChroma):
+            self.chroma = client
+        else:
+            self.chroma = SharedChroma(self.persist_dir, client=client)
+        self._name = collection
         # Semantic memories (consolidated insights) are few and live in their own
         # collection, created on first use: a metadata filter that matches most of a large
         # collection costs Chroma tens of milliseconds, an unfiltered query about two.
         self._semantic_name = f"{collection}-semantic"
-        self._semantic: Collection | None = None
-        try:
-            self._semantic = self._open(self._semantic_name, create=False)
-        except NotFoundError:
-            pass
+        self._has_semantic = True  # until the probe below says otherwise
+        with self.chroma.use():
+            self._episodic()
+            self._has_semantic = self._semantic(create=False) is not None
 
-    def _open(self, name: str, *, create: bool = True) -> Collection:
+    def _open(self, client: ClientAPI, name: str, create: bool) -> Collection:
         if create:
-            collection = self._client.get_or_create_collection(
+            collection = client.get_or_create_collection(
                 name=name,
                 embedding_function=self._embed,  # type: ignore[arg-type]
                 configuration={"hnsw": {"space": "cosine"}},
             )
         else:
-            collection = self._client.get_collection(
+            collection = client.get_collection(
                 name=name,
                 embedding_function=self._embed,  # type: ignore[arg-type]
             )
@@ -114,10 +118,19 @@ class EpisodeStore:
             raise ValueError(f"collection {name!r} uses {space!r} space, not cosine")
         return collection
 
-    def _semantic_collection(self) -> Collection:
-        if self._semantic is None:
-            self._semantic = self._open(self._semantic_name)
-        return self._semantic
+    # Only inside ``self.chroma.use()``: handles are valid until the client is reopened.
+    def _episodic(self) -> Collection:
+        collection = self.chroma.collection(self._name, create=True, opener=self._open)
+        assert collection is not None
+        return collection
+
+    def _semantic(self, *, create: bool) -> Collection | None:
+        if not create and not self._has_semantic:
+            return None
+        collection = self.chroma.collection(self._semantic_name, create=create, opener=self._open)
+        if collection is not None:
+            self._has_semantic = True
+        return collection
 
     @classmethod
     def for_community(
@@ -125,7 +138,7 @@ class EpisodeStore:
         community_id: str,
         persist_dir: str | Path,
         *,
-        client: ClientAPI | None = None,
+        client: ClientAPI | SharedChroma | None = None,
         embedding_function: EmbeddingFunction[Documents] | None = None,
         model_cache_dir: Path | None = None,
     ) -> EpisodeStore:
@@ -140,7 +153,7 @@ class EpisodeStore:
 
     @property
     def collection_name(self) -> str:
-        return self._collection.name
+        return self._name
 
     # -- writing -----------------------------------------------------------------------
 
@@ -181,10 +194,13 @@ class EpisodeStore:
         """
         semantic = [e for e in episodes if e.memory_type == SEMANTIC]
         episodic = [e for e in episodes if e.memory_type != SEMANTIC]
-        if semantic:
-            self._upsert(self._semantic_collection(), semantic)
-        if episodic:
-            self._upsert(self._collection, episodic)
+        with self.chroma.use():
+            if semantic:
+                collection = self._semantic(create=True)
+                assert collection is not None
+                self._upsert(collection, semantic)
+            if episodic:
+                self._upsert(self._episodic(), episodic)
 
     def _upsert(self, collection: Collection, episodes: Sequence[Episode]) -> None:
         now = datetime.now(UTC).isoformat()
@@ -216,8 +232,9 @@ class EpisodeStore:
     # -- reading -----------------------------------------------------------------------
 
     def count(self) -> int:
-        semantic = self._semantic.count() if self._semantic is not None else 0
-        return self._collection.count() + semantic
+        with self.chroma.use():
+            semantic = self._semantic(create=False)
+            return self._episodic().count() + (semantic.count() if semantic is not None else 0)
 
     def embed_query(self, query: str) -> Embeddings:
         """Embed a query once so several filtered passes can reuse the vector."""
@@ -242,12 +259,14 @@ class EpisodeStore:
         vector = self.embed_query(query)
         memory_type = (where or {}).get("memory_type")
         rest = {k: v for k, v in (where or {}).items() if k != "memory_type"} or None
-        sources: list[tuple[Collection, dict[str, Any] | None]] = []
-        if memory_type in (None, SEMANTIC) and self._semantic is not None:
-            sources.append((self._semantic, rest))
-        if memory_type in (None, EPISODIC):
-            sources.append((self._collection, rest))
-        return self._ranked(vector, n_results, min_relevance, sources)
+        with self.chroma.use():
+            sources: list[tuple[Collection, dict[str, Any] | None]] = []
+            semantic = self._semantic(create=False)
+            if memory_type in (None, SEMANTIC) and semantic is not None:
+                sources.append((semantic, rest))
+            if memory_type in (None, EPISODIC):
+                sources.append((self._episodic(), rest))
+            return self._ranked(vector, n_results, min_relevance, sources)
 
     def retrieve_typed(
         self,
@@ -263,12 +282,14 @@ class EpisodeStore:
         Pass `query_embedding` when the caller already embedded `query`.
         """
         vector = query_embedding if query_embedding is not None else self.embed_query(query)
-        semantic = (
-            self._ranked(vector, semantic_n, min_relevance, [(self._semantic, None)])
-            if self._semantic is not None
-            else []
-        )
-        episodic = self._ranked(vector, episodic_n, min_relevance, [(self._collection, None)])
+        with self.chroma.use():
+            collection = self._semantic(create=False)
+            semantic = (
+                self._ranked(vector, semantic_n, min_relevance, [(collection, None)])
+                if collection is not None
+                else []
+            )
+            episodic = self._ranked(vector, episodic_n, min_relevance, [(self._episodic(), None)])
         return list(dict.fromkeys([*semantic, *episodic]))
 
     def recent_summaries(self, since_interaction: int, limit: int = 20) -> list[str]:
@@ -278,10 +299,11 @@ class EpisodeStore:
         """
         if limit <= 0:
             return []
-        got = self._collection.get(
-            where=cast(Where, {"interaction": {"$gte": int(since_interaction)}}),
-            include=["metadatas", "documents"],
-        )
+        with self.chroma.use():
+            got = self._episodic().get(
+                where=cast(Where, {"interaction": {"$gte": int(since_interaction)}}),
+                include=["metadatas", "documents"],
+            )
         metadatas = got["metadatas"] or []
         documents = got["documents"] or []
         rows = sorted(

@@ -10,6 +10,7 @@ import math
 from typing import Any
 
 import pytest
+from chromadb.api.models.Collection import Collection
 
 from bot.messages import IncomingMessage, ReplyKind
 from bot.runtime import LLM_DOWN, SLOW_DOWN
@@ -298,23 +299,18 @@ async def test_a_memory_store_fault_does_not_cost_the_reply(runtime, anthropic_s
     anthropic_server.brain.ess_rule(**NUCLEAR)
     await say(runtime, STRONG_ARGUMENT)
     agent = runtime.registry.get(A.id)
-    broken_collection = agent.episodes._collection
 
-    class Unreadable:
-        """Stands in for a collection whose index cannot be read right now."""
+    def unreadable(*_: Any, **__: Any) -> None:
+        """Stands in for an index that cannot be read right now."""
+        raise RuntimeError("Error creating hnsw segment reader: Nothing found on disk")
 
-        def query(self, **_: Any) -> None:
-            raise RuntimeError("Error creating hnsw segment reader: Nothing found on disk")
-
-    agent.episodes._collection = Unreadable()  # type: ignore[assignment]
-    try:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Collection, "query", unreadable)
         reply = await runtime.handle(
             IncomingMessage(
                 community=A, channel_id="c1", user=ALICE, text="How dangerous are atomic plants?"
             )
         )
-    finally:
-        agent.episodes._collection = broken_collection
     await runtime.drain()
     assert reply is not None and reply.kind is ReplyKind.ANSWER
     assert "<relevant_memories>" not in chat_requests(anthropic_server)[-1].system_text

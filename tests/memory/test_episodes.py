@@ -148,7 +148,8 @@ def test_empty_store_returns_nothing(store: EpisodeStore) -> None:
 def test_store_records_the_seed_metadata(store: EpisodeStore) -> None:
     long_user = "u" * 900
     episode_id = store.store(long_user, "r" * 900, 0.42, ["energy", "policy"], "", 7)
-    got = store._collection.get(ids=[episode_id], include=["metadatas", "documents"])
+    raw = store.chroma.client.get_collection(store.collection_name)
+    got = raw.get(ids=[episode_id], include=["metadatas", "documents"])
     meta = got["metadatas"][0]  # type: ignore[index]
     assert got["documents"] == ["u" * 200]  # no summary: the document is the message head
     assert meta["ess_score"] == pytest.approx(0.42)
@@ -255,7 +256,7 @@ def test_seed_signature_uses_default_client_and_model_dir(
         assert s.collection_name == "episodes"
         s.store("m", "r", 0.5, [], NUCLEAR)
         assert s.retrieve("Is atomic energy dangerous?") == [NUCLEAR]
-        assert make_chroma_client(persist) is s._client
+        assert make_chroma_client(persist) is s.chroma.client
     finally:
         close_chroma_client(persist)
 

@@ -1,0 +1,167 @@
+"""One Chroma client for every community, reopened before it holds too many indexes.
+
+Why this exists (chromadb 1.5.9, embedded, measured on the bot's 2-core machines):
+
+* The embedded client keeps every HNSW index it has opened in memory until the process
+  ends: about 2.6 MB apiece even for a collection of five vectors. A bot that has talked
+  with 100 communities carried 260 MB of indexes; one that talks with thousands over a
+  week would grow without bound.
+* Chroma's own bound is a cache of ``RLIMIT_NOFILE // 5`` indexes, and it cannot safely
+  be made small: an index evicted from that cache and opened again failed every later
+  query with "Error creating hnsw segment reader: Nothing found on disk" (cache of 4,
+  40 collections: about one re-read in five, always the same collections, retries did
+  not help). ``chroma_memory_limit_bytes`` and the LRU policy are ignored by the Rust
+  bindings.
+* Closing the whole client does free the memory (100 collections: 391 MB down to
+  130 MB, in about 60 ms) and reopening it finds every index and every vector intact.
+
+So :class:`SharedChroma` counts the collections opened since the client started. Once
+past ``max_open`` it closes and reopens the client as soon as no call is in flight; new
+calls wait only for that reopen. Every Chroma call of the engine runs inside
+:meth:`SharedChroma.use`, so no collection handle outlives the client it came from.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from chromadb.api import ClientAPI
+from chromadb.api.models.Collection import Collection
+from chromadb.errors import NotFoundError
+
+from sonality.memory.embedding import close_chroma_client, make_chroma_client
+
+log = logging.getLogger(__name__)
+
+
+class SharedChroma:
+    """The process's Chroma client for one directory, with a bound on open collections.
+
+    ``max_open=None`` never reopens (tests, tools, a single community). A ``client``
+    passed in is used as is and never reopened, since we do not own it.
+    """
+
+    def __init__(
+        self,
+        persist_dir: str | Path,
+        *,
+        client: ClientAPI | None = None,
+        max_open: int | None = None,
+    ) -> None:
+        if max_open is not None and max_open < 1:
+            raise ValueError("max_open must be at least 1")
+        if client is not None and max_open is not None:
+            raise ValueError("a client passed in is not ours to reopen; pass max_open=None")
+        self.persist_dir = Path(persist_dir)
+        self._client = client if client is not None else make_chroma_client(self.persist_dir)
+        self._max_open = max_open
+        self._cond = threading.Condition()
+        self._active = 0
+        self._reopen_due = False
+        self._open: dict[str, Collection] = {}
+        #: How many times the client was reopened (shown by benchmarks and tests).
+        self.reopens = 0
+
+    @property
+    def client(self) -> ClientAPI:
+        return self._client
+
+    @property
+    def open_collections(self) -> int:
+        with self._cond:
+            return len(self._open)
+
+    @contextmanager
+    def use(self) -> Iterator[SharedChroma]:
+        """Hold the client for one store operation; it is not reopened meanwhile.
+
+        Do not nest: a second ``use`` inside the first would wait for itself when a
+        reopen is due.
+        """
+        with self._cond:
+            while self._reopen_due:
+                if self._active == 0:
+                    self._reopen_locked()
+                else:
+                    self._cond.wait()
+            self._active += 1
+        try:
+            yield self
+        finally:
+            with self._cond:
+                self._active -= 1
+                if self._reopen_due and self._active == 0:
+                    self._reopen_locked()
+                self._cond.notify_all()
+
+    def collection(
+        self, name: str, *, create: bool, opener: Callable[[ClientAPI, str, bool], Collection]
+    ) -> Collection | None:
+        """The open handle for ``name``, opening it with ``opener`` if needed.
+
+        Only call inside :meth:`use`. Returns None when ``create`` is false and the
+        collection does not exist.
+        """
+        with self._cond:
+            found = self._open.get(name)
+        if found is not None:
+            return found
+        try:
+            opened = opener(self._client, name, create)
+        except NotFoundError:
+            if create:
+                raise
+            return None
+        with self._cond:
+            found = self._open.setdefault(name, opened)
+            if self._max_open is not None and len(self._open) > self._max_open:
+                self._reopen_due = True
+        return found
+
+    def reopen_now(self) -> None:
+        """Close and reopen the client once no call is in flight (housekeeping, tests)."""
+        with self._cond:
+            self._reopen_due = True
+            while self._active:
+                self._cond.wait()
+            if self._reopen_due:
+                self._reopen_locked()
+
+    def _reopen_locked(self) -> None:
+        start = time.perf_counter()
+        held = len(self._open)
+        self._open.clear()
+        close_chroma_client(self.persist_dir)
+        _return_free_heap()
+        self._client = make_chroma_client(self.persist_dir)
+        self._reopen_due = False
+        self.reopens += 1
+        self._cond.notify_all()
+        log.info(
+            "reopened Chroma after %d open collections in %.0f ms",
+            held,
+            (time.perf_counter() - start) * 1000,
+        )
+
+
+def _return_free_heap() -> None:
+    """Ask glibc to hand freed heap back to the OS (no-op elsewhere).
+
+    The indexes Chroma just dropped were many small allocations; without this the
+    process keeps most of that memory as free heap.
+    """
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return
+    try:
+        trim = ctypes.CDLL(name).malloc_trim
+    except (OSError, AttributeError):
+        return
+    trim(0)
