@@ -64,6 +64,9 @@ REFLECTION_MAX_OUTPUT_TOKENS = 1500
 RECENT_EPISODES_FOR_REFLECTION = 30
 # Chroma's upsert cost grows quickly past a few dozen items (50 took 60 ms here).
 EPISODE_BATCH = 20
+#: The background writer waits for this many episodes or this many seconds.
+EPISODE_FLUSH_AT = 8
+EPISODE_FLUSH_DELAY = 10.0
 
 
 class RollbackError(ValueError):
@@ -223,7 +226,7 @@ class SonalityAgent:
             raise RuntimeError("agent is closed")
         speaker = speaker or ANONYMOUS
         with self.priority.replying():
-            retrieval = asyncio.to_thread(self._recall, user_message)
+            retrieval = asyncio.to_thread(self._recall, user_message, tuple(self._unwritten))
             history: Sequence[ChatTurn]
             if inspect.isawaitable(conversation):
                 (vector, memories), history = await asyncio.gather(retrieval, conversation)
@@ -262,8 +265,13 @@ class SonalityAgent:
         self._ensure_worker()
         return reply
 
-    def _recall(self, text: str) -> tuple[tuple[float, ...] | None, list[str]]:
+    def _recall(
+        self, text: str, unwritten: Sequence[Episode]
+    ) -> tuple[tuple[float, ...] | None, list[str]]:
         """Embed the message once: for retrieval now, and as its episode's vector later.
+
+        Episodes committed but not yet written to Chroma are ranked alongside it, so
+        batching the writes never hides a memory.
 
         Memories enrich a reply but are not worth failing it for: if the vector store
         errs (seen under load: a just-created index not yet readable), the reply goes
@@ -282,6 +290,7 @@ class SonalityAgent:
                 config.SEMANTIC_RETRIEVAL_COUNT,
                 config.MIN_EPISODE_RELEVANCE,
                 query_embedding=embedded,
+                unwritten=unwritten,
             )
         except Exception:
             log.exception("%s: memory retrieval failed; answering without memories", self.label)
@@ -384,9 +393,22 @@ class SonalityAgent:
             self._write_wake.set()
 
     async def _write_episodes(self) -> None:
+        """Write episodes in batches: every Chroma upsert holds the GIL for ~9 ms (its
+        disk syncs included), stalling every reply in the process, and one upsert of
+        five episodes costs little more than one of one. So the writer waits for
+        EPISODE_FLUSH_AT episodes or EPISODE_FLUSH_DELAY seconds, whichever is first;
+        retrieval meanwhile ranks the waiting ones in memory."""
         while True:
             await self._write_wake.wait()
             self._write_wake.clear()
+            deadline = asyncio.get_running_loop().time() + EPISODE_FLUSH_DELAY
+            while len(self._unwritten) < EPISODE_FLUSH_AT and not self._closed:
+                left = deadline - asyncio.get_running_loop().time()
+                if left <= 0:
+                    break
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._write_wake.wait(), left)
+                self._write_wake.clear()
             try:
                 await self.flush_episodes()
             except asyncio.CancelledError:

@@ -68,7 +68,14 @@ class AnthropicLLM(LLMClient):
         self._max_retries = max_retries
         self._timeout = timeout
         self._client = anthropic.AsyncAnthropic(
-            api_key=api_key, base_url=base_url, max_retries=max_retries, timeout=timeout
+            api_key=api_key,
+            base_url=base_url,
+            max_retries=max_retries,
+            timeout=timeout,
+            # The SDK's aiohttp transport: 3.5 instead of 5.2 ms of event-loop CPU per
+            # call under 100 chatting communities (the default pool rescans every
+            # connection on every request). Retries and timeouts are still the SDK's.
+            http_client=anthropic.DefaultAioHttpClient(),
         )
         if not (self._client.api_key or self._client.auth_token or self._client.credentials):
             raise ValueError("no Anthropic API key: pass api_key or set ANTHROPIC_API_KEY")

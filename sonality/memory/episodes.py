@@ -33,9 +33,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
+import numpy as np
 from chromadb.api import ClientAPI
 from chromadb.api.models.Collection import Collection
 from chromadb.api.types import Documents, EmbeddingFunction, Embeddings, Where
+from chromadb.errors import NotFoundError
 
 from sonality.memory.embedding import default_embedding_function
 from sonality.memory.shared_chroma import SharedChroma
@@ -101,16 +103,20 @@ class EpisodeStore:
             self._has_semantic = self._semantic(create=False) is not None
 
     def _open(self, client: ClientAPI, name: str, create: bool) -> Collection:
-        if create:
+        # Looking up first: after a SharedChroma reopen every active community opens its
+        # collection again, and a get costs 0.5 ms of GIL against 1.4 ms for get-or-create.
+        try:
+            collection = client.get_collection(
+                name=name,
+                embedding_function=self._embed,  # type: ignore[arg-type]
+            )
+        except NotFoundError:
+            if not create:
+                raise
             collection = client.get_or_create_collection(
                 name=name,
                 embedding_function=self._embed,  # type: ignore[arg-type]
                 configuration={"hnsw": {"space": "cosine"}},
-            )
-        else:
-            collection = client.get_collection(
-                name=name,
-                embedding_function=self._embed,  # type: ignore[arg-type]
             )
         space = (collection.configuration_json.get("hnsw") or {}).get("space")
         if space not in (None, "cosine"):
@@ -276,20 +282,32 @@ class EpisodeStore:
         min_relevance: float = 0.3,
         *,
         query_embedding: Embeddings | None = None,
+        unwritten: Sequence[Episode] = (),
     ) -> list[str]:
         """Semantic memories (distilled knowledge) first, then episodes, without repeats.
 
-        Pass `query_embedding` when the caller already embedded `query`.
+        Pass `query_embedding` when the caller already embedded `query`. `unwritten`
+        episodes (committed, waiting to be stored) that carry a vector are ranked with
+        the stored ones, by the same score.
         """
         vector = query_embedding if query_embedding is not None else self.embed_query(query)
+        waiting = [e for e in unwritten if e.embedding is not None]
         with self.chroma.use():
             collection = self._semantic(create=False)
-            semantic = (
-                self._ranked(vector, semantic_n, min_relevance, [(collection, None)])
-                if collection is not None
-                else []
+            semantic = self._ranked(
+                vector,
+                semantic_n,
+                min_relevance,
+                [(collection, None)] if collection is not None else [],
+                [e for e in waiting if e.memory_type == SEMANTIC],
             )
-            episodic = self._ranked(vector, episodic_n, min_relevance, [(self._episodic(), None)])
+            episodic = self._ranked(
+                vector,
+                episodic_n,
+                min_relevance,
+                [(self._episodic(), None)],
+                [e for e in waiting if e.memory_type != SEMANTIC],
+            )
         return list(dict.fromkeys([*semantic, *episodic]))
 
     def recent_summaries(self, since_interaction: int, limit: int = 20) -> list[str]:
@@ -318,10 +336,12 @@ class EpisodeStore:
         n_results: int,
         min_relevance: float,
         sources: Sequence[tuple[Collection, dict[str, Any] | None]],
+        unwritten: Sequence[Episode] = (),
     ) -> list[str]:
         if n_results <= 0:
             return []
         scored: list[tuple[float, float, str]] = []
+        stored: set[str] = set()
         for collection, where in sources:
             result = collection.query(
                 query_embeddings=query_embedding,
@@ -332,12 +352,24 @@ class EpisodeStore:
             distances = (result["distances"] or [[]])[0]
             metadatas = (result["metadatas"] or [[]])[0]
             documents = (result["documents"] or [[]])[0]
+            stored.update(result["ids"][0] if result["ids"] else [])
             for distance, meta, doc in zip(distances, metadatas, documents, strict=True):
                 similarity = 1.0 - float(distance)
                 if similarity < min_relevance:
                     continue
                 ess = _as_float(meta.get("ess_score"))
                 scored.append((similarity * (1.0 + ess), similarity, _summary_of(meta, doc)))
+        waiting = [e for e in unwritten if e.id not in stored]  # a write may have just landed
+        if waiting:
+            # Chroma's cosine distance is 1 - cos, so the same similarity, computed here.
+            query = np.asarray(query_embedding[0], dtype=np.float32)
+            vectors = np.asarray([e.embedding for e in waiting], dtype=np.float32)
+            norms = np.linalg.norm(vectors, axis=1) * float(np.linalg.norm(query))
+            cosines = vectors @ query / np.where(norms == 0, 1.0, norms)
+            for episode, cosine in zip(waiting, cosines.tolist(), strict=True):
+                if cosine >= min_relevance:
+                    summary = episode.summary or episode.user_message[:200]
+                    scored.append((cosine * (1.0 + episode.ess_score), cosine, summary))
         scored.sort(key=lambda item: (item[0], item[1]), reverse=True)
         return [summary for _, _, summary in scored[:n_results]]
 

@@ -6,6 +6,7 @@ period; reflection runs on its two triggers and is validated; LLM faults change 
 
 from __future__ import annotations
 
+import asyncio
 import math
 from typing import Any
 
@@ -316,3 +317,29 @@ async def test_a_memory_store_fault_does_not_cost_the_reply(runtime, anthropic_s
     assert "<relevant_memories>" not in chat_requests(anthropic_server)[-1].system_text
     assert "memory retrieval failed" in caplog.text
     assert agent.sponge.interaction_count == 2  # learning still happened
+
+
+async def test_memories_waiting_for_a_batched_write_are_still_recalled(runtime, anthropic_server):
+    """Episodes reach Chroma in batches; until then retrieval ranks them in memory, so
+    another user's question already finds the argument made a moment ago."""
+    anthropic_server.brain.ess_rule(**NUCLEAR)
+    await runtime.handle(
+        IncomingMessage(community=A, channel_id="c1", user=ALICE, text=STRONG_ARGUMENT)
+    )
+    agent = runtime.registry.get(A.id)
+    for _ in range(500):  # learning commits in the background
+        if agent.sponge.interaction_count == 1:
+            break
+        await asyncio.sleep(0.01)
+    assert agent.sponge.interaction_count == 1
+    assert agent.episodes.count() == 0  # committed, not yet written to Chroma
+
+    await runtime.handle(
+        IncomingMessage(community=A, channel_id="c1", user=BOB, text="Are atomic plants safe?")
+    )
+    prompt = chat_requests(anthropic_server)[-1].system_text
+    assert "<relevant_memories>" in prompt and NUCLEAR["summary"] in prompt
+
+    await runtime.drain()  # drain forces the batch out
+    assert agent.episodes.count() == 2
+    assert NUCLEAR["summary"] in agent.episodes.retrieve("Are atomic plants safe?")

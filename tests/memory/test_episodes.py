@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from sonality.memory.embedding import FastMiniLML6V2, close_chroma_client, make_chroma_client
-from sonality.memory.episodes import EpisodeStore, collection_name_for
+from sonality.memory.episodes import EPISODIC, SEMANTIC, Episode, EpisodeStore, collection_name_for
 
 NUCLEAR = "Nuclear power plants are a safe, low-carbon source of electricity"
 SOURDOUGH = "Sourdough bread needs a long, cold fermentation for flavour"
@@ -307,3 +307,35 @@ def test_episodes_survive_reopening_in_a_new_process(
         "discord:77", persist_dir, embedding_function=embedding_function
     )
     assert reopened.count() == 2
+
+
+def test_unwritten_episodes_are_ranked_with_stored_ones(store: EpisodeStore) -> None:
+    """Episodes waiting for a batched write compete by the same score, semantic ones in
+    the semantic slots, and one that has just been stored is not counted twice."""
+    store.store("m", "r", 0.5, [], NUCLEAR, episode_id="stored")
+
+    def waiting(episode_id: str, summary: str, memory_type: str = EPISODIC) -> Episode:
+        vector = store.embed_query(summary)[0]
+        return Episode(
+            id=episode_id,
+            user_message="m",
+            agent_response="r",
+            ess_score=0.5,
+            topics=(),
+            summary=summary,
+            memory_type=memory_type,
+            embedding=tuple(float(x) for x in vector),
+        )
+
+    unwritten = [
+        waiting("bread", SOURDOUGH),
+        waiting("insight", TAX, SEMANTIC),
+        waiting("stored", NUCLEAR),  # written while the caller's snapshot was taken
+    ]
+    assert store.retrieve_typed("how do I make my bread rise", unwritten=unwritten) == [SOURDOUGH]
+    assert store.retrieve_typed("should rich people pay higher taxes", unwritten=unwritten) == [TAX]
+    everything = store.retrieve_typed(
+        "anything", episodic_n=5, semantic_n=5, min_relevance=-1.0, unwritten=unwritten
+    )
+    assert everything[0] == TAX  # semantic first
+    assert sorted(everything[1:]) == sorted([NUCLEAR, SOURDOUGH])  # NUCLEAR once
