@@ -348,11 +348,14 @@ async def figure_own_time(work: Path, episodes: int, n: int) -> None:
 
 
 async def figure_throughput(
-    work: Path, communities: int, latency: float, cap: int, seconds: float
+    work: Path, communities: int, latency: float, cap: int, seconds: float, max_open: int | None
 ) -> None:
-    data = work / "throughput"
+    """With ``max_open`` set, Chroma may keep that many collections open (3b): the
+    default bound is below the 100 active communities, so it keeps reopening."""
+    data = work / f"throughput-{max_open}"
+    extra = {} if max_open is None else {"SONALITY_CHROMA_MAX_OPEN": max_open}
     with llm_server(latency) as url:
-        async with bot(data, url, cap=cap) as (runtime, llm):
+        async with bot(data, url, cap=cap, **extra) as (runtime, llm):
             groups = [Community(id=f"bench:c{i}", name=f"c{i}") for i in range(communities)]
             await asyncio.gather(*(runtime.registry.agent_for(c) for c in groups))
             overheads: list[float] = []
@@ -383,7 +386,8 @@ async def figure_throughput(
     rate = calls / elapsed
     ceiling = cap / latency
     report(
-        "3. LLM throughput, 100 communities",
+        "3. LLM throughput, 100 communities"
+        + ("" if max_open is None else f" (3b: SONALITY_CHROMA_MAX_OPEN={max_open})"),
         f"{rate:.0f} calls/s = {rate / ceiling:.0%} of cap/latency ({ceiling:.0f}/s); "
         f"{replies} replies; reply-path time outside the LLM call p50 "
         f"{fmt_ms(percentile(overheads, 50))}, p99 {fmt_ms(percentile(overheads, 99))}; "
@@ -494,7 +498,8 @@ def main() -> None:
         if 2 in wanted:
             asyncio.run(figure_own_time(work, args.episodes, args.messages))
         if 3 in wanted:
-            asyncio.run(figure_throughput(work, 100, 0.2, 32, args.seconds))
+            asyncio.run(figure_throughput(work, 100, 0.2, 32, args.seconds, None))
+            asyncio.run(figure_throughput(work, 100, 0.2, 32, args.seconds, 128))
         if 4 in wanted:
             figure_memory(work, args.known, args.active)
 
