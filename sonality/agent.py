@@ -397,12 +397,18 @@ class SonalityAgent:
         disk syncs included), stalling every reply in the process, and one upsert of
         five episodes costs little more than one of one. So the writer waits for
         EPISODE_FLUSH_AT episodes or EPISODE_FLUSH_DELAY seconds, whichever is first;
-        retrieval meanwhile ranks the waiting ones in memory."""
+        retrieval meanwhile ranks the waiting ones in memory. Episodes without a vector
+        (replayed from the outbox after a restart, reflection's insights) cannot be
+        ranked in memory, so they are written at once."""
         while True:
             await self._write_wake.wait()
             self._write_wake.clear()
             deadline = asyncio.get_running_loop().time() + EPISODE_FLUSH_DELAY
-            while len(self._unwritten) < EPISODE_FLUSH_AT and not self._closed:
+            while (
+                len(self._unwritten) < EPISODE_FLUSH_AT
+                and all(e.embedding is not None for e in self._unwritten)
+                and not self._closed
+            ):
                 left = deadline - asyncio.get_running_loop().time()
                 if left <= 0:
                     break

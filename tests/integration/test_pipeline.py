@@ -15,7 +15,8 @@ from chromadb.api.models.Collection import Collection
 
 from bot.messages import IncomingMessage, ReplyKind
 from bot.runtime import LLM_DOWN, SLOW_DOWN
-from sonality.memory.sponge import SEED_SNAPSHOT
+from sonality.memory.sponge import SEED_SNAPSHOT, SpongeState
+from sonality.store import Episode, StateCommit
 from tests.fakes.anthropic_server import Fault, Text
 from tests.integration.conftest import ALICE, BOB, A, chat_requests, command, make_settings, say
 
@@ -343,3 +344,18 @@ async def test_memories_waiting_for_a_batched_write_are_still_recalled(runtime, 
     await runtime.drain()  # drain forces the batch out
     assert agent.episodes.count() == 2
     assert NUCLEAR["summary"] in agent.episodes.retrieve("Are atomic plants safe?")
+
+
+async def test_episodes_without_a_vector_are_written_at_once(runtime):
+    """Episodes replayed from the outbox after a restart carry no vector, so they cannot
+    wait in memory for a batch: they reach Chroma right away, not after the delay."""
+    lost = Episode(id="replayed", user_message="m", summary="Replayed after a restart")
+    await runtime.db.community(A.id).commit(
+        StateCommit(state=SpongeState(), cause="seed", change="seed", episodes=[lost])
+    )
+    agent = await runtime.registry.agent_for(A)
+    for _ in range(300):  # far below EPISODE_FLUSH_DELAY
+        if agent.episodes.count() == 1:
+            break
+        await asyncio.sleep(0.01)
+    assert agent.episodes.count() == 1
