@@ -31,7 +31,7 @@ import asyncio
 import sqlite3
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import aiosqlite
 import pydantic_core
@@ -200,14 +200,21 @@ def ensure_community(conn: sqlite3.Connection, community_id: str, at: datetime) 
     )
 
 
-def note_activity(conn: sqlite3.Connection, community_id: str, at: datetime) -> None:
-    """Move last_activity_at forward (never backwards: late writers can't hide activity)."""
+def advance_time(
+    conn: sqlite3.Connection,
+    community_id: str,
+    column: Literal["last_activity_at", "last_reflection_time"],
+    at: datetime,
+) -> None:
+    """Move one of a community's times forward to `at`, creating its row if missing.
+
+    Never backwards: a late writer can't hide newer activity or a newer reflection.
+    """
     ensure_community(conn, community_id, at)
     stamp = to_db_time(at)
     execute(
         conn,
-        "UPDATE communities SET last_activity_at = ? WHERE id = ? "
-        "AND (last_activity_at IS NULL OR last_activity_at < ?)",
+        f"UPDATE communities SET {column} = ? WHERE id = ? AND ({column} IS NULL OR {column} < ?)",
         (stamp, community_id, stamp),
     )
 

@@ -20,13 +20,13 @@ from sonality.memory.sponge import SpongeState
 from sonality.store import Episode, InteractionRecord, Speaker, StateCommit, VersionInfo
 from storage.base import (
     SqlBase,
+    advance_time,
     ensure_community,
     execute,
     fetchone,
     from_db_time,
     from_json,
     insert_usage,
-    note_activity,
     to_db_time,
     to_json,
     utcnow,
@@ -63,6 +63,15 @@ def _load_state(state_json: str) -> SpongeState:
     return SpongeState.from_json(state_json)
 
 
+def _latest_version(conn: sqlite3.Connection, community_id: str) -> int | None:
+    row = fetchone(
+        conn,
+        "SELECT MAX(version) FROM personality_versions WHERE community_id = ?",
+        (community_id,),
+    )
+    return None if row is None or row[0] is None else int(row[0])
+
+
 class CommunityStore:
     """Durable state of one community; implements `sonality.store.StateStore`."""
 
@@ -93,11 +102,8 @@ class CommunityStore:
         return None if row is None else _load_state(row[0])
 
     async def latest_version(self) -> int | None:
-        row = await self._db._fetchone(
-            "SELECT MAX(version) FROM personality_versions WHERE community_id = ?",
-            (self.community_id,),
-        )
-        return None if row is None or row[0] is None else int(row[0])
+        cid = self.community_id
+        return await self._db._run_read(lambda conn: _latest_version(conn, cid))
 
     async def versions(self, limit: int = 20, before: int | None = None) -> list[VersionInfo]:
         """Newest first; `before` pages back (versions strictly below it)."""
@@ -155,12 +161,7 @@ class CommunityStore:
         episodes = [(cid, e.id, cid, e.model_dump_json(), stamp) for e in commit.episodes]
 
         def work(conn: sqlite3.Connection) -> None:
-            row = fetchone(
-                conn,
-                "SELECT MAX(version) FROM personality_versions WHERE community_id = ?",
-                (cid,),
-            )
-            latest = None if row is None or row[0] is None else int(row[0])
+            latest = _latest_version(conn, cid)
             expected = 0 if latest is None else latest + 1
             if state.version != expected:
                 raise VersionConflictError(
@@ -225,7 +226,7 @@ class CommunityStore:
                     (stamp, cid, commit.interaction_id),
                 )
             if commit.cause in ACTIVITY_CAUSES:
-                note_activity(conn, cid, now)
+                advance_time(conn, cid, "last_activity_at", now)
 
         await self._db._run_write(work)
 
@@ -274,7 +275,7 @@ class CommunityStore:
         )
 
         def work(conn: sqlite3.Connection) -> None:
-            note_activity(conn, cid, record.created_at)
+            advance_time(conn, cid, "last_activity_at", record.created_at)
             inserted = execute(
                 conn,
                 "INSERT OR IGNORE INTO interactions (id, community_id, speaker_id, speaker_name, "

@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 
@@ -28,11 +27,10 @@ import aiosqlite
 
 from sonality.llm import Usage
 from storage.base import (
+    advance_time,
     ensure_community,
     execute,
     from_db_time,
-    insert_usage,
-    note_activity,
     run_on_sqlite_thread,
     to_db_time,
     utcnow,
@@ -45,7 +43,7 @@ from storage.platform import PlatformStore
 
 log = logging.getLogger(__name__)
 
-DEFAULT_BUSY_TIMEOUT_MS = 5000
+BUSY_TIMEOUT_MS = 5000
 """How long a write waits for another process holding the file's write lock (ms)."""
 
 
@@ -58,14 +56,14 @@ class Database(BufferStore, PlatformStore):
         self.schema_version = schema_version
 
     @classmethod
-    async def open(cls, path: Path, *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS) -> Database:
+    async def open(cls, path: Path) -> Database:
         """Open (creating file and parent directories), configure and migrate the database."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         # isolation_level=None: no implicit transactions; storage issues BEGIN/COMMIT itself.
         conn = await aiosqlite.connect(path, isolation_level=None)
         try:
-            await run_on_sqlite_thread(conn, lambda c: _configure(c, path, busy_timeout_ms))
+            await run_on_sqlite_thread(conn, lambda c: _configure(c, path))
             version = await migrate(conn)
         except BaseException:
             await conn.close()
@@ -109,46 +107,29 @@ class Database(BufferStore, PlatformStore):
         at = at or utcnow()
 
         def work(conn: sqlite3.Connection) -> None:
-            note_activity(conn, community_id, at)
+            advance_time(conn, community_id, "last_activity_at", at)
             if name:
                 execute(conn, "UPDATE communities SET name = ? WHERE id = ?", (name, community_id))
 
         await self._run_write(work)
 
-    async def communities_needing_nightly(
-        self, now: datetime, min_interval: timedelta | None = None
-    ) -> list[str]:
+    async def communities_needing_nightly(self, now: datetime) -> list[str]:
         """Communities with activity after their last reflection (or never reflected).
 
-        Quiet communities are skipped so the nightly job spends no tokens on them. With
-        `min_interval`, communities reflected after `now - min_interval` (e.g. by the idle
-        trigger an hour ago) are skipped too.
+        Quiet communities are skipped so the nightly job spends no tokens on them.
         """
-        sql = (
+        rows = await self._fetchall(
             "SELECT id FROM communities WHERE last_activity_at IS NOT NULL "
-            "AND (last_reflection_time IS NULL OR last_activity_at > last_reflection_time)"
+            "AND (last_reflection_time IS NULL OR last_activity_at > last_reflection_time) "
+            "ORDER BY id"
         )
-        params: list[object] = []
-        if min_interval is not None:
-            sql += " AND (last_reflection_time IS NULL OR last_reflection_time <= ?)"
-            params.append(to_db_time(now - min_interval))
-        rows = await self._fetchall(sql + " ORDER BY id", params)
         return [str(r[0]) for r in rows]
 
     async def mark_reflected(self, community_id: str, at: datetime) -> None:
         """Record a finished reflection (never moves the time backwards)."""
-        stamp = to_db_time(at)
-
-        def work(conn: sqlite3.Connection) -> None:
-            ensure_community(conn, community_id, at)
-            execute(
-                conn,
-                "UPDATE communities SET last_reflection_time = ? WHERE id = ? "
-                "AND (last_reflection_time IS NULL OR last_reflection_time < ?)",
-                (stamp, community_id, stamp),
-            )
-
-        await self._run_write(work)
+        await self._run_write(
+            lambda conn: advance_time(conn, community_id, "last_reflection_time", at)
+        )
 
     async def community_ids(self) -> list[str]:
         rows = await self._fetchall("SELECT id FROM communities ORDER BY id")
@@ -173,38 +154,14 @@ class Database(BufferStore, PlatformStore):
 
     # --- token usage ---------------------------------------------------------------------
 
-    async def record_usage(
-        self,
-        community_id: str,
-        purpose: str,
-        model: str,
-        usage: Usage,
-        at: datetime | None = None,
-    ) -> None:
-        """Usage that belongs to no state commit (e.g. a failed post-processing attempt).
-
-        Usage of a commit goes in `StateCommit.usage`, so it is written atomically with it.
-        """
-        at = at or utcnow()
-
-        def work(conn: sqlite3.Connection) -> None:
-            ensure_community(conn, community_id, at)
-            insert_usage(conn, community_id, purpose, model, usage, at)
-
-        await self._run_write(work)
-
-    async def usage_totals(self, community_id: str, since: datetime | None = None) -> UsageTotals:
+    async def usage_totals(self, community_id: str) -> UsageTotals:
         """Summed token usage of one community, overall and per purpose."""
-        sql = (
+        rows = await self._fetchall(
             "SELECT purpose, COUNT(*), SUM(input_tokens), SUM(output_tokens), "
             "SUM(cache_read_tokens), SUM(cache_write_tokens) FROM token_usage "
-            "WHERE community_id = ?"
+            "WHERE community_id = ? GROUP BY purpose ORDER BY purpose",
+            (community_id,),
         )
-        params: list[object] = [community_id]
-        if since is not None:
-            sql += " AND created_at >= ?"
-            params.append(to_db_time(since))
-        rows = await self._fetchall(sql + " GROUP BY purpose ORDER BY purpose", params)
         total = Usage()
         calls = 0
         by_purpose: dict[str, Usage] = {}
@@ -230,7 +187,7 @@ class Database(BufferStore, PlatformStore):
         actor_name: str,
         action: str,
         allowed: bool,
-        args: str | Sequence[str] = "",
+        args: str = "",
         reason: str = "",
         at: datetime | None = None,
     ) -> None:
@@ -247,7 +204,7 @@ class Database(BufferStore, PlatformStore):
             actor_id,
             actor_name,
             action,
-            args if isinstance(args, str) else " ".join(args),
+            args,
             reason,
             int(allowed),
             to_db_time(at),
@@ -286,12 +243,12 @@ class Database(BufferStore, PlatformStore):
         ]
 
 
-def _configure(conn: sqlite3.Connection, path: Path, busy_timeout_ms: int) -> None:
+def _configure(conn: sqlite3.Connection, path: Path) -> None:
     """WAL, foreign keys, busy timeout, synchronous=NORMAL (see the module docstring)."""
     row = conn.execute("PRAGMA journal_mode=WAL").fetchone()
     mode = str(row[0]).lower() if row else ""
     if mode != "wal":
         raise StorageError(f"could not enable WAL mode on {path} (got {mode!r})")
     conn.execute("PRAGMA foreign_keys=ON")
-    conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+    conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
     conn.execute("PRAGMA synchronous=NORMAL")

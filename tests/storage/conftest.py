@@ -5,12 +5,20 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from sonality.llm import Usage
 from sonality.memory.sponge import SpongeState
-from sonality.store import AuditEvent, InteractionRecord, Speaker, StateCommit, UsageRecord
+from sonality.store import (
+    AuditEvent,
+    Episode,
+    InteractionRecord,
+    Speaker,
+    StateCommit,
+    UsageRecord,
+)
 from storage import Database
 
 T0 = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
@@ -53,6 +61,10 @@ def record(interaction_id: str, message: str = "hi", minutes: float = 0) -> Inte
         model="test-model",
         reply_usage=Usage(input_tokens=10, output_tokens=5, cache_read_tokens=2),
     )
+
+
+def episode(eid: str, **fields: Any) -> Episode:
+    return Episode(id=eid, user_message=f"message {eid}", summary=f"summary {eid}", **fields)
 
 
 @pytest.fixture

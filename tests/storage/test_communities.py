@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from sonality.llm import Usage
+from sonality.store import UsageRecord
 from storage import Database
 
 from .conftest import at, commit_of, record
@@ -53,14 +52,6 @@ async def test_nightly_selection(db: Database) -> None:
     assert await db.communities_needing_nightly(at(120)) == []
 
 
-async def test_nightly_min_interval_skips_recent_reflections(db: Database) -> None:
-    await db.touch_community("discord:1", "", at(0))
-    await db.mark_reflected("discord:1", at(50))
-    await db.touch_community("discord:1", "", at(55))
-    assert await db.communities_needing_nightly(at(60), timedelta(minutes=30)) == []
-    assert await db.communities_needing_nightly(at(60), timedelta(minutes=5)) == ["discord:1"]
-
-
 async def test_own_commits_are_not_activity_but_interactions_are(db: Database) -> None:
     store = db.community("discord:1")
     await store.commit(commit_of(0, cause="seed"))
@@ -86,20 +77,20 @@ async def test_learning_committed_after_a_reflection_is_not_new_activity(db: Dat
     assert await db.communities_needing_nightly(at(3)) == []
 
 
-async def test_usage_totals_sum_and_since(db: Database) -> None:
-    await db.record_usage("discord:1", "ess", "m", Usage(input_tokens=3, output_tokens=1), at(0))
-    await db.record_usage(
-        "discord:1", "ess", "m", Usage(input_tokens=4, cache_write_tokens=9), at(5)
-    )
-    await db.record_usage("discord:1", "reflection", "m", Usage(output_tokens=7), at(10))
+async def test_usage_totals_sum_overall_and_per_purpose(db: Database) -> None:
+    usage = [
+        UsageRecord(purpose="ess", model="m", usage=Usage(input_tokens=3, output_tokens=1)),
+        UsageRecord(purpose="ess", model="m", usage=Usage(input_tokens=4, cache_write_tokens=9)),
+        UsageRecord(purpose="reflection", model="m", usage=Usage(output_tokens=7)),
+    ]
+    await db.community("discord:1").commit(commit_of(0, usage=usage))
     totals = await db.usage_totals("discord:1")
     assert totals.calls == 3
     assert totals.usage == Usage(
         input_tokens=7, output_tokens=8, cache_read_tokens=0, cache_write_tokens=9
     )
     assert totals.by_purpose["ess"].input_tokens == 7
-    recent = await db.usage_totals("discord:1", since=at(5))
-    assert (recent.calls, recent.input_tokens, recent.output_tokens) == (2, 4, 7)
+    assert totals.by_purpose["reflection"].output_tokens == 7
     empty = await db.usage_totals("discord:none")
     assert (empty.calls, empty.usage) == (0, Usage())
 
@@ -111,7 +102,7 @@ async def test_moderator_actions_newest_first_including_refusals(db: Database) -
         actor_name="Mod",
         action="rollback",
         allowed=True,
-        args=["3", "spam"],
+        args="3 spam",
         reason="spam wave",
         at=at(0),
     )

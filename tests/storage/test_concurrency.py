@@ -44,11 +44,18 @@ async def test_racing_commits_of_one_version_exactly_one_wins(db: Database) -> N
 async def test_reads_never_see_a_half_written_commit(db: Database) -> None:
     store = db.community("discord:1")
     await store.commit(commit_of(0))
-    seen: list[tuple[int | None, int]] = []
+    seen: list[tuple[int, int, int]] = []
 
     async def reader() -> None:
         for _ in range(30):
-            seen.append((await store.latest_version(), await store.pending_count()))
+            # One statement: one consistent view of the version, the outbox and its acks.
+            row = await db._fetchone(
+                "SELECT (SELECT MAX(version) FROM personality_versions), "
+                "(SELECT COUNT(*) FROM interactions WHERE status = 'pending'), "
+                "(SELECT COUNT(*) FROM interactions)"
+            )
+            assert row is not None
+            seen.append(row)
             await asyncio.sleep(0)
 
     async def writer() -> None:
@@ -57,7 +64,11 @@ async def test_reads_never_see_a_half_written_commit(db: Database) -> None:
             await store.commit(commit_of(v, interaction_id=f"i{v}"))
 
     await asyncio.gather(reader(), writer())
-    assert all(pending in (0, 1) for _, pending in seen)
+    assert all(pending in (0, 1) for _, pending, _ in seen)
+    # Every recorded interaction is either still pending or has its version: a commit
+    # seen with its version but not its ack (or the reverse) would break this.
+    assert all(latest + pending == recorded for latest, pending, recorded in seen)
+    assert len({latest for latest, _, _ in seen}) > 1  # the reads did overlap the writes
 
 
 async def test_cancelled_commits_are_all_or_nothing(db: Database) -> None:

@@ -5,15 +5,13 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from sonality.store import SEMANTIC, Episode
+import pytest
+
+from sonality.store import SEMANTIC
 from storage import Database, VersionConflictError
 from storage.migrations import MIGRATIONS
 
-from .conftest import commit_of
-
-
-def episode(eid: str, **kw: object) -> Episode:
-    return Episode(id=eid, user_message=f"message {eid}", summary=f"summary {eid}", **kw)  # type: ignore[arg-type]
+from .conftest import commit_of, episode
 
 
 async def test_committed_episodes_are_pending_until_marked_written(db_path: Path) -> None:
@@ -42,12 +40,8 @@ async def test_a_rejected_commit_queues_no_episode(db: Database) -> None:
     await store.commit(commit_of(0))
     bad = commit_of(5)
     bad.episodes.append(episode("x"))
-    try:
+    with pytest.raises(VersionConflictError):
         await store.commit(bad)
-    except VersionConflictError:
-        pass
-    else:  # pragma: no cover - the commit must be refused
-        raise AssertionError("a wrong version was accepted")
     assert await store.pending_episodes() == []
 
 

@@ -9,6 +9,7 @@ import aiosqlite
 import pytest
 
 from storage import Database, SchemaTooNewError
+from storage.db import BUSY_TIMEOUT_MS
 from storage.migrations import MIGRATIONS, SCHEMA_VERSION, migrate
 
 EXPECTED_TABLES = {
@@ -47,8 +48,7 @@ async def test_fresh_file_gets_full_schema_and_pragmas(db: Database, db_path: Pa
     assert await db._fetchone("PRAGMA journal_mode") == ("wal",)
     assert await db._fetchone("PRAGMA foreign_keys") == (1,)
     assert await db._fetchone("PRAGMA synchronous") == (1,)  # NORMAL
-    busy = await db._fetchone("PRAGMA busy_timeout")
-    assert busy is not None and busy[0] > 0
+    assert await db._fetchone("PRAGMA busy_timeout") == (BUSY_TIMEOUT_MS,)
     # WAL is a property of the file: a plain connection sees it too.
     with sqlite3.connect(db_path) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 
 from sonality.llm import Usage
-from sonality.store import AuditEvent, Episode, UsageRecord
+from sonality.store import AuditEvent, UsageRecord
 from storage import Database, StorageError, VersionConflictError
 
-from .conftest import at, commit_of, record
+from .conftest import at, commit_of, episode, record
 
 
 class RoundTrips:
@@ -46,10 +46,6 @@ class RoundTrips:
 @pytest.fixture
 def trips(db: Database, monkeypatch: pytest.MonkeyPatch) -> RoundTrips:
     return RoundTrips(db, monkeypatch)
-
-
-def episode(eid: str) -> Episode:
-    return Episode(id=eid, user_message=f"message {eid}", summary=f"summary {eid}")
 
 
 def rich_commit(version: int, interaction_id: str | None, tag: str = "") -> Any:
@@ -110,7 +106,6 @@ async def test_every_other_operation_takes_one_round_trip(db: Database, trips: R
         "mark_reflected": lambda: db.mark_reflected("discord:1", at(3)),
         "community_ids": db.community_ids,
         "community_info": lambda: db.community_info("discord:1"),
-        "record_usage": lambda: db.record_usage("discord:1", "ess", "m", Usage(input_tokens=1)),
         "usage_totals": lambda: db.usage_totals("discord:1"),
         "record_moderator_action": lambda: db.record_moderator_action(
             "discord:1", actor_id="a", actor_name="A", action="rollback", allowed=True
