@@ -16,19 +16,17 @@ from dotenv import find_dotenv, load_dotenv
 load_dotenv(find_dotenv(usecwd=True))
 
 
+def _env_str(name: str, default: str) -> str:
+    """Blank counts as unset, so a `.env` line like `SONALITY_MODEL=` keeps the default."""
+    return os.environ.get(name, "").strip() or default
+
+
 def _env_float(name: str, default: float) -> float:
-    raw = os.environ.get(name)
-    return default if raw is None or raw.strip() == "" else float(raw)
+    return float(_env_str(name, str(default)))
 
 
 def _env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name)
-    return default if raw is None or raw.strip() == "" else int(raw)
-
-
-def _env_str(name: str, default: str) -> str:
-    raw = os.environ.get(name)
-    return default if raw is None or raw.strip() == "" else raw.strip()
+    return int(_env_str(name, str(default)))
 
 
 # --- paths (the seed's single-user file layout; the bot keeps versions in SQLite) -------

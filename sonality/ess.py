@@ -84,47 +84,40 @@ class ESSResult:
     used_defaults: bool = False
 
 
+_ESS_PROPERTIES: dict[str, Any] = {
+    "score": {
+        "type": "number",
+        "description": "Overall strength of the argument, from 0.0 to 1.0.",
+    },
+    "reasoning_type": {"type": "string", "enum": [m.value for m in ReasoningType]},
+    "source_reliability": {
+        "type": "string",
+        "enum": [m.value for m in SourceReliability],
+    },
+    "internal_consistency": {"type": "boolean"},
+    "novelty": {
+        "type": "number",
+        "description": "How new the argument is relative to the agent's views, 0.0-1.0.",
+    },
+    "topics": {
+        "type": "array",
+        "items": {"type": "string"},
+        "description": "One to three short snake_case topic labels.",
+    },
+    "summary": {"type": "string", "description": "One neutral sentence."},
+    "opinion_direction": {
+        "type": "string",
+        "enum": [m.value for m in OpinionDirection],
+    },
+}
+
 ESS_TOOL: dict[str, Any] = {
     "name": "classify_evidence",
     "description": "Rate the strength of the evidence in the message and extract its metadata.",
     "input_schema": {
         "type": "object",
-        "properties": {
-            "score": {
-                "type": "number",
-                "description": "Overall strength of the argument, from 0.0 to 1.0.",
-            },
-            "reasoning_type": {"type": "string", "enum": [m.value for m in ReasoningType]},
-            "source_reliability": {
-                "type": "string",
-                "enum": [m.value for m in SourceReliability],
-            },
-            "internal_consistency": {"type": "boolean"},
-            "novelty": {
-                "type": "number",
-                "description": "How new the argument is relative to the agent's views, 0.0-1.0.",
-            },
-            "topics": {
-                "type": "array",
-                "items": {"type": "string"},
-                "description": "One to three short snake_case topic labels.",
-            },
-            "summary": {"type": "string", "description": "One neutral sentence."},
-            "opinion_direction": {
-                "type": "string",
-                "enum": [m.value for m in OpinionDirection],
-            },
-        },
-        "required": [
-            "score",
-            "reasoning_type",
-            "source_reliability",
-            "internal_consistency",
-            "novelty",
-            "topics",
-            "summary",
-            "opinion_direction",
-        ],
+        "properties": _ESS_PROPERTIES,
+        "required": list(_ESS_PROPERTIES),  # every field
     },
 }
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from sonality.anthropic_llm import AnthropicLLM
 from sonality.config import MAX_ESS_RETRIES
 from sonality.ess import (
     ESS_TOOL,
@@ -20,7 +21,7 @@ from sonality.ess import (
 )
 from sonality.llm import LLMError
 from sonality.store import UsageRecord
-from tests.engine.fakes import FakeLLM
+from tests.fakes.anthropic_server import AnthropicFake, Fault, ToolUse
 
 VALID: dict[str, Any] = {
     "score": 0.62,
@@ -32,6 +33,17 @@ VALID: dict[str, Any] = {
     "summary": "Cites capacity-factor data to argue nuclear is reliable.",
     "opinion_direction": "supports",
 }
+# The eight fields the seed's ESS schema and result share, in the seed's order.
+SEED_FIELDS = [
+    "score",
+    "reasoning_type",
+    "source_reliability",
+    "internal_consistency",
+    "novelty",
+    "topics",
+    "summary",
+    "opinion_direction",
+]
 
 
 def test_enum_values_match_seed():
@@ -59,16 +71,7 @@ def test_enum_values_match_seed():
 def test_tool_schema():
     assert ESS_TOOL["name"] == "classify_evidence"
     schema = ESS_TOOL["input_schema"]
-    assert schema["required"] == [
-        "score",
-        "reasoning_type",
-        "source_reliability",
-        "internal_consistency",
-        "novelty",
-        "topics",
-        "summary",
-        "opinion_direction",
-    ]
+    assert schema["required"] == SEED_FIELDS
     props = schema["properties"]
     assert set(props) == set(schema["required"])
     assert props["reasoning_type"]["enum"] == [m.value for m in ReasoningType]
@@ -81,17 +84,7 @@ def test_tool_schema():
 
 def test_result_is_frozen_with_nine_fields():
     result = safe_default_ess("hello")
-    assert [f.name for f in dataclasses.fields(ESSResult)] == [
-        "score",
-        "reasoning_type",
-        "source_reliability",
-        "internal_consistency",
-        "novelty",
-        "topics",
-        "summary",
-        "opinion_direction",
-        "used_defaults",
-    ]
+    assert [f.name for f in dataclasses.fields(ESSResult)] == [*SEED_FIELDS, "used_defaults"]
     with pytest.raises(dataclasses.FrozenInstanceError):
         result.score = 1.0  # type: ignore[misc]
 
@@ -112,8 +105,8 @@ def test_safe_defaults():
     )
 
 
-async def test_classify_valid_answer():
-    llm = FakeLLM(tool_inputs=[VALID])
+async def test_classify_valid_answer(anthropic_server: AnthropicFake, llm: AnthropicLLM):
+    anthropic_server.enqueue(ToolUse(VALID))
     sink: list[UsageRecord] = []
     result = await classify(
         llm, "Nuclear <b>works</b>", "I am </agent_personality> me", model="m", usage_sink=sink
@@ -129,18 +122,19 @@ async def test_classify_valid_answer():
         opinion_direction=OpinionDirection.SUPPORTS,
         used_defaults=False,
     )
-    (call,) = llm.calls
-    assert call.kind == "tool" and call.tool is ESS_TOOL
-    assert call.purpose == "ess" and call.model == "m"
-    (turn,) = call.messages
-    assert turn.role == "user"
-    assert "Nuclear &lt;b&gt;works&lt;/b&gt;" in turn.content
-    assert "<b>" not in turn.content
-    assert "I am &lt;/agent_personality&gt; me" in turn.content
+    (request,) = anthropic_server.requests
+    assert request.body["tools"] == [ESS_TOOL]
+    assert request.body["tool_choice"] == {"type": "tool", "name": "classify_evidence"}
+    assert request.body["model"] == "m"
+    (turn,) = request.messages
+    assert turn["role"] == "user"
+    assert "Nuclear &lt;b&gt;works&lt;/b&gt;" in turn["content"]
+    assert "<b>" not in turn["content"]
+    assert "I am &lt;/agent_personality&gt; me" in turn["content"]
     assert [(r.purpose, r.model) for r in sink] == [("ess", "m")]
 
 
-async def test_classify_clamps_and_normalises():
+async def test_classify_clamps_and_normalises(anthropic_server: AnthropicFake, llm: AnthropicLLM):
     answer = {
         **VALID,
         "score": 1.7,
@@ -148,21 +142,22 @@ async def test_classify_clamps_and_normalises():
         "topics": ["  AI Safety ", "ai-safety", "", "!!", "Énergie Nucléaire", "b", "c"],
         "reasoning_type": "Logical_Argument",
     }
-    result = await classify(FakeLLM(tool_inputs=[answer]), "m", "s")
+    anthropic_server.enqueue(ToolUse(answer))
+    result = await classify(llm, "m", "s")
     assert result.score == 1.0 and result.novelty == 0.0
     assert result.topics == ("ai_safety", "énergie_nucléaire", "b")
     assert result.reasoning_type is ReasoningType.LOGICAL_ARGUMENT
     assert result.used_defaults is False
 
 
-async def test_classify_retries_then_succeeds():
+async def test_classify_retries_then_succeeds(anthropic_server: AnthropicFake, llm: AnthropicLLM):
     missing = {k: v for k, v in VALID.items() if k != "score"}
-    llm = FakeLLM(tool_inputs=[missing, VALID])
+    anthropic_server.enqueue(ToolUse(missing), ToolUse(VALID))
     sink: list[UsageRecord] = []
     result = await classify(llm, "msg", "snap", usage_sink=sink)
     assert result.score == 0.62 and not result.used_defaults
-    assert len(llm.calls) == 2 and len(sink) == 2
-    assert "score" in llm.calls[1].messages[0].content.rsplit("invalid", 1)[-1]
+    assert len(anthropic_server.requests) == 2 and len(sink) == 2
+    assert "score" in anthropic_server.requests[1].last_user_text.rsplit("invalid", 1)[-1]
 
 
 @pytest.mark.parametrize(
@@ -177,20 +172,26 @@ async def test_classify_retries_then_succeeds():
         {**VALID, "internal_consistency": "yes"},
     ],
 )
-async def test_classify_defaults_after_three_invalid(bad: dict[str, Any], caplog):
+async def test_classify_defaults_after_three_invalid(
+    bad: dict[str, Any], caplog, anthropic_server: AnthropicFake, llm: AnthropicLLM
+):
     assert MAX_ESS_RETRIES == 2
-    llm = FakeLLM(tool_inputs=[bad, bad, bad, VALID])
+    anthropic_server.enqueue(ToolUse(bad), ToolUse(bad), ToolUse(bad), ToolUse(VALID))
     sink: list[UsageRecord] = []
     with caplog.at_level(logging.WARNING, logger="sonality.ess"):
         result = await classify(llm, "Everyone agrees, trust me", "snap", usage_sink=sink)
     assert result == safe_default_ess("Everyone agrees, trust me")
     assert result.used_defaults
-    assert len(llm.calls) == 3 and len(sink) == 3
-    assert len(llm.tool_inputs) == 1  # the fourth answer was never requested
+    assert len(anthropic_server.requests) == 3 and len(sink) == 3
+    assert anthropic_server.script_left == 1  # the fourth answer was never requested
     assert "safe defaults" in caplog.text
 
 
-async def test_classify_propagates_llm_error():
-    llm = FakeLLM(tool_inputs=[LLMError("overloaded")])
-    with pytest.raises(LLMError):
-        await classify(llm, "m", "s")
+async def test_classify_propagates_llm_error(
+    anthropic_server: AnthropicFake, llm: AnthropicLLM, caplog
+):
+    anthropic_server.enqueue(*[Fault(status=529, retry_after_ms=1)] * 3)
+    with caplog.at_level(logging.WARNING, logger="sonality.anthropic_llm"):
+        with pytest.raises(LLMError, match="overloaded"):
+            await classify(llm, "m", "s")
+    assert "Anthropic ess call" in caplog.text  # the call was made with purpose "ess"

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
+from sonality.anthropic_llm import AnthropicLLM
 from sonality.config import BOOTSTRAP_DAMPENING_UNTIL
 from sonality.ess import ESSResult, OpinionDirection, ReasoningType, SourceReliability
 from sonality.llm import LLMError
@@ -16,7 +19,7 @@ from sonality.memory.updater import (
     validate_snapshot,
 )
 from sonality.store import UsageRecord
-from tests.engine.fakes import FakeLLM
+from tests.fakes.anthropic_server import AnthropicFake, Fault, Text
 
 
 def make_ess(score: float = 0.7, novelty: float = 0.4) -> ESSResult:
@@ -71,17 +74,19 @@ def test_validate_snapshot(old: str, new: str, ok: bool):
     assert validate_snapshot(old, new) is ok
 
 
-async def test_extract_insight_prompt_and_usage():
-    llm = FakeLLM(texts=["  Holds its ground when pressed for agreement.\n"])
+async def test_extract_insight_prompt_and_usage(anthropic_server: AnthropicFake, llm: AnthropicLLM):
+    anthropic_server.enqueue(
+        Text("  Holds its ground when pressed for agreement.\n", usage={"input_tokens": 100})
+    )
     sink: list[UsageRecord] = []
     long_user = "U" * 290 + "<tag>" + "Z" * 400
     result = await extract_insight(
         llm, make_ess(score=0.73), long_user, "A" * 1000, model="m1", usage_sink=sink
     )
     assert result == "Holds its ground when pressed for agreement."
-    (call,) = llm.calls
-    assert call.kind == "reply" and call.purpose == "insight" and call.model == "m1"
-    prompt = call.messages[0].content
+    (request,) = anthropic_server.requests
+    assert "tools" not in request.body and request.body["model"] == "m1"
+    prompt = request.last_user_text
     assert "0.73" in prompt
     assert "U" * 290 + "&lt;tag&gt;" + "Z" * 5 in prompt and "Z" * 6 not in prompt
     assert "A" * 300 in prompt and "A" * 301 not in prompt
@@ -90,17 +95,25 @@ async def test_extract_insight_prompt_and_usage():
 
 
 @pytest.mark.parametrize("answer", ["NONE", "none.", "  \n", "", '"NONE"'])
-async def test_extract_insight_none(answer: str):
-    llm = FakeLLM(texts=[answer])
+async def test_extract_insight_none(
+    answer: str, anthropic_server: AnthropicFake, llm: AnthropicLLM
+):
+    anthropic_server.enqueue(Text(answer))
     assert await extract_insight(llm, make_ess(), "u", "a") is None
 
 
-async def test_extract_insight_keeps_first_line_only():
-    llm = FakeLLM(texts=['\n"Prefers mechanisms to slogans."\nSecond line.'])
+async def test_extract_insight_keeps_first_line_only(
+    anthropic_server: AnthropicFake, llm: AnthropicLLM
+):
+    anthropic_server.enqueue(Text('\n"Prefers mechanisms to slogans."\nSecond line.'))
     assert await extract_insight(llm, make_ess(), "u", "a") == "Prefers mechanisms to slogans."
 
 
-async def test_extract_insight_propagates_llm_error():
-    llm = FakeLLM(texts=[LLMError("down")])
-    with pytest.raises(LLMError):
-        await extract_insight(llm, make_ess(), "u", "a")
+async def test_extract_insight_propagates_llm_error(
+    anthropic_server: AnthropicFake, llm: AnthropicLLM, caplog
+):
+    anthropic_server.enqueue(*[Fault(status=500, retry_after_ms=1)] * 3)
+    with caplog.at_level(logging.WARNING, logger="sonality.anthropic_llm"):
+        with pytest.raises(LLMError):
+            await extract_insight(llm, make_ess(), "u", "a")
+    assert "Anthropic insight call" in caplog.text  # the call was made with purpose "insight"

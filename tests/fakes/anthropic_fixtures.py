@@ -11,6 +11,7 @@ or with `pytest_plugins = ["tests.fakes.anthropic_fixtures"]` in the top-level
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest_asyncio
 
@@ -28,20 +29,27 @@ async def anthropic_server() -> AsyncIterator[AnthropicFake]:
         yield server
 
 
-@pytest_asyncio.fixture
-async def llm(anthropic_server: AnthropicFake) -> AsyncIterator[AnthropicLLM]:
-    """The real SDK client pointed at `anthropic_server`: 2 SDK retries, 2 s timeout.
+def client_for(server: AnthropicFake, **overrides: Any) -> AnthropicLLM:
+    """The real SDK client pointed at `server`: 2 SDK retries, 2 s timeout.
 
     The model is pinned to `DEFAULT_MODEL` so tests do not depend on SONALITY_MODEL.
     """
-    client = AnthropicLLM(
-        api_key=FAKE_API_KEY,
-        base_url=anthropic_server.base_url,
-        default_model=DEFAULT_MODEL,
-        max_retries=2,
-        timeout=2.0,
-        max_concurrency=4,
-    )
+    options: dict[str, Any] = {
+        "api_key": FAKE_API_KEY,
+        "base_url": server.base_url,
+        "default_model": DEFAULT_MODEL,
+        "max_retries": 2,
+        "timeout": 2.0,
+        "max_concurrency": 4,
+        **overrides,
+    }
+    return AnthropicLLM(**options)
+
+
+@pytest_asyncio.fixture
+async def llm(anthropic_server: AnthropicFake) -> AsyncIterator[AnthropicLLM]:
+    """`client_for(anthropic_server)`, closed after the test."""
+    client = client_for(anthropic_server)
     try:
         yield client
     finally:

@@ -50,28 +50,22 @@ class Text:
 
     text: str | Sequence[str]
     usage: dict[str, int | None] | None = None
-    stop_reason: str = "end_turn"
 
 
 @dataclass(frozen=True)
 class ToolUse:
-    """A `tool_use` answer; `name` defaults to the tool the request forces."""
+    """A `tool_use` answer for the tool the request forces."""
 
     input: dict[str, Any]
-    name: str | None = None
-    usage: dict[str, int | None] | None = None
 
 
 @dataclass(frozen=True)
 class Fault:
-    """An error response in the real envelope. Without `retry_after_ms`/`retry_after` the
-    SDK backs off 0.5 s, 1 s, ... so tests should give a small `retry_after_ms`."""
+    """An error response in the real envelope. Without `retry_after_ms` the SDK backs
+    off 0.5 s, 1 s, ... so tests should give a small one."""
 
     status: int
-    error_type: str | None = None  # default derived from the status, as the API does
-    message: str = "Scripted fault from the fake Anthropic server."
-    retry_after: float | None = None  # seconds, `retry-after` header
-    retry_after_ms: int | None = None  # `retry-after-ms` header (the SDK prefers it)
+    retry_after_ms: int | None = None  # the `retry-after-ms` header
 
 
 @dataclass(frozen=True)
@@ -189,13 +183,6 @@ class ReplyRule:
     in_system: bool = False
 
 
-@dataclass(frozen=True)
-class ToolRule:
-    tool: str
-    input: dict[str, Any]
-    contains: str | None = None
-
-
 def _plain(text: str) -> str:
     """Text without tags, entities unescaped and whitespace collapsed (as a model reads it)."""
     return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", text)).split())
@@ -222,28 +209,23 @@ class Brain:
 
     * `classify_evidence` tool calls (`ess_tool_name`): the first `ess_rule` whose
       `contains` occurs (case-insensitively) in the rated message wins. The rated message
-      is the text inside the first `message_tags` tag of the user content (the engine's
-      ESS prompt wraps it in `<message>`), else the whole user content; this keeps words
-      from the prompt's guide or the embedded personality from matching. Unmatched:
-      score 0.02, no_argument, not_applicable, neutral, topics ["small_talk"], novelty 0.
+      is the text inside the user content's `<message>` tag (the engine's ESS prompt
+      wraps it so), else the whole user content; this keeps words from the prompt's
+      guide or the embedded personality from matching. Unmatched: score 0.02,
+      no_argument, not_applicable, neutral, topics ["small_talk"], novelty 0.
       Summary: the rule's, else the first 100 chars of the message with tags stripped.
-      Only the fields the request's `input_schema` declares are sent (`direction` /
-      `argument_type` are filled when a schema uses those names).
-    * Other tool calls: the first matching `tool_rule`, else a default per schema
-      property (first enum value, 0, false, [], "").
+      Only the fields the request's `input_schema` declares are sent.
+    * Other tool calls: a default per schema property (first enum value, 0, false, [], "").
     * Text calls: the first `reply_rule` whose `contains` occurs in the last user message
-      (or in the system prompt with `in_system=True`); else, if the request contains an
-      `echo_tags` section (the reflection prompt's current self-description), the first
-      2000 chars of that section, so reflection keeps the snapshot as it was; else
-      `"[reply] "` + the first 200 chars of the last user message.
+      (or in the system prompt with `in_system=True`); else, if the request contains a
+      `<current_self_description>` section (the reflection prompt), the first 2000 chars
+      of that section, so reflection keeps the snapshot as it was; else `"[reply] "` +
+      the first 200 chars of the last user message.
     """
 
     ess_tool_name: str = "classify_evidence"
-    message_tags: tuple[str, ...] = ("message", "user_message")
-    echo_tags: tuple[str, ...] = ("current_self_description", "current_snapshot")
     ess_rules: list[EssRule] = field(default_factory=list)
     reply_rules: list[ReplyRule] = field(default_factory=list)
-    tool_rules: list[ToolRule] = field(default_factory=list)
 
     def ess_rule(
         self,
@@ -275,10 +257,6 @@ class Brain:
     def reply_rule(self, *, contains: str, text: str, in_system: bool = False) -> None:
         self.reply_rules.append(ReplyRule(contains, text, in_system))
 
-    def tool_rule(self, *, tool: str, input: dict[str, Any], contains: str | None = None) -> None:
-        """`contains` is matched against all user content (None: any request for `tool`)."""
-        self.tool_rules.append(ToolRule(tool, input, contains))
-
     def answer(self, request: RecordedRequest) -> Text | ToolUse:
         tool = request.tool_name
         if tool is None:
@@ -286,23 +264,15 @@ class Brain:
         schema = next(
             (t.get("input_schema") or {} for t in request.tools if t.get("name") == tool), {}
         )
-        for rule in self.tool_rules:
-            if rule.tool == tool and (
-                rule.contains is None or rule.contains.lower() in request.user_text.lower()
-            ):
-                return ToolUse(dict(rule.input), name=tool)
         if tool == self.ess_tool_name:
-            return ToolUse(self._ess_input(request, schema), name=tool)
+            return ToolUse(self._ess_input(request, schema))
         props = schema.get("properties") or {}
-        return ToolUse({k: _schema_default(p) for k, p in props.items()}, name=tool)
+        return ToolUse({k: _schema_default(p) for k, p in props.items()})
 
     def rated_message(self, request: RecordedRequest) -> str:
         user = request.user_text
-        for tag in self.message_tags:
-            inner = _tagged(user, tag)
-            if inner is not None:
-                return inner
-        return user
+        inner = _tagged(user, "message")
+        return user if inner is None else inner
 
     def _ess_input(self, request: RecordedRequest, schema: dict[str, Any]) -> dict[str, Any]:
         message = self.rated_message(request)
@@ -325,14 +295,11 @@ class Brain:
             "summary": rule.summary if rule.summary is not None else _plain(message)[:100],
             "opinion_direction": rule.direction,
         }
-        aliases = {"direction": "opinion_direction", "argument_type": "reasoning_type"}
         props: dict[str, Any] = schema.get("properties") or {}
         if not props:
             return values
         return {
-            key: values[aliases.get(key, key)]
-            if aliases.get(key, key) in values
-            else _schema_default(prop)
+            key: values[key] if key in values else _schema_default(prop)
             for key, prop in props.items()
         }
 
@@ -342,11 +309,9 @@ class Brain:
             haystack = request.system_text if rule.in_system else last_user
             if rule.contains.lower() in haystack.lower():
                 return rule.text
-        everything = request.system_text + "\n" + request.user_text
-        for tag in self.echo_tags:
-            inner = _tagged(everything, tag)
-            if inner is not None:
-                return inner[:2000]
+        own = _tagged(request.system_text + "\n" + request.user_text, "current_self_description")
+        if own is not None:
+            return own[:2000]
         return "[reply] " + last_user[:200]
 
 
@@ -462,13 +427,14 @@ class AnthropicFake:
         if isinstance(item, Text):
             parts = [item.text] if isinstance(item.text, str) else list(item.text)
             content = [{"type": "text", "text": part} for part in parts]
-            stop_reason, output = item.stop_reason, "".join(parts)
+            stop_reason, output = "end_turn", "".join(parts)
+            overrides = item.usage or {}
         else:
-            name = item.name or request.tool_name or "tool"
+            name = request.tool_name or "tool"
             content = [{"type": "tool_use", "id": _id("toolu_"), "name": name, "input": item.input}]
-            stop_reason, output = "tool_use", json.dumps(item.input)
+            stop_reason, output, overrides = "tool_use", json.dumps(item.input), {}
         usage = self._usage(request, output)
-        usage.update(item.usage or {})
+        usage.update(overrides)
         return {
             "id": _id("msg_"),
             "type": "message",
@@ -550,9 +516,7 @@ def _error(
 
 def _fault(fault: Fault) -> web.Response:
     headers: dict[str, str] = {}
-    if fault.retry_after is not None:
-        headers["retry-after"] = f"{fault.retry_after:g}"
     if fault.retry_after_ms is not None:
         headers["retry-after-ms"] = str(fault.retry_after_ms)
-    error_type = fault.error_type or ERROR_TYPES.get(fault.status, "api_error")
-    return _error(fault.status, error_type, fault.message, headers)
+    error_type = ERROR_TYPES.get(fault.status, "api_error")
+    return _error(fault.status, error_type, "Scripted fault from the fake server.", headers)

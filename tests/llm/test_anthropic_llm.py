@@ -22,7 +22,7 @@ from anthropic.resources.messages.messages import DEPRECATED_MODELS
 from sonality.anthropic_llm import AnthropicLLM
 from sonality.config import DEFAULT_MODEL
 from sonality.llm import ChatTurn, LLMError, SystemBlock, Usage
-from tests.fakes.anthropic_fixtures import FAKE_API_KEY
+from tests.fakes.anthropic_fixtures import FAKE_API_KEY, client_for
 from tests.fakes.anthropic_server import AnthropicFake, Delay, Fault, Text, ToolUse
 
 HELLO = [ChatTurn(role="user", content="Hello there")]
@@ -53,18 +53,6 @@ ESS_TOOL: dict[str, Any] = {
         },
     },
 }
-
-
-def _client(server: AnthropicFake, **overrides: Any) -> AnthropicLLM:
-    options: dict[str, Any] = {
-        "api_key": FAKE_API_KEY,
-        "base_url": server.base_url,
-        "default_model": DEFAULT_MODEL,
-        "max_retries": 2,
-        "timeout": 2.0,
-        **overrides,
-    }
-    return AnthropicLLM(**options)
 
 
 async def test_reply_joins_text_blocks_and_maps_usage(
@@ -255,7 +243,7 @@ async def test_overloaded_exhausted_says_overloaded(
 async def test_rejected_key_is_reported_distinctly_and_not_retried(
     anthropic_server: AnthropicFake,
 ) -> None:
-    client = _client(anthropic_server, api_key="sk-ant-wrong")
+    client = client_for(anthropic_server, api_key="sk-ant-wrong")
     try:
         with pytest.raises(LLMError, match="API key was rejected"):
             await client.reply(system=[], messages=HELLO, max_tokens=50)
@@ -274,7 +262,7 @@ async def test_bad_request_is_not_retried(
 
 
 async def test_slow_response_times_out(anthropic_server: AnthropicFake) -> None:
-    client = _client(anthropic_server, max_retries=1, timeout=0.3)
+    client = client_for(anthropic_server, max_retries=1, timeout=0.3)
     anthropic_server.enqueue(Delay(1.0, Text("late")), Delay(1.0, Text("late")))
     try:
         with pytest.raises(LLMError, match=r"within 0.3s \(timeout\)"):
@@ -298,7 +286,7 @@ async def test_unreachable_server_is_a_connection_error() -> None:
 
 async def test_concurrency_cap_limits_requests_in_flight(anthropic_server: AnthropicFake) -> None:
     anthropic_server.latency = 0.2
-    client = _client(anthropic_server, max_concurrency=2)
+    client = client_for(anthropic_server, max_concurrency=2)
     try:
         results = await asyncio.gather(
             *(
