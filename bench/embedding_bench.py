@@ -19,13 +19,8 @@ from pathlib import Path
 import numpy as np
 from chromadb.utils.embedding_functions.onnx_mini_lm_l6_v2 import ONNXMiniLM_L6_V2
 
-from sonality.memory.embedding import (
-    FastMiniLML6V2,
-    close_chroma_client,
-    ensure_minilm_onnx,
-    make_chroma_client,
-)
-from sonality.memory.episodes import EpisodeStore, collection_name_for
+from sonality.memory.embedding import FastMiniLML6V2, close_chroma_client, ensure_minilm_onnx
+from sonality.memory.episodes import Episode, EpisodeStore
 
 TOPICS = [
     "nuclear power",
@@ -82,10 +77,7 @@ def main() -> None:
         )
 
         persist = root / "chroma"
-        client = make_chroma_client(persist)
-        store = EpisodeStore.for_community(
-            "discord:bench", persist, client=client, embedding_function=ef
-        )
+        store = EpisodeStore.for_community("discord:bench", persist, embedding_function=ef)
         n = 10_000
         rng = np.random.default_rng(0)
         vectors = rng.standard_normal((n, 384)).astype(np.float32)
@@ -93,19 +85,18 @@ def main() -> None:
         docs = sentences(n, seed=1)
         start = time.perf_counter()
         for lo in range(0, n, 1000):
-            store._collection.add(
-                ids=[f"e{i}" for i in range(lo, lo + 1000)],
-                embeddings=vectors[lo : lo + 1000],
-                documents=docs[lo : lo + 1000],
-                metadatas=[
-                    {
-                        "ess_score": 0.5,
-                        "summary": docs[i],
-                        "memory_type": "episodic",
-                        "interaction": i,
-                    }
+            store.store_many(
+                [
+                    Episode(
+                        id=f"e{i}",
+                        user_message=docs[i],
+                        ess_score=0.5,
+                        summary=docs[i],
+                        interaction=i,
+                        embedding=tuple(vectors[i].tolist()),
+                    )
                     for i in range(lo, lo + 1000)
-                ],
+                ]
             )
         print(f"insert 10,000 precomputed vectors: {time.perf_counter() - start:.2f} s")
         query = "Is atomic energy dangerous?"
@@ -123,7 +114,6 @@ def main() -> None:
             f"retrieve_typed at 10,000 items (one embed, two passes): "
             f"{median_ms(lambda: store.retrieve_typed(query, min_relevance=-1.0)):.1f} ms"
         )
-        assert collection_name_for("discord:bench") == store.collection_name
         close_chroma_client(persist)
 
 

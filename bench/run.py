@@ -38,8 +38,8 @@ from bot.runtime import Runtime
 from bot.settings import Settings
 from sonality.anthropic_llm import AnthropicLLM
 from sonality.llm import ChatTurn, LLMClient, SystemBlock, TextResult, ToolResult
-from sonality.memory.embedding import default_embedding_function, make_chroma_client
-from sonality.memory.episodes import Episode, EpisodeStore, collection_name_for
+from sonality.memory.embedding import default_embedding_function
+from sonality.memory.episodes import Episode, EpisodeStore
 from sonality.memory.sponge import SEED_SNAPSHOT, SpongeState
 from sonality.prompts import build_system_blocks
 from sonality.store import StateCommit
@@ -207,11 +207,8 @@ def seeded_chroma(data_dir: Path, community_id: str, episodes: int) -> float:
     if not (cached / "done").exists():
         shutil.rmtree(cached, ignore_errors=True)
         cached.mkdir(parents=True)
-        store = EpisodeStore(
-            cached,
-            collection=collection_name_for(community_id),
-            client=make_chroma_client(cached),
-            embedding_function=default_embedding_function(MODEL_CACHE),
+        store = EpisodeStore.for_community(
+            community_id, cached, embedding_function=default_embedding_function(MODEL_CACHE)
         )
         batch: list[Episode] = []
         for episode in episode_texts(episodes):
@@ -404,7 +401,6 @@ async def seed_known(data: Path, known: int, per_community: int) -> None:
     from storage import Database
 
     db = await Database.open(data / "sonality.sqlite3")
-    client = make_chroma_client(data / "chromadb")
     embed = default_embedding_function(MODEL_CACHE)
     episodes = list(episode_texts(per_community))
     for i in range(known):
@@ -413,12 +409,7 @@ async def seed_known(data: Path, known: int, per_community: int) -> None:
             StateCommit(state=SpongeState(), cause="seed", change="seed personality")
         )
         await db.touch_community(cid, f"k{i}")
-        store = EpisodeStore(
-            data / "chromadb",
-            collection=collection_name_for(cid),
-            client=client,
-            embedding_function=embed,
-        )
+        store = EpisodeStore.for_community(cid, data / "chromadb", embedding_function=embed)
         store.store_many(episodes)
     await db.close()
 

@@ -249,7 +249,7 @@ def _build_lock(cache_dir: Path) -> Iterator[None]:
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
-def ensure_minilm_onnx(cache_dir: Path, *, source_dir: Path | None = None) -> Path:
+def ensure_minilm_onnx(cache_dir: Path) -> Path:
     """Make sure ``cache_dir/onnx`` holds the six files Chroma's MiniLM function needs.
 
     Builds them from the bundled safetensors if any is missing and returns the onnx dir.
@@ -268,7 +268,7 @@ def ensure_minilm_onnx(cache_dir: Path, *, source_dir: Path | None = None) -> Pa
         # Only a lock holder creates these, so any present now were left by a crash.
         for orphan in (*cache_dir.glob(".onnx-build-*"), *cache_dir.glob(".onnx-stale-*")):
             shutil.rmtree(orphan, ignore_errors=True)
-        src = source_dir or source_model_dir()
+        src = source_model_dir()
         tmp = Path(tempfile.mkdtemp(prefix=".onnx-build-", dir=cache_dir))
         try:
             tmp.chmod(0o755)  # mkdtemp makes it private; the cache is shared read-only
@@ -311,13 +311,8 @@ class FastMiniLML6V2(ONNXMiniLM_L6_V2):
     its vectors and Chroma can rebuild it from ``get_config()`` when reopened.
     """
 
-    def __init__(
-        self,
-        cache_dir: str | Path,
-        preferred_providers: list[str] | None = None,
-        batch_size: int = 32,
-    ) -> None:
-        super().__init__(preferred_providers=preferred_providers)
+    def __init__(self, cache_dir: str | Path, batch_size: int = 32) -> None:
+        super().__init__()
         self._cache_dir = Path(cache_dir).resolve()
         # Instance attribute shadows the class default (~/.cache/chroma/...), so any
         # inherited code path looks at our locally built files and never downloads.
@@ -342,10 +337,6 @@ class FastMiniLML6V2(ONNXMiniLM_L6_V2):
                 tokenizer = self.Tokenizer.from_file(str(onnx_dir / "tokenizer.json"))
                 tokenizer.enable_truncation(max_length=MAX_TOKENS)
                 tokenizer.no_padding()  # we pad per batch ourselves
-                providers = self._preferred_providers or ["CPUExecutionProvider"]
-                available = set(self.ort.get_available_providers())
-                if not set(providers) <= available:
-                    raise ValueError(f"ONNX providers {providers} not in {sorted(available)}")
                 options = self.ort.SessionOptions()
                 options.log_severity_level = 3
                 # One thread per inference: replies and background learning embed at the
@@ -355,7 +346,9 @@ class FastMiniLML6V2(ONNXMiniLM_L6_V2):
                 options.inter_op_num_threads = 1
                 options.graph_optimization_level = self.ort.GraphOptimizationLevel.ORT_ENABLE_ALL
                 session = self.ort.InferenceSession(
-                    str(onnx_dir / "model.onnx"), sess_options=options, providers=providers
+                    str(onnx_dir / "model.onnx"),
+                    sess_options=options,
+                    providers=["CPUExecutionProvider"],
                 )
                 self._loaded = (tokenizer, session)
             return self._loaded
@@ -420,34 +413,23 @@ class FastMiniLML6V2(ONNXMiniLM_L6_V2):
         return "cosine"
 
     def get_config(self) -> dict[str, Any]:
-        return {
-            "cache_dir": str(self._cache_dir),
-            "preferred_providers": self._preferred_providers,
-        }
+        return {"cache_dir": str(self._cache_dir)}
 
     @staticmethod
     def build_from_config(config: dict[str, Any]) -> EmbeddingFunction[Documents]:
+        """The shared instance; keys other than ``cache_dir`` (older configs) are ignored."""
         FastMiniLML6V2.validate_config(config)
-        providers = config.get("preferred_providers")
-        cache_dir = Path(config["cache_dir"])
-        if providers:
-            return FastMiniLML6V2(cache_dir, preferred_providers=list(providers))
-        return default_embedding_function(cache_dir)
+        return default_embedding_function(Path(config["cache_dir"]))
 
     @staticmethod
     def validate_config(config: dict[str, Any]) -> None:
         if not isinstance(config.get("cache_dir"), str):
             raise ValueError("sonality_minilm_l6_v2 config needs a 'cache_dir' string")
-        providers = config.get("preferred_providers")
-        if providers is not None and not (
-            isinstance(providers, list) and all(isinstance(p, str) for p in providers)
-        ):
-            raise ValueError("'preferred_providers' must be a list of strings or null")
 
     def validate_config_update(
         self, old_config: dict[str, Any], new_config: dict[str, Any]
     ) -> None:
-        """Cache location and providers do not change the vectors, so any update is fine."""
+        """The cache location does not change the vectors, so any update is fine."""
         self.validate_config({**old_config, **new_config})
 
 

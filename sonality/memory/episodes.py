@@ -76,7 +76,7 @@ class EpisodeStore:
         persist_dir: str | Path,
         *,
         collection: str = "episodes",
-        client: ClientAPI | SharedChroma | None = None,
+        client: SharedChroma | None = None,
         embedding_function: EmbeddingFunction[Documents] | None = None,
         model_cache_dir: Path | None = None,
     ) -> None:
@@ -88,10 +88,7 @@ class EpisodeStore:
                 model_cache_dir = config.DATA_DIR / "models"
             embedding_function = default_embedding_function(model_cache_dir)
         self._embed = embedding_function
-        if isinstance(client, SharedChroma):
-            self.chroma = client
-        else:
-            self.chroma = SharedChroma(self.persist_dir, client=client)
+        self.chroma = client if client is not None else SharedChroma(self.persist_dir)
         self._name = collection
         # Semantic memories (consolidated insights) are few and live in their own
         # collection, created on first use: a metadata filter that matches most of a large
@@ -144,7 +141,7 @@ class EpisodeStore:
         community_id: str,
         persist_dir: str | Path,
         *,
-        client: ClientAPI | SharedChroma | None = None,
+        client: SharedChroma | None = None,
         embedding_function: EmbeddingFunction[Documents] | None = None,
         model_cache_dir: Path | None = None,
     ) -> EpisodeStore:
@@ -210,7 +207,7 @@ class EpisodeStore:
 
     def _upsert(self, collection: Collection, episodes: Sequence[Episode]) -> None:
         now = datetime.now(UTC).isoformat()
-        documents = [e.summary or e.user_message[:200] for e in episodes]
+        documents = [_document_of(e) for e in episodes]
         missing = [i for i, e in enumerate(episodes) if e.embedding is None]
         computed = self._embed([documents[i] for i in missing]) if missing else []
         vectors: list[Sequence[float]] = [e.embedding or () for e in episodes]
@@ -368,10 +365,15 @@ class EpisodeStore:
             cosines = vectors @ query / np.where(norms == 0, 1.0, norms)
             for episode, cosine in zip(waiting, cosines.tolist(), strict=True):
                 if cosine >= min_relevance:
-                    summary = episode.summary or episode.user_message[:200]
-                    scored.append((cosine * (1.0 + episode.ess_score), cosine, summary))
+                    score = cosine * (1.0 + episode.ess_score)
+                    scored.append((score, cosine, _document_of(episode)))
         scored.sort(key=lambda item: (item[0], item[1]), reverse=True)
         return [summary for _, _, summary in scored[:n_results]]
+
+
+def _document_of(episode: Episode) -> str:
+    """The stored document: what recall returns for an episode, written or waiting."""
+    return episode.summary or episode.user_message[:200]
 
 
 def _summary_of(meta: Mapping[str, Any], document: str | None) -> str:

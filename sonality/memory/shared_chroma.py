@@ -44,23 +44,14 @@ log = logging.getLogger(__name__)
 class SharedChroma:
     """The process's Chroma client for one directory, with a bound on open collections.
 
-    ``max_open=None`` never reopens (tests, tools, a single community). A ``client``
-    passed in is used as is and never reopened, since we do not own it.
+    ``max_open=None`` never reopens (tests, tools, a single community).
     """
 
-    def __init__(
-        self,
-        persist_dir: str | Path,
-        *,
-        client: ClientAPI | None = None,
-        max_open: int | None = None,
-    ) -> None:
+    def __init__(self, persist_dir: str | Path, *, max_open: int | None = None) -> None:
         if max_open is not None and max_open < 1:
             raise ValueError("max_open must be at least 1")
-        if client is not None and max_open is not None:
-            raise ValueError("a client passed in is not ours to reopen; pass max_open=None")
         self.persist_dir = Path(persist_dir)
-        self._client = client if client is not None else make_chroma_client(self.persist_dir)
+        self._client = make_chroma_client(self.persist_dir)
         self._max_open = max_open
         self._cond = threading.Condition()
         self._active = 0

@@ -14,6 +14,7 @@ import pytest
 
 from sonality.memory.embedding import FastMiniLML6V2, close_chroma_client, make_chroma_client
 from sonality.memory.episodes import EPISODIC, SEMANTIC, Episode, EpisodeStore, collection_name_for
+from sonality.memory.shared_chroma import SharedChroma
 
 NUCLEAR = "Nuclear power plants are a safe, low-carbon source of electricity"
 SOURDOUGH = "Sourdough bread needs a long, cold fermentation for flavour"
@@ -204,7 +205,7 @@ def test_collection_names_are_valid_distinct_and_stable() -> None:
 def test_communities_never_see_each_others_episodes(
     persist_dir: Path, embedding_function: FastMiniLML6V2
 ) -> None:
-    client = make_chroma_client(persist_dir)
+    client = SharedChroma(persist_dir)
     a = EpisodeStore.for_community(
         "discord:1", persist_dir, client=client, embedding_function=embedding_function
     )
@@ -221,7 +222,7 @@ def test_communities_never_see_each_others_episodes(
 def test_concurrent_use_of_different_communities(
     persist_dir: Path, embedding_function: FastMiniLML6V2
 ) -> None:
-    client = make_chroma_client(persist_dir)
+    client = SharedChroma(persist_dir)
     topics = {"c0": NUCLEAR, "c1": SOURDOUGH, "c2": FOOTBALL, "c3": TAX}
 
     def work(community: str) -> list[str]:

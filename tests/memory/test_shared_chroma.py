@@ -119,10 +119,7 @@ def test_a_reopen_waits_for_calls_in_flight(persist_dir: Path) -> None:
     assert not reopener.is_alive() and chroma.reopens == 1
 
 
-def test_a_client_passed_in_is_never_reopened(persist_dir: Path) -> None:
-    client = make_chroma_client(persist_dir)
-    with pytest.raises(ValueError, match="not ours"):
-        SharedChroma(persist_dir, client=client, max_open=4)
+def test_starts_on_the_process_client_and_needs_a_positive_bound(persist_dir: Path) -> None:
     with pytest.raises(ValueError, match="at least 1"):
         SharedChroma(persist_dir, max_open=0)
-    assert SharedChroma(persist_dir, client=client).client is client
+    assert SharedChroma(persist_dir).client is make_chroma_client(persist_dir)
