@@ -20,7 +20,7 @@ import contextlib
 import io
 import logging
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, Literal
 
 import discord
@@ -28,6 +28,7 @@ import yarl
 from discord import app_commands
 from discord.gateway import DiscordWebSocket
 from discord.http import Route
+from discord.utils import MISSING
 
 from adapters.chunking import split_message
 from bot.interface import ChatRuntime, StartupError
@@ -100,11 +101,11 @@ class _Endpoints:
             self._saved = None
 
 
-def _community(guild_id: int | None, user_id: int, name: str) -> Community:
+def _community(guild_id: int | None, guild_name: str, user: discord.abc.User) -> Community:
     """The guild's personality, or (in a DM) a private one per user: one place for both."""
     if guild_id is None:
-        return Community(id=f"{PLATFORM}:dm:{user_id}", name=name)
-    return Community(id=f"{PLATFORM}:{guild_id}", name=name)
+        return Community(id=f"{PLATFORM}:dm:{user.id}", name=f"DM with {user.name}")
+    return Community(id=f"{PLATFORM}:{guild_id}", name=guild_name)
 
 
 class _Hooks:
@@ -163,7 +164,6 @@ class DiscordAdapter:
         self._client: discord.Client | None = None
         self._tree: app_commands.CommandTree[Any] | None = None
         self._ready = asyncio.Event()
-        self.synced_commands: list[app_commands.AppCommand] = []
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -242,9 +242,9 @@ class DiscordAdapter:
             if dev_guild is not None:
                 target = discord.Object(id=dev_guild)
                 self._tree.copy_global_to(guild=target)
-                self.synced_commands = await self._tree.sync(guild=target)
+                synced = await self._tree.sync(guild=target)
             else:
-                self.synced_commands = await self._tree.sync()
+                synced = await self._tree.sync()
         except discord.HTTPException as exc:
             # 50001 here means the bot is not in DISCORD_DEV_GUILD_ID or was invited
             # without the applications.commands scope; chat still works without /sonality.
@@ -258,7 +258,7 @@ class DiscordAdapter:
         else:
             log.info(
                 "Discord: synced %d command(s) %s",
-                len(self.synced_commands),
+                len(synced),
                 f"to guild {dev_guild}" if dev_guild else "globally",
             )
 
@@ -268,13 +268,16 @@ class DiscordAdapter:
         if incoming is None:
             return
         guild_id = message.guild.id if message.guild else None
+        # The answer starts before the typing indicator's first request returns: that
+        # round trip to Discord need not sit in front of every reply.
+        handling = asyncio.create_task(self._runtime.handle(incoming))
         try:
             async with contextlib.AsyncExitStack() as stack:
                 try:
                     await stack.enter_async_context(message.channel.typing())
                 except discord.HTTPException as exc:
                     _log_discord_error("typing", exc, guild_id, message.channel.id)
-                reply = await self._runtime.handle(incoming)
+                reply = await handling
         except Exception:
             log.exception(
                 "Discord: runtime failed on message %s (guild %s, channel %s)",
@@ -301,11 +304,11 @@ class DiscordAdapter:
                 message.channel, discord.DMChannel
             ):
                 return None
-            community = _community(None, author.id, f"DM with {author.name}")
+            community = _community(None, "", author)
         else:
             if not self._addresses_bot(message, me.id):
                 return None
-            community = _community(guild.id, author.id, guild.name)
+            community = _community(guild.id, guild.name, author)
         text = self.clean_text(message, me.id)
         if not text:
             return None
@@ -386,7 +389,7 @@ class DiscordAdapter:
                     allowed_mentions=NO_MENTIONS,
                     mention_author=False,
                 )
-            except (discord.HTTPException, discord.RateLimited) as exc:
+            except discord.HTTPException as exc:
                 _log_discord_error(
                     f"{reply.kind} reply",
                     exc,
@@ -428,10 +431,6 @@ class DiscordAdapter:
         async def rollback(interaction: discord.Interaction, version: int) -> None:
             await run(interaction, "rollback", (str(version),))
 
-        @group.command(name="history", description="Recent personality versions")
-        async def history(interaction: discord.Interaction) -> None:
-            await run(interaction, "history", ())
-
         @group.command(name="diff", description="What changed between two versions")
         @app_commands.describe(a="The older version", b="The newer version")
         async def diff(interaction: discord.Interaction, a: int, b: int) -> None:
@@ -451,22 +450,22 @@ class DiscordAdapter:
         diff.autocomplete("a")(version_choices)
         diff.autocomplete("b")(version_choices)
 
-        @group.command(name="snapshot", description="The current personality snapshot")
-        async def snapshot(interaction: discord.Interaction) -> None:
-            await run(interaction, "snapshot", ())
+        def without_options(
+            name: str,
+        ) -> Callable[[discord.Interaction], Coroutine[Any, Any, None]]:
+            async def callback(interaction: discord.Interaction) -> None:
+                await run(interaction, name, ())
 
-        @group.command(name="status", description="How the personality is doing")
-        async def status(interaction: discord.Interaction) -> None:
-            await run(interaction, "status", ())
+            return callback
 
-        @group.command(name="reflect", description="Reflect now instead of tonight")
-        async def reflect(interaction: discord.Interaction) -> None:
-            await run(interaction, "reflect", ())
-
-        @group.command(name="help", description="What the /sonality commands do")
-        async def help_(interaction: discord.Interaction) -> None:
-            await run(interaction, "help", ())
-
+        for name, description in (
+            ("history", "Recent personality versions"),
+            ("snapshot", "The current personality snapshot"),
+            ("status", "How the personality is doing"),
+            ("reflect", "Reflect now instead of tonight"),
+            ("help", "What the /sonality commands do"),
+        ):
+            group.command(name=name, description=description)(without_options(name))
         return group
 
     @staticmethod
@@ -479,11 +478,9 @@ class DiscordAdapter:
 
     @staticmethod
     def _community(interaction: discord.Interaction) -> Community:
-        user = interaction.user
-        if interaction.guild_id is None:
-            return _community(None, user.id, f"DM with {user.name}")
         guild = interaction.guild
-        return _community(interaction.guild_id, user.id, guild.name if guild is not None else "")
+        name = guild.name if guild is not None else ""
+        return _community(interaction.guild_id, name, interaction.user)
 
     async def _choices(
         self, interaction: discord.Interaction, kind: Literal["version", "topic"], current: str
@@ -535,7 +532,7 @@ class DiscordAdapter:
             result = CommandResult(text=INTERNAL_ERROR, ok=False, private=True)
         try:
             await self._deliver(interaction, name, result, ephemeral)
-        except (discord.HTTPException, discord.RateLimited) as exc:
+        except discord.HTTPException as exc:
             _log_discord_error(f"/sonality {name} response", exc, interaction.guild_id, channel_id)
 
     async def _deliver(
@@ -545,37 +542,33 @@ class DiscordAdapter:
         result: CommandResult,
         deferred_ephemeral: bool,
     ) -> None:
-        text = result.text.strip() or "(nothing to show)"
-        if result.title:
-            text = f"**{result.title}**\n{text}"
-        file: discord.File | None = None
+        heading = f"**{result.title}**\n" if result.title else ""
+        text = heading + (result.text.strip() or "(nothing to show)")
+        files: list[discord.File] = []
         if len(text) > ATTACH_THRESHOLD:
-            file = discord.File(io.BytesIO(text.encode()), filename=f"sonality-{name}.txt")
-            heading = f"**{result.title}**\n" if result.title else ""
+            files = [discord.File(io.BytesIO(text.encode()), filename=f"sonality-{name}.txt")]
             chunks = [f"{heading}The full output is attached ({len(text):,} characters)."]
         else:
             chunks = split_message(text, MESSAGE_LIMIT)
-        followup = interaction.followup
+        first, *rest = chunks
+        ephemeral = deferred_ephemeral
         if result.private and not deferred_ephemeral:
             # The public "thinking…" cannot become private: remove it, answer privately.
             await interaction.delete_original_response()
-            for i, chunk in enumerate(chunks):
-                if i == 0 and file is not None:
-                    await followup.send(
-                        chunk, file=file, ephemeral=True, allowed_mentions=NO_MENTIONS
-                    )
-                else:
-                    await followup.send(chunk, ephemeral=True, allowed_mentions=NO_MENTIONS)
-            return
-        first, *rest = chunks
-        if file is not None:
-            await interaction.edit_original_response(
-                content=first, attachments=[file], allowed_mentions=NO_MENTIONS
+            ephemeral = True
+            await interaction.followup.send(
+                first, files=files or MISSING, ephemeral=True, allowed_mentions=NO_MENTIONS
             )
         else:
-            await interaction.edit_original_response(content=first, allowed_mentions=NO_MENTIONS)
+            await interaction.edit_original_response(
+                content=first,
+                attachments=files or MISSING,  # MISSING: no attachments field at all
+                allowed_mentions=NO_MENTIONS,
+            )
         for chunk in rest:
-            await followup.send(chunk, ephemeral=deferred_ephemeral, allowed_mentions=NO_MENTIONS)
+            await interaction.followup.send(
+                chunk, ephemeral=ephemeral, allowed_mentions=NO_MENTIONS
+            )
 
     async def _on_tree_error(
         self, interaction: discord.Interaction, error: app_commands.AppCommandError
@@ -590,21 +583,13 @@ class DiscordAdapter:
 
 
 def _log_discord_error(
-    action: str,
-    exc: discord.HTTPException | discord.RateLimited,
-    guild_id: int | None,
-    channel_id: int | None,
+    action: str, exc: discord.HTTPException, guild_id: int | None, channel_id: int | None
 ) -> None:
-    """One log line an admin can act on: what failed, where, and Discord's code."""
-    if isinstance(exc, discord.RateLimited):
-        log.warning(
-            "Discord: %s rate limited for %.1fs (guild %s, channel %s)",
-            action,
-            exc.retry_after,
-            guild_id,
-            channel_id,
-        )
-        return
+    """One log line an admin can act on: what failed, where, and Discord's code.
+
+    A 429 arrives here as an HTTPException once discord.py's own retries are spent
+    (it raises `RateLimited` only when `max_ratelimit_timeout` is set, which we don't).
+    """
     hint = ""
     if isinstance(exc, discord.Forbidden):
         hint = " (missing access/permission: the bot needs View Channel, Send Messages, "

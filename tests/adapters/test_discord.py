@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
-from typing import Any, Literal
+from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
 from adapters.discord import INTENTS_HELP, TOKEN_HELP, DiscordAdapter
 from bot.interface import StartupError
 from bot.messages import (
-    MODERATOR_COMMANDS,
-    CommandRequest,
+    COMMAND_NAMES,
     CommandResult,
     Community,
     IncomingMessage,
@@ -27,43 +26,23 @@ from bot.messages import (
     ReplyKind,
 )
 from bot.settings import Settings
-from tests.fakes.discord_fixtures import restores_discord_endpoints  # noqa: F401
-from tests.fakes.discord_server import FakeChannel, FakeDiscord, FakeGuild, FakeUser
+from tests.fakes import discord_fixtures
+from tests.fakes.discord_fixtures import (
+    MANAGE_GUILD,
+    SEND_MESSAGES,
+    is_ephemeral,
+    restores_discord_endpoints,  # noqa: F401
+)
+from tests.fakes.discord_server import (
+    FakeChannel,
+    FakeDiscord,
+    FakeGuild,
+    FakeUser,
+    RecordedRequest,
+)
+from tests.fakes.recording_runtime import RecordingRuntime
 
-MANAGE_GUILD = 1 << 5
 REFUSAL = "Only moderators (Manage Server) can do that."
-
-
-class RecordingRuntime:
-    """Implements ChatRuntime; records what the adapter handed over."""
-
-    def __init__(self) -> None:
-        self.messages: list[IncomingMessage] = []
-        self.commands: list[CommandRequest] = []
-        self.completions: list[tuple[Community, str, str]] = []
-        self.answer: Callable[[IncomingMessage], Reply | None] = lambda m: Reply(
-            text=f"echo: {m.text}"
-        )
-        self.command_result: Callable[[CommandRequest], CommandResult] | None = None
-
-    async def handle(self, message: IncomingMessage) -> Reply | None:
-        self.messages.append(message)
-        return self.answer(message)
-
-    async def run_command(self, request: CommandRequest) -> CommandResult:
-        self.commands.append(request)
-        if request.name in MODERATOR_COMMANDS and not request.is_moderator:
-            return CommandResult(text=REFUSAL, ok=False, private=True)
-        if self.command_result is not None:
-            return self.command_result(request)
-        return CommandResult(text=f"{request.name}({', '.join(request.args)}) ran")
-
-    async def complete(
-        self, community: Community, kind: Literal["version", "topic"], prefix: str
-    ) -> list[str]:
-        self.completions.append((community, kind, prefix))
-        pool = ["3", "2", "1"] if kind == "version" else ["ethics", "ethereum", "music"]
-        return [p for p in pool if p.startswith(prefix)]
 
 
 @pytest.fixture
@@ -82,7 +61,11 @@ async def fake(alice: FakeUser) -> AsyncIterator[FakeDiscord]:
 
 @pytest.fixture
 def runtime() -> RecordingRuntime:
-    return RecordingRuntime()
+    return RecordingRuntime(
+        refusal=REFUSAL,
+        command_result=lambda r: CommandResult(text=f"{r.name}({', '.join(r.args)}) ran"),
+        completion_pool={"version": ["3", "2", "1"], "topic": ["ethics", "ethereum", "music"]},
+    )
 
 
 def make_settings(fake: FakeDiscord, **overrides: Any) -> Settings:
@@ -95,42 +78,30 @@ def make_settings(fake: FakeDiscord, **overrides: Any) -> Settings:
     )
 
 
-@contextlib.asynccontextmanager
-async def running(
+def running(
     fake: FakeDiscord, runtime: RecordingRuntime, **overrides: Any
-) -> AsyncIterator[DiscordAdapter]:
-    adapter = DiscordAdapter(
-        runtime,
-        make_settings(fake, **overrides),
-        client_options={"guild_ready_timeout": 0.05},
-        identify_delay=0,
-    )
-    task = asyncio.create_task(adapter.start())
-    ready = asyncio.create_task(adapter.wait_until_ready())
-    done, _ = await asyncio.wait({task, ready}, timeout=10, return_when=asyncio.FIRST_COMPLETED)
-    if ready not in done:
-        ready.cancel()
-        await adapter.close()
-        await task  # surfaces the start() error
-        raise AssertionError("adapter never became ready")
-    try:
-        yield adapter
-    finally:
-        await adapter.close()
-        await asyncio.wait_for(task, 5)
+) -> contextlib.AbstractAsyncContextManager[DiscordAdapter]:
+    return discord_fixtures.running(runtime, make_settings(fake, **overrides))
 
 
-def sent_messages(fake: FakeDiscord, channel_id: int | None = None) -> list[Any]:
+def is_message_post(request: RecordedRequest, channel_id: int | None = None) -> bool:
+    """A POST of a channel message (to `channel_id` if given), failed attempts included."""
     path = f"/channels/{channel_id}/messages" if channel_id else "/messages"
-    return [r for r in fake.find("POST", path) if r.path.startswith("/channels/")]
-
-
-async def wait_sent(fake: FakeDiscord, count: int = 1, channel_id: int | None = None) -> list[Any]:
-    path = f"/channels/{channel_id}/messages" if channel_id else "/messages"
-    return await fake.wait_for(
-        lambda r: r.method == "POST" and r.path.startswith("/channels/") and r.path.endswith(path),
-        count=count,
+    return (
+        request.method == "POST"
+        and request.path.startswith("/channels/")
+        and request.path.endswith(path)
     )
+
+
+def sent_messages(fake: FakeDiscord) -> list[RecordedRequest]:
+    return [r for r in fake.requests if is_message_post(r)]
+
+
+async def wait_sent(
+    fake: FakeDiscord, count: int = 1, channel_id: int | None = None
+) -> list[RecordedRequest]:
+    return await fake.wait_for(lambda r: is_message_post(r, channel_id), count=count)
 
 
 def guild_and_channel(fake: FakeDiscord, index: int = 0) -> tuple[FakeGuild, FakeChannel]:
@@ -139,6 +110,31 @@ def guild_and_channel(fake: FakeDiscord, index: int = 0) -> tuple[FakeGuild, Fak
 
 
 # --------------------------------------------------------------------------- messages
+
+
+async def test_the_answer_does_not_wait_for_the_typing_request(
+    fake: FakeDiscord, runtime: RecordingRuntime, alice: FakeUser
+) -> None:
+    """Discord is slow to acknowledge the typing indicator: the runtime already has the
+    message meanwhile, and the reply still goes out after the indicator."""
+    _, channel = guild_and_channel(fake)
+    fake.typing_gate = asyncio.Event()
+    handled = asyncio.Event()
+
+    def answer(message: IncomingMessage) -> Reply:
+        handled.set()
+        return Reply(text=f"echo: {message.text}")
+
+    runtime.answer = answer
+    async with running(fake, runtime):
+        await fake.message_create(
+            channel=channel, author=alice, content=f"<@{fake.bot.id}> hi", mentions=[fake.bot]
+        )
+        await asyncio.wait_for(handled.wait(), 5)
+        assert not fake.find("POST", f"/channels/{channel.id}/messages")
+        fake.typing_gate.set()
+        [sent] = await wait_sent(fake)
+    assert sent.json["content"] == "echo: hi"
 
 
 async def test_mention_types_then_replies_without_pinging(
@@ -400,16 +396,7 @@ async def test_commands_synced_globally_or_to_dev_guild(
     assert group["name"] == "sonality"
     assert str(group["default_member_permissions"]) == str(MANAGE_GUILD)
     subs = {o["name"]: o for o in group["options"]}
-    assert set(subs) == {
-        "beliefs",
-        "rollback",
-        "history",
-        "diff",
-        "snapshot",
-        "status",
-        "reflect",
-        "help",
-    }
+    assert set(subs) == set(COMMAND_NAMES)
     assert subs["rollback"]["options"][0]["autocomplete"] is True
     assert subs["beliefs"]["options"][0]["autocomplete"] is True
 
@@ -442,7 +429,7 @@ async def test_sharded_client_identifies_each_shard(
 # --------------------------------------------------------------------------- commands
 
 
-def callbacks(fake: FakeDiscord, interaction_id: int) -> list[Any]:
+def callbacks(fake: FakeDiscord, interaction_id: int) -> list[RecordedRequest]:
     return fake.find("POST", f"/interactions/{interaction_id}/")
 
 
@@ -462,7 +449,7 @@ async def test_beliefs_defers_then_edits_original(
     [callback] = callbacks(fake, iid)
     assert callback.path == f"/interactions/{iid}/{token}/callback"
     assert callback.json["type"] == 5
-    assert not int((callback.json.get("data") or {}).get("flags", 0)) & 64
+    assert not is_ephemeral(callback)
     assert "Authorization" not in callback.headers and "Authorization" not in patch.headers
     assert fake.requests.index(callback) < fake.requests.index(patch)
     assert patch.path == f"/webhooks/{fake.application_id}/{token}/messages/@original"
@@ -474,8 +461,20 @@ async def test_beliefs_defers_then_edits_original(
     assert request.caller.id == str(alice.id)
 
 
-async def test_non_moderator_rollback_is_refused_ephemerally(
-    fake: FakeDiscord, runtime: RecordingRuntime, alice: FakeUser
+@pytest.mark.parametrize(
+    ("permissions", "moderator", "answer"),
+    [
+        pytest.param(SEND_MESSAGES, False, REFUSAL, id="member-refused-ephemerally"),
+        pytest.param(MANAGE_GUILD, True, "rollback(3) ran", id="moderator-runs-publicly"),
+    ],
+)
+async def test_rollback_needs_manage_server(
+    fake: FakeDiscord,
+    runtime: RecordingRuntime,
+    alice: FakeUser,
+    permissions: int,
+    moderator: bool,
+    answer: str,
 ) -> None:
     guild, channel = guild_and_channel(fake)
     async with running(fake, runtime):
@@ -485,35 +484,15 @@ async def test_non_moderator_rollback_is_refused_ephemerally(
             user=alice,
             subcommand="rollback",
             options=[{"name": "version", "type": 4, "value": 3}],
-            permissions=1 << 11,  # Send Messages, not Manage Server
+            permissions=permissions,
         )
         [patch] = await fake.wait_for(lambda r: r.method == "PATCH")
     [callback] = callbacks(fake, iid)
-    assert callback.json["type"] == 5 and int(callback.json["data"]["flags"]) & 64
-    assert patch.json["content"] == REFUSAL
+    # Only the caller sees a refusal, and a deferral cannot be made ephemeral later.
+    assert callback.json["type"] == 5 and is_ephemeral(callback) is not moderator
+    assert patch.json["content"] == answer
     [request] = runtime.commands
-    assert request.name == "rollback" and request.is_moderator is False
-
-
-async def test_moderator_rollback_reaches_runtime_with_args(
-    fake: FakeDiscord, runtime: RecordingRuntime, alice: FakeUser
-) -> None:
-    guild, channel = guild_and_channel(fake)
-    async with running(fake, runtime):
-        iid, _ = await fake.interaction_create(
-            guild=guild,
-            channel=channel,
-            user=alice,
-            subcommand="rollback",
-            options=[{"name": "version", "type": 4, "value": 3}],
-            permissions=MANAGE_GUILD,
-        )
-        [patch] = await fake.wait_for(lambda r: r.method == "PATCH")
-    [callback] = callbacks(fake, iid)
-    assert not int((callback.json.get("data") or {}).get("flags", 0)) & 64
-    [request] = runtime.commands
-    assert (request.name, request.args, request.is_moderator) == ("rollback", ("3",), True)
-    assert patch.json["content"] == "rollback(3) ran"
+    assert (request.name, request.args, request.is_moderator) == ("rollback", ("3",), moderator)
 
 
 async def test_private_result_after_public_defer_goes_ephemeral(

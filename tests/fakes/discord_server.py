@@ -34,10 +34,23 @@ from aiohttp import BodyPartReader, WSMsgType, web
 JSONDict = dict[str, Any]
 
 _DISCORD_EPOCH_MS = 1420070400000
+_HEARTBEAT_INTERVAL_MS = 41250
 
 
 def _now_iso() -> str:
     return datetime.now(UTC).isoformat()
+
+
+def _member() -> JSONDict:
+    """A guild member's fields besides `user` (roles, nick, ...): the same for everyone."""
+    return {
+        "roles": [],
+        "joined_at": _now_iso(),
+        "deaf": False,
+        "mute": False,
+        "flags": 0,
+        "nick": None,
+    }
 
 
 def json_response(
@@ -99,27 +112,21 @@ class FakeGuild:
 class FakeDiscord:
     """One fake Discord: start(), point the client at api_base / gateway_url, script it."""
 
-    def __init__(
-        self,
-        *,
-        guilds: list[FakeGuild] | None = None,
-        bot_name: str = "Sonality",
-        heartbeat_interval_ms: int = 41250,
-    ) -> None:
+    def __init__(self) -> None:
         self._ids = itertools.count(1)
-        self.bot = FakeUser(self.snowflake(), bot_name.lower(), bot_name, bot=True)
+        self.bot = FakeUser(self.snowflake(), "sonality", "Sonality", bot=True)
         self.application_id = self.bot.id
         self.owner = FakeUser(self.snowflake(), "owner")
-        self.guilds: list[FakeGuild] = guilds if guilds is not None else []
-        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.guilds: list[FakeGuild] = []
         self.requests: list[RecordedRequest] = []
         self.identifies: list[JSONDict] = []
         self.messages: dict[int, JSONDict] = {}
         self.close_with_4014 = False
         self.token = "test-token"  # bot routes answer 401 to any other token
-        self.shard_count_for_gateway_bot = 1
         # Scripted answers for the next POST /channels/{id}/messages: (status, body, headers).
         self._message_faults: list[tuple[int, JSONDict, dict[str, str]]] = []
+        #: When set, POST /channels/{id}/typing is answered only once this event is set.
+        self.typing_gate: asyncio.Event | None = None
         self._sessions: list[tuple[web.WebSocketResponse, list[int]]] = []  # ws, [shard, count]
         self._seq = itertools.count(1)
         self._changed = asyncio.Event()
@@ -214,26 +221,10 @@ class FakeDiscord:
                 self._changed.clear()
                 await self._changed.wait()
 
-    async def wait_identified(self, count: int = 1, seconds: float = 5.0) -> None:
-        async with asyncio.timeout(seconds):
-            while len(self.identifies) < count:
-                self._changed.clear()
-                await self._changed.wait()
-
     def _notify(self) -> None:
         self._changed.set()
 
     # ------------------------------------------------------------------ payloads
-    def _member(self, user: FakeUser) -> JSONDict:
-        return {
-            "roles": [],
-            "joined_at": _now_iso(),
-            "deaf": False,
-            "mute": False,
-            "flags": 0,
-            "nick": None,
-        }
-
     def _channel_payload(self, guild: FakeGuild, channel: FakeChannel, position: int) -> JSONDict:
         if channel.is_thread:
             return {
@@ -265,7 +256,7 @@ class FakeDiscord:
         }
 
     def guild_payload(self, guild: FakeGuild) -> JSONDict:
-        members = [{"user": u.payload(), **self._member(u)} for u in guild.members]
+        members = [{"user": u.payload(), **_member()} for u in guild.members]
         return {
             "id": str(guild.id),
             "name": guild.name,
@@ -313,21 +304,20 @@ class FakeDiscord:
         content: str,
         mentions: list[FakeUser] | None = None,
         reply_to: JSONDict | None = None,
-        message_id: int | None = None,
     ) -> JSONDict:
         guild = self._guild_of_channel(channel_id)
         data: JSONDict = {
-            "id": str(message_id or self.snowflake()),
+            "id": str(self.snowflake()),
             "channel_id": str(channel_id),
             "author": author.payload(),
             "content": content,
             "timestamp": _now_iso(),
             "edited_timestamp": None,
             "tts": False,
-            "mention_everyone": False,
+            # as Discord sets it, so a test can tell @everyone from a mention of the bot
+            "mention_everyone": "@everyone" in content or "@here" in content,
             "mentions": [
-                {**u.payload(), **({"member": self._member(u)} if guild else {})}
-                for u in mentions or []
+                {**u.payload(), **({"member": _member()} if guild else {})} for u in mentions or []
             ],
             "mention_roles": [],
             "attachments": [],
@@ -338,7 +328,7 @@ class FakeDiscord:
         }
         if guild is not None:
             data["guild_id"] = str(guild.id)
-            data["member"] = self._member(author)
+            data["member"] = _member()
         if reply_to is not None:  # omitted otherwise: a null breaks discord.py's parser
             data["message_reference"] = {
                 "type": 0,
@@ -388,13 +378,12 @@ class FakeDiscord:
         options: list[JSONDict] | None = None,
         permissions: int = 0,
         autocomplete: bool = False,
-        command_name: str = "sonality",
     ) -> tuple[int, str]:
         """Send a /sonality <subcommand> INTERACTION_CREATE; returns (interaction id, token)."""
         interaction_id = self.snowflake()
         token = f"tok-{interaction_id}"
         data: JSONDict = {
-            "id": interaction_id,
+            "id": str(interaction_id),
             "application_id": str(self.application_id),
             "type": 4 if autocomplete else 2,
             "token": token,
@@ -404,7 +393,7 @@ class FakeDiscord:
             "channel": self._channel_payload(guild, channel, 0),
             "member": {
                 "user": user.payload(),
-                **self._member(user),
+                **_member(),
                 "permissions": str(permissions),
             },
             "app_permissions": str((1 << 53) - 1),
@@ -416,12 +405,11 @@ class FakeDiscord:
             "context": 0,
             "data": {
                 "id": str(self.snowflake()),
-                "name": command_name,
+                "name": "sonality",
                 "type": 1,
                 "options": [{"name": subcommand, "type": 1, "options": options or []}],
             },
         }
-        data["id"] = str(interaction_id)
         await self.dispatch("INTERACTION_CREATE", data, guild_id=guild.id)
         return interaction_id, token
 
@@ -430,7 +418,7 @@ class FakeDiscord:
         ws = web.WebSocketResponse(autoping=True)
         await ws.prepare(request)
         await ws.send_str(
-            json.dumps({"op": 10, "d": {"heartbeat_interval": self.heartbeat_interval_ms}})
+            json.dumps({"op": 10, "d": {"heartbeat_interval": _HEARTBEAT_INTERVAL_MS}})
         )
         session: tuple[web.WebSocketResponse, list[int]] | None = None
         try:
@@ -536,7 +524,7 @@ class FakeDiscord:
             return json_response(
                 {
                     "url": self.gateway_url,
-                    "shards": self.shard_count_for_gateway_bot,
+                    "shards": 1,
                     "session_start_limit": {
                         "total": 1000,
                         "remaining": 1000,
@@ -559,6 +547,8 @@ class FakeDiscord:
                 ]
             )
         if method == "POST" and parts[0] == "channels" and parts[-1] == "typing":
+            if self.typing_gate is not None:
+                await self.typing_gate.wait()
             return web.Response(status=204)
         if method == "POST" and parts[0] == "channels" and parts[-1] == "messages":
             if self._message_faults:

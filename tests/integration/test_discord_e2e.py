@@ -19,28 +19,23 @@ import pytest
 
 from adapters.discord import DiscordAdapter
 from bot.app import open_runtime
-from bot.runtime import LLM_DOWN, Runtime
+from bot.messages import LLM_DOWN
+from bot.runtime import Runtime
 from sonality.agent import SonalityAgent
 from tests.fakes.anthropic_server import AnthropicFake, Fault
-from tests.fakes.discord_fixtures import restores_discord_endpoints  # noqa: F401
+from tests.fakes.discord_fixtures import (
+    MANAGE_GUILD,
+    SEND_MESSAGES,
+    is_ephemeral,
+    restores_discord_endpoints,  # noqa: F401
+    running,
+)
 from tests.fakes.discord_server import FakeDiscord, FakeGuild, FakeUser, RecordedRequest
 from tests.integration.conftest import make_settings
+from tests.integration.test_isolation_and_commands import CANARY, CANARY_TEXT
 
-MANAGE_GUILD = 1 << 5
-SEND_MESSAGES = 1 << 11
 NO_PINGS = {"parse": [], "replied_user": False}
-TOPIC = "canary_zebra_crossings"
-CANARY = dict(
-    contains="road-safety audit",
-    score=0.85,
-    direction="supports",
-    topics=[TOPIC],
-    novelty=0.9,
-    reasoning_type="empirical_data",
-    source_reliability="peer_reviewed",
-    summary="User shows a 2019 road-safety audit proving raised zebra crossings cut injuries.",
-)
-CANARY_TEXT = "A 2019 road-safety audit found that raised zebra crossings cut injuries by 40%."
+TOPIC = CANARY["topics"][0]
 # discord.py schedules each on_message / app command in a task with these names.
 HANDLER_TASKS = ("discord.py: on_message", "CommandTree-invoker")
 WAIT = 10.0
@@ -82,30 +77,13 @@ async def world(tmp_path: Path, llm: Any, anthropic_server: AnthropicFake) -> As
         DISCORD_GATEWAY_URL=fake.gateway_url,
     )
     try:
-        async with open_runtime(settings, llm=llm) as runtime:
-            adapter = DiscordAdapter(
-                runtime,
-                settings,
-                client_options={"guild_ready_timeout": 0.05},
-                identify_delay=0,
+        async with (
+            open_runtime(settings, llm=llm) as runtime,
+            running(runtime, settings, ready_within=WAIT) as adapter,
+        ):
+            yield World(
+                fake, runtime, adapter, anthropic_server, guild_a, guild_b, member, moderator
             )
-            task = asyncio.create_task(adapter.start())
-            ready = asyncio.create_task(adapter.wait_until_ready())
-            done, _ = await asyncio.wait(
-                {task, ready}, timeout=WAIT, return_when=asyncio.FIRST_COMPLETED
-            )
-            if ready not in done:
-                ready.cancel()
-                await adapter.close()
-                await task  # surfaces the start() error
-                raise AssertionError("adapter never became ready")
-            try:
-                yield World(
-                    fake, runtime, adapter, anthropic_server, guild_a, guild_b, member, moderator
-                )
-            finally:
-                await adapter.close()
-                await asyncio.wait_for(task, 5)
     finally:
         await fake.close()
 
@@ -207,10 +185,6 @@ async def slash(
     return callback, patch
 
 
-def ephemeral(callback: RecordedRequest) -> bool:
-    return bool(int((callback.json.get("data") or {}).get("flags", 0)) & 64)
-
-
 def assert_plain_reply(post: RecordedRequest, trigger: dict[str, Any]) -> None:
     body = post.json
     assert str(body["message_reference"]["message_id"]) == trigger["id"]
@@ -246,13 +220,13 @@ async def test_canary_learned_in_one_guild_never_shows_in_the_other(world: World
     assert CANARY_TEXT in rated
 
     callback_a, patch_a = await slash(world, a, "beliefs")
-    assert not ephemeral(callback_a)
+    assert not is_ephemeral(callback_a)
     assert f"{TOPIC}: +" in patch_a.json["content"]
     assert "road-safety audit" in patch_a.json["content"]
     assert patch_a.json["allowed_mentions"] == {"parse": []}
 
     callback_b, patch_b = await slash(world, b, "beliefs")
-    assert not ephemeral(callback_b)
+    assert not is_ephemeral(callback_b)
     assert "canary" not in patch_b.json["content"]
     assert "no beliefs" in patch_b.json["content"]
 
@@ -273,7 +247,7 @@ async def test_only_manage_server_can_roll_back(world: World) -> None:
 
     version_0 = [{"name": "version", "type": 4, "value": 0}]
     callback, patch = await slash(world, a, "rollback", options=version_0)
-    assert ephemeral(callback)  # only the caller sees the refusal
+    assert is_ephemeral(callback)  # only the caller sees the refusal
     assert "Only moderators" in patch.json["content"]
     assert await store.latest_version() == before == agent.sponge.version
     assert TOPIC in agent.sponge.opinion_vectors
@@ -283,7 +257,7 @@ async def test_only_manage_server_can_roll_back(world: World) -> None:
     callback, patch = await slash(
         world, a, "rollback", options=version_0, permissions=MANAGE_GUILD, user=world.moderator
     )
-    assert not ephemeral(callback)
+    assert not is_ephemeral(callback)
     assert "Restored v0 as v5" in patch.json["content"]
     assert "/sonality rollback 4" in patch.json["content"]
     assert await store.latest_version() == 5 == agent.sponge.version

@@ -1,0 +1,68 @@
+"""A `ChatRuntime` for adapter tests: records what the adapter hands over.
+
+Adapter tests check translation (platform event in, neutral message out, reply
+rendered back) against the real platform client and our loopback platform server;
+the engine behind the runtime is not what they test, so answers are set per test.
+The end-to-end tests in tests/integration use the real runtime instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Literal
+
+from bot.messages import (
+    MODERATOR_COMMANDS,
+    CommandRequest,
+    CommandResult,
+    Community,
+    IncomingMessage,
+    Reply,
+)
+
+
+class RecordingRuntime:
+    """Implements `bot.interface.ChatRuntime`; every answer can be replaced by a test."""
+
+    def __init__(
+        self,
+        *,
+        refusal: str,
+        command_result: Callable[[CommandRequest], CommandResult],
+        completion_pool: dict[str, list[str]] | None = None,
+    ) -> None:
+        self.messages: list[IncomingMessage] = []
+        self.commands: list[CommandRequest] = []
+        self.completions: list[tuple[Community, str, str]] = []
+        self.answer: Callable[[IncomingMessage], Reply | None] = lambda m: Reply(
+            text=f"echo: {m.text}"
+        )
+        self.refusal = refusal
+        self.command_result = command_result
+        self.completion_pool = completion_pool or {}
+        self.gate: asyncio.Event | None = None  # when set, handle() waits for it
+
+    async def handle(self, message: IncomingMessage) -> Reply | None:
+        self.messages.append(message)
+        if self.gate is not None:
+            await self.gate.wait()
+        return self.answer(message)
+
+    async def run_command(self, request: CommandRequest) -> CommandResult:
+        self.commands.append(request)
+        if request.name in MODERATOR_COMMANDS and not request.is_moderator:
+            return CommandResult(text=self.refusal, ok=False, private=True)
+        return self.command_result(request)
+
+    async def drain(self, community_id: str | None = None) -> None:
+        """Nothing learns here, so there is nothing to wait for."""
+
+    def learning_status(self, community_id: str) -> str:
+        return ""
+
+    async def complete(
+        self, community: Community, kind: Literal["version", "topic"], prefix: str
+    ) -> list[str]:
+        self.completions.append((community, kind, prefix))
+        return [p for p in self.completion_pool.get(kind, []) if p.startswith(prefix)]
