@@ -745,12 +745,12 @@ class SlackAdapter:
         with self._tracked():
             await self._handle_event(body, event, context, is_dm=True)
 
-    def _is_from_bot(self, event: dict[str, Any], context: AsyncBoltContext) -> bool:
+    @staticmethod
+    def _is_from_bot(event: dict[str, Any]) -> bool:
+        """Any bot, not only ourselves (Bolt's IgnoringSelfEvents already drops those):
+        two bots answering each other would loop."""
         return bool(
-            event.get("bot_id")
-            or event.get("subtype") == "bot_message"
-            or event.get("bot_profile")
-            or (context.bot_user_id and event.get("user") == context.bot_user_id)
+            event.get("bot_id") or event.get("subtype") == "bot_message" or event.get("bot_profile")
         )
 
     async def _handle_event(
@@ -761,7 +761,7 @@ class SlackAdapter:
         *,
         is_dm: bool,
     ) -> None:
-        if self._is_from_bot(event, context) or event.get("subtype") not in _HUMAN_SUBTYPES:
+        if self._is_from_bot(event) or event.get("subtype") not in _HUMAN_SUBTYPES:
             return
         team = _team_of(body, context)
         channel = event.get("channel")
@@ -776,12 +776,16 @@ class SlackAdapter:
         # so there we only stay in a thread if the user started one.
         thread_ts: str | None = event.get("thread_ts") or (None if is_dm else ts)
         reaction = dict(channel=channel, timestamp=ts, name=WORKING_REACTION)
-        await self._call(
-            "reactions.add",
-            team,
-            channel,
-            client.reactions_add(**reaction),
-            quiet=frozenset({"already_reacted"}),
+        # Not awaited before the runtime: a throttled reactions.add (429, retried after
+        # Retry-After) must not hold the answer back.
+        adding = asyncio.create_task(
+            self._call(
+                "reactions.add",
+                team,
+                channel,
+                client.reactions_add(**reaction),
+                quiet=frozenset({"already_reacted"}),
+            )
         )
         try:
             text = await self._incoming_text(client, team, event.get("text") or "", context)
@@ -805,6 +809,7 @@ class SlackAdapter:
             if reply is not None:
                 await self._post_reply(client, team, channel, thread_ts, reply)
         finally:
+            await adding  # removing first would leave the reaction behind
             await self._call(
                 "reactions.remove",
                 team,
@@ -921,13 +926,14 @@ class SlackAdapter:
                 channel,
                 respond(text=chunk, response_type="in_channel" if public else "ephemeral"),
             )
-            if sent is None or getattr(sent, "status_code", 200) >= 400:
-                if sent is not None:
-                    log.warning(
-                        "Slack response_url refused (team=%s channel=%s): %s %s",
-                        team,
-                        channel,
-                        sent.status_code,
-                        sent.body,
-                    )
+            if sent is None:
+                return
+            if sent.status_code >= 400:
+                log.warning(
+                    "Slack response_url refused (team=%s channel=%s): %s %s",
+                    team,
+                    channel,
+                    sent.status_code,
+                    sent.body,
+                )
                 return

@@ -16,7 +16,8 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from storage.base import SqlBase, execute, from_json, to_db_time, to_json, utcnow
+from sonality.store import utcnow
+from storage.base import SqlBase, execute, from_json, to_db_time, to_json
 from storage.models import StorageError
 
 
@@ -26,6 +27,21 @@ def _installation_key(
     """Normalise like slack_sdk's stores: None -> "", and org-wide installs have no team."""
     team = "" if is_enterprise_install or team_id is None else team_id
     return enterprise_id or "", team, user_id or ""
+
+
+def _installations_where(
+    enterprise_id: str | None, team_id: str | None, user_id: str | None, is_enterprise_install: bool
+) -> tuple[str, list[object]]:
+    """The team's (or org's) rows; only `user_id`'s when one is given."""
+    enterprise, team, user = _installation_key(
+        enterprise_id, team_id, user_id, is_enterprise_install
+    )
+    where = " WHERE enterprise_id = ? AND team_id = ?"
+    params: list[object] = [enterprise, team]
+    if user_id is not None:
+        where += " AND user_id = ?"
+        params.append(user)
+    return where, params
 
 
 class PlatformStore(SqlBase):
@@ -101,15 +117,10 @@ class PlatformStore(SqlBase):
         Without `user_id`: the newest installation by anyone in that team, i.e. the
         current bot installation. With `user_id`: that user's own installation.
         """
-        enterprise, team, user = _installation_key(
-            enterprise_id, team_id, user_id, is_enterprise_install
+        where, params = _installations_where(enterprise_id, team_id, user_id, is_enterprise_install)
+        row = await self._fetchone(
+            "SELECT data_json FROM installations" + where + " ORDER BY id DESC LIMIT 1", params
         )
-        sql = "SELECT data_json FROM installations WHERE enterprise_id = ? AND team_id = ?"
-        params: list[object] = [enterprise, team]
-        if user_id is not None:
-            sql += " AND user_id = ?"
-            params.append(user)
-        row = await self._fetchone(sql + " ORDER BY id DESC LIMIT 1", params)
         if row is None:
             return None
         data = from_json(str(row[0]))
@@ -123,15 +134,10 @@ class PlatformStore(SqlBase):
         is_enterprise_install: bool = False,
     ) -> int:
         """Delete a team's installations (all users, or only `user_id`'s); returns rows removed."""
-        enterprise, team, user = _installation_key(
-            enterprise_id, team_id, user_id, is_enterprise_install
+        where, params = _installations_where(enterprise_id, team_id, user_id, is_enterprise_install)
+        return await self._run_write(
+            lambda conn: execute(conn, "DELETE FROM installations" + where, params)
         )
-        sql = "DELETE FROM installations WHERE enterprise_id = ? AND team_id = ?"
-        params: list[object] = [enterprise, team]
-        if user_id is not None:
-            sql += " AND user_id = ?"
-            params.append(user)
-        return await self._run_write(lambda conn: execute(conn, sql, params))
 
     # --- OAuth state -------------------------------------------------------------------
 

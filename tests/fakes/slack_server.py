@@ -32,11 +32,8 @@ __all__ = [
 
 @dataclass
 class RecordedRequest:
-    method: str
     path: str
-    headers: dict[str, str]
     args: dict[str, Any]  # query + form + JSON body merged (what the API method got)
-    raw: bytes
     token: str | None  # bearer token (or `token` argument)
 
     @property
@@ -131,8 +128,9 @@ class FakeSlack:
         """Value for SLACK_API_URL (ends with "/" as slack_sdk requires)."""
         return f"http://{self.host}:{self.port}/api/"
 
-    def response_url(self, rid: str | None = None) -> str:
-        return f"http://{self.host}:{self.port}/response/{rid or next(self._ids)}"
+    def response_url(self, rid: str) -> str:
+        """Where `respond()` posts; answers are recorded under `rid` in `responses`."""
+        return f"http://{self.host}:{self.port}/response/{rid}"
 
     # -- queries -------------------------------------------------------------------------
 
@@ -186,14 +184,13 @@ class FakeSlack:
         type: str,
         payload: dict[str, Any],
         *,
-        envelope_id: str | None = None,
         accepts_response_payload: bool = False,
         retry_attempt: int = 0,
     ) -> str:
         """Send one envelope over the connected websocket; returns its envelope_id."""
         await self.wait_for(lambda: self._ws is not None and not self._ws.closed, what="ws")
         assert self._ws is not None
-        envelope_id = envelope_id or f"env-{next(self._ids)}"
+        envelope_id = f"env-{next(self._ids)}"
         message: dict[str, Any] = {
             "envelope_id": envelope_id,
             "type": type,
@@ -262,16 +259,7 @@ class FakeSlack:
         token = auth.removeprefix("Bearer ") if auth.startswith("Bearer ") else None
         token = token or args.get("token")
         method = request.match_info["method"]
-        self.requests.append(
-            RecordedRequest(
-                method=request.method,
-                path=request.path,
-                headers=dict(request.headers),
-                args=args,
-                raw=raw,
-                token=token,
-            )
-        )
+        self.requests.append(RecordedRequest(path=request.path, args=args, token=token))
         await self._notify()
         if method in self.failures:
             return web.json_response({"ok": False, "error": self.failures[method]})

@@ -22,16 +22,27 @@ import pytest
 
 from adapters.slack import SlackAdapter
 from bot.app import open_runtime
-from bot.messages import Community
-from bot.runtime import LLM_DOWN, Runtime
+from bot.messages import LLM_DOWN, Community
+from bot.runtime import Runtime
 from bot.settings import Settings
 from sonality.agent import SonalityAgent
 from sonality.anthropic_llm import AnthropicLLM
 from tests.fakes.anthropic_server import AnthropicFake, Delay, Fault
-from tests.fakes.slack_server import FakeSlack, FakeUser, post_signed
+from tests.fakes.slack_server import FakeSlack, post_signed
 from tests.integration.conftest import chat_requests, make_settings
 from tests.integration.test_isolation_and_commands import CANARY, CANARY_TEXT
-from tests.slack.conftest import APP_TOKEN, BOT_TOKEN, SECRET, command_form, mention_event, running
+from tests.slack.conftest import (  # noqa: F401  (fixtures "fake", "http")
+    APP_TOKEN,
+    BOT_TOKEN,
+    SECRET,
+    adapter_url,
+    command_form,
+    fake_slack,
+    http_session,
+    mention_event,
+    running,
+    slack_values,
+)
 
 log = logging.getLogger(__name__)
 
@@ -52,14 +63,13 @@ class SlackBot:
     http: aiohttp.ClientSession
     _ts: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
-    def url(self, path: str = "/slack/events") -> str:
-        return f"http://127.0.0.1:{self.adapter.http_port}{path}"
-
     def next_ts(self) -> str:
         return f"1700000{next(self._ts):03d}.000100"
 
     async def deliver(self, body: dict[str, Any], **kw: Any) -> tuple[int, float]:
-        status, _, took = await post_signed(self.http, self.url(), SECRET, json_body=body, **kw)
+        status, _, took = await post_signed(
+            self.http, adapter_url(self.adapter), SECRET, json_body=body, **kw
+        )
         return status, took
 
     async def mention(self, text: str, *, team: str = "T1", user: str = "U1") -> dict[str, Any]:
@@ -78,7 +88,9 @@ class SlackBot:
         """/sonality `text`; returns the single answer posted to its response_url."""
         rid = f"r{len(self.fake.responses) + 1}"
         form = command_form(self.fake, text, user=user, team=team, rid=rid)
-        status, body, took = await post_signed(self.http, self.url(), SECRET, form=form)
+        status, body, took = await post_signed(
+            self.http, adapter_url(self.adapter), SECRET, form=form
+        )
         assert status == 200 and body == "" and took < 3.0
         await self.fake.wait_for(lambda: self.fake.responses.get(rid), what=f"/sonality {text}")
         await self.fake.settle(quiet=0.1)
@@ -100,19 +112,8 @@ class SlackBot:
 
 
 def slack_settings(data_dir: Path, fake: FakeSlack, **overrides: Any) -> Settings:
-    """Every Slack setting explicit, so neither .env nor the environment leaks in."""
-    values: dict[str, Any] = {
-        "SLACK_BOT_TOKEN": BOT_TOKEN,
-        "SLACK_APP_TOKEN": None,
-        "SLACK_SIGNING_SECRET": SECRET,
-        "SLACK_CLIENT_ID": None,
-        "SLACK_CLIENT_SECRET": None,
-        "SLACK_API_URL": fake.base_url,
-        "SLACK_MODERATOR_IDS": "",
-        "SLACK_ALLOW_DMS": False,
-        **overrides,
-    }
-    return make_settings(data_dir, **values)
+    """The production default for DMs (off); the Slack unit tests turn them on."""
+    return make_settings(data_dir, **slack_values(fake, **{"SLACK_ALLOW_DMS": False, **overrides}))
 
 
 @contextlib.asynccontextmanager
@@ -124,24 +125,6 @@ async def slack_bot(
         adapter = SlackAdapter(runtime, settings, runtime.db, host="127.0.0.1", port=0)
         async with running(adapter):
             yield SlackBot(runtime, adapter, fake, http)
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeSlack]:
-    server = FakeSlack()
-    server.users = {
-        "U1": FakeUser("U1", "Alice"),
-        "U2": FakeUser("U2", "Bob"),
-        "UADMIN": FakeUser("UADMIN", "Ada", is_admin=True),
-    }
-    async with server:
-        yield server
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as session:
-        yield session
 
 
 @pytest.fixture

@@ -8,59 +8,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 import aiohttp
 import pytest
 
-from adapters.slack import SlackAdapter
+from adapters.slack import SlackAdapter, SlackStore
+from bot.interface import ChatRuntime
 from bot.messages import (
-    MODERATOR_COMMANDS,
-    CommandRequest,
     CommandResult,
-    Community,
-    IncomingMessage,
-    Reply,
 )
 from bot.settings import Settings
+from tests.fakes.recording_runtime import RecordingRuntime
 from tests.fakes.slack_server import FakeSlack, FakeUser
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 BOT_TOKEN = "xoxb-test-token"
 APP_TOKEN = "xapp-1-A0001-test"
-
-
-class RecordingRuntime:
-    """Records what the adapter hands over; answers are configurable per test."""
-
-    def __init__(self) -> None:
-        self.messages: list[IncomingMessage] = []
-        self.commands: list[CommandRequest] = []
-        self.answer: Callable[[IncomingMessage], Reply | None] = lambda m: Reply(
-            text=f"echo: {m.text}"
-        )
-        self.gate: asyncio.Event | None = None  # when set, handle() waits for it
-
-    async def handle(self, message: IncomingMessage) -> Reply | None:
-        self.messages.append(message)
-        if self.gate is not None:
-            await self.gate.wait()
-        return self.answer(message)
-
-    async def run_command(self, request: CommandRequest) -> CommandResult:
-        self.commands.append(request)
-        if request.name in MODERATOR_COMMANDS and not request.is_moderator:
-            return CommandResult(text="Only moderators can do that.", ok=False, private=True)
-        return CommandResult(
-            text=f"{request.name} done: {' | '.join(request.args)}", title=request.name.title()
-        )
-
-    async def complete(
-        self, community: Community, kind: Literal["version", "topic"], prefix: str
-    ) -> list[str]:
-        return []
 
 
 class MemoryStore:
@@ -117,9 +83,9 @@ class MemoryStore:
         return expires is not None and now < expires
 
 
-def make_settings(fake: FakeSlack, **overrides: Any) -> Settings:
+def slack_values(fake: FakeSlack, **overrides: Any) -> dict[str, Any]:
     """Every Slack setting explicit, so neither .env nor the environment leaks in."""
-    values: dict[str, Any] = {
+    return {
         "SLACK_BOT_TOKEN": BOT_TOKEN,
         "SLACK_APP_TOKEN": None,
         "SLACK_SIGNING_SECRET": SECRET,
@@ -129,9 +95,23 @@ def make_settings(fake: FakeSlack, **overrides: Any) -> Settings:
         "SLACK_PORT": 3000,
         "SLACK_MODERATOR_IDS": "",
         "SLACK_ALLOW_DMS": True,
+        **overrides,
     }
-    values.update(overrides)
-    return Settings(_env_file=None, **values)  # type: ignore[call-arg]
+
+
+def make_settings(fake: FakeSlack, **overrides: Any) -> Settings:
+    return Settings(_env_file=None, **slack_values(fake, **overrides))  # type: ignore[call-arg]
+
+
+def adapter_for(
+    fake: FakeSlack, runtime: ChatRuntime, store: SlackStore, **settings: Any
+) -> SlackAdapter:
+    """An adapter on loopback; port 0 lets the OS pick a free port (see `http_port`)."""
+    return SlackAdapter(runtime, make_settings(fake, **settings), store, host="127.0.0.1", port=0)
+
+
+def adapter_url(adapter: SlackAdapter, path: str = "/slack/events") -> str:
+    return f"http://127.0.0.1:{adapter.http_port}{path}"
 
 
 @contextlib.asynccontextmanager
@@ -152,8 +132,9 @@ async def running(adapter: SlackAdapter) -> AsyncIterator[SlackAdapter]:
         await asyncio.wait_for(task, timeout=15)
 
 
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeSlack]:
+# Named fixtures, so the end-to-end tests can import them without shadowing warnings.
+@pytest.fixture(name="fake")
+async def fake_slack() -> AsyncIterator[FakeSlack]:
     server = FakeSlack()
     server.users = {
         "U1": FakeUser("U1", "Alice"),
@@ -167,7 +148,12 @@ async def fake() -> AsyncIterator[FakeSlack]:
 
 @pytest.fixture
 def runtime() -> RecordingRuntime:
-    return RecordingRuntime()
+    return RecordingRuntime(
+        refusal="Only moderators can do that.",
+        command_result=lambda r: CommandResult(
+            text=f"{r.name} done: {' | '.join(r.args)}", title=r.name.title()
+        ),
+    )
 
 
 @pytest.fixture
@@ -175,8 +161,8 @@ def store() -> MemoryStore:
     return MemoryStore()
 
 
-@pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
+@pytest.fixture(name="http")
+async def http_session() -> AsyncIterator[aiohttp.ClientSession]:
     async with aiohttp.ClientSession() as session:
         yield session
 

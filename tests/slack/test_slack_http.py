@@ -11,6 +11,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+import yaml  # installed with chromadb
 from slack_bolt.context.async_context import AsyncBoltContext
 
 from adapters.slack import (
@@ -23,33 +24,27 @@ from adapters.slack import (
 )
 from bot.interface import StartupError
 from bot.messages import Reply
+from storage import Database
+from tests.fakes.recording_runtime import RecordingRuntime
 from tests.fakes.slack_server import FakeSlack, OAuthGrant, post_signed
 from tests.slack.conftest import (
     SECRET,
     MemoryStore,
-    RecordingRuntime,
+    adapter_for,
+    adapter_url,
     command_form,
     dm_event,
-    make_settings,
     mention_event,
     running,
 )
 
 
-def adapter_for(
-    fake: FakeSlack, runtime: RecordingRuntime, store: MemoryStore, **settings: Any
-) -> SlackAdapter:
-    return SlackAdapter(runtime, make_settings(fake, **settings), store, host="127.0.0.1", port=0)
-
-
-def url(adapter: SlackAdapter, path: str = "/slack/events") -> str:
-    return f"http://127.0.0.1:{adapter.http_port}{path}"
-
-
 async def send(
     http: aiohttp.ClientSession, adapter: SlackAdapter, body: dict[str, Any], **kw: Any
 ) -> tuple[int, str, float]:
-    return await post_signed(http, url(adapter), kw.pop("secret", SECRET), json_body=body, **kw)
+    return await post_signed(
+        http, adapter_url(adapter), kw.pop("secret", SECRET), json_body=body, **kw
+    )
 
 
 async def test_mention_acked_fast_then_one_threaded_reply(
@@ -144,7 +139,7 @@ async def test_slash_beliefs_acks_fast_and_answers_via_response_url(
 ) -> None:
     async with running(adapter_for(fake, runtime, store)) as adapter:
         status, text, took = await post_signed(
-            http, url(adapter), SECRET, form=command_form(fake, "beliefs open source")
+            http, adapter_url(adapter), SECRET, form=command_form(fake, "beliefs open source")
         )
         assert status == 200 and took < 3.0
         assert text == ""
@@ -165,7 +160,7 @@ async def test_non_moderator_rollback_is_refused_privately(
 ) -> None:
     async with running(adapter_for(fake, runtime, store)) as adapter:
         form = command_form(fake, "rollback 2", user="U2")
-        assert (await post_signed(http, url(adapter), SECRET, form=form))[0] == 200
+        assert (await post_signed(http, adapter_url(adapter), SECRET, form=form))[0] == 200
         await fake.wait_for(lambda: fake.responses.get("r1"), what="refusal")
     [request] = runtime.commands
     assert request.is_moderator is False and request.args == ("2",)
@@ -192,7 +187,7 @@ async def test_moderators_may_roll_back_and_it_is_announced(
     adapter = adapter_for(fake, runtime, store, SLACK_MODERATOR_IDS=moderator_ids)
     async with running(adapter):
         form = command_form(fake, "rollback 2", user=user)
-        assert (await post_signed(http, url(adapter), SECRET, form=form))[0] == 200
+        assert (await post_signed(http, adapter_url(adapter), SECRET, form=form))[0] == 200
         await fake.wait_for(lambda: fake.responses.get("r1"), what="rollback answer")
     assert runtime.commands[0].is_moderator is True
     assert fake.responses["r1"][0]["response_type"] == "in_channel"
@@ -203,7 +198,7 @@ async def test_unknown_subcommand_gets_private_help(
 ) -> None:
     async with running(adapter_for(fake, runtime, store)) as adapter:
         form = command_form(fake, "dance now")
-        assert (await post_signed(http, url(adapter), SECRET, form=form))[0] == 200
+        assert (await post_signed(http, adapter_url(adapter), SECRET, form=form))[0] == 200
         await fake.wait_for(lambda: fake.responses.get("r1"), what="answer")
     assert runtime.commands == []
     answer = fake.responses["r1"][0]
@@ -327,14 +322,16 @@ async def test_oauth_install_then_events_use_that_workspace_token(
         SLACK_CLIENT_SECRET="shh",
     )
     async with running(adapter):
-        async with http.get(url(adapter, "/slack/install")) as resp:
+        async with http.get(adapter_url(adapter, "/slack/install")) as resp:
             assert resp.status == 200
             page = await resp.text()
             cookie = resp.headers["Set-Cookie"].split(";", 1)[0]
         state = re.search(r"state=([\w\-]+)", page)
         assert state is not None
         assert "scope=app_mentions:read,chat:write," in page
-        redirect = url(adapter, f"/slack/oauth_redirect?code=code-123&state={state.group(1)}")
+        redirect = adapter_url(
+            adapter, f"/slack/oauth_redirect?code=code-123&state={state.group(1)}"
+        )
         async with http.get(redirect, headers={"Cookie": cookie}) as resp:
             assert resp.status == 200, await resp.text()
         assert store.installations and store.installations[0][0]["team_id"] == "T0009"
@@ -381,7 +378,6 @@ def test_slack_text_to_plain() -> None:
 
 
 def test_manifest_matches_what_the_adapter_needs() -> None:
-    yaml = pytest.importorskip("yaml")
     manifest = yaml.safe_load((Path(__file__).parents[2] / "slack" / "manifest.yml").read_text())
     assert tuple(manifest["oauth_config"]["scopes"]["bot"]) == BOT_SCOPES
     assert set(manifest["settings"]["event_subscriptions"]["bot_events"]) == {
@@ -413,19 +409,20 @@ async def test_with_the_real_database_install_and_dedup_survive_a_restart(
     tmp_path: Path,
 ) -> None:
     """The same flows on `storage.Database` (SQLite): what production plugs in."""
-    database = pytest.importorskip("storage.db")
     fake.grants["code-9"] = OAuthGrant(team_id="T0009", bot_token="xoxb-T0009")
     oauth = {"SLACK_BOT_TOKEN": None, "SLACK_CLIENT_ID": "1.2", "SLACK_CLIENT_SECRET": "s"}
     event = mention_event(event_id="EvDb", team="T0009")
-    db = await database.Database.open(tmp_path / "sonality.sqlite3")
+    db = await Database.open(tmp_path / "sonality.sqlite3")
     try:
-        adapter = SlackAdapter(runtime, make_settings(fake, **oauth), db, host="127.0.0.1", port=0)
+        adapter = adapter_for(fake, runtime, db, **oauth)
         async with running(adapter):
-            async with http.get(url(adapter, "/slack/install")) as resp:
+            async with http.get(adapter_url(adapter, "/slack/install")) as resp:
                 cookie = resp.headers["Set-Cookie"].split(";", 1)[0]
                 state = re.search(r"state=([\w\-]+)", await resp.text())
             assert state is not None
-            redirect = url(adapter, f"/slack/oauth_redirect?code=code-9&state={state.group(1)}")
+            redirect = adapter_url(
+                adapter, f"/slack/oauth_redirect?code=code-9&state={state.group(1)}"
+            )
             async with http.get(redirect, headers={"Cookie": cookie}) as resp:
                 assert resp.status == 200
             async with http.get(redirect, headers={"Cookie": cookie}) as resp:
@@ -435,9 +432,9 @@ async def test_with_the_real_database_install_and_dedup_survive_a_restart(
     finally:
         await db.close()
 
-    db = await database.Database.open(tmp_path / "sonality.sqlite3")  # restarted process
+    db = await Database.open(tmp_path / "sonality.sqlite3")  # restarted process
     try:
-        adapter = SlackAdapter(runtime, make_settings(fake, **oauth), db, host="127.0.0.1", port=0)
+        adapter = adapter_for(fake, runtime, db, **oauth)
         async with running(adapter):
             assert (await send(http, adapter, event, retry_num=1))[0] == 200
             assert (await send(http, adapter, mention_event(event_id="Ev2", team="T0009")))[

@@ -9,13 +9,14 @@ import pytest
 
 from adapters.slack import SlackAdapter
 from bot.interface import StartupError
+from tests.fakes.recording_runtime import RecordingRuntime
 from tests.fakes.slack_server import FakeSlack
 from tests.slack.conftest import (
     APP_TOKEN,
     MemoryStore,
-    RecordingRuntime,
+    adapter_for,
+    adapter_url,
     command_form,
-    make_settings,
     mention_event,
     running,
 )
@@ -25,7 +26,7 @@ def socket_adapter(
     fake: FakeSlack, runtime: RecordingRuntime, store: MemoryStore, **settings: Any
 ) -> SlackAdapter:
     settings = {"SLACK_APP_TOKEN": APP_TOKEN, "SLACK_SIGNING_SECRET": None, **settings}
-    return SlackAdapter(runtime, make_settings(fake, **settings), store, host="127.0.0.1", port=0)
+    return adapter_for(fake, runtime, store, **settings)
 
 
 async def test_events_and_commands_are_acked_by_envelope_and_answered(
@@ -83,16 +84,15 @@ async def test_rejected_app_token_is_a_startup_error(
 
 
 async def test_socket_mode_oauth_serves_only_the_install_pages(
-    fake: FakeSlack, runtime: RecordingRuntime, store: MemoryStore
+    fake: FakeSlack, runtime: RecordingRuntime, store: MemoryStore, http: aiohttp.ClientSession
 ) -> None:
     adapter = socket_adapter(
         fake, runtime, store, SLACK_BOT_TOKEN=None, SLACK_CLIENT_ID="1.2", SLACK_CLIENT_SECRET="s"
     )
-    async with running(adapter), aiohttp.ClientSession() as http:
-        base = f"http://127.0.0.1:{adapter.http_port}"
-        async with http.get(base + "/slack/install") as resp:
+    async with running(adapter):
+        async with http.get(adapter_url(adapter, "/slack/install")) as resp:
             assert resp.status == 200 and "slack.com/oauth/v2/authorize" in await resp.text()
         # No events endpoint: in Socket Mode there is no signing secret to check it with.
-        async with http.post(base + "/slack/events", data=b"{}") as resp:
+        async with http.post(adapter_url(adapter), data=b"{}") as resp:
             assert resp.status in (404, 405)
     assert len(store.states) == 1
