@@ -17,7 +17,7 @@ __all__ = ["split_message"]
 FENCE = "```"
 _CLOSE = "\n" + FENCE
 _LANG = re.compile(r"[A-Za-z0-9_+#.\-]*")
-_FENCE_TOKEN = re.compile(FENCE + r"[A-Za-z0-9_+#.\-]*")
+_FENCE_TOKEN = re.compile(FENCE + _LANG.pattern)
 # Below this a reopened fence plus its closing would eat the whole chunk; such tiny
 # limits only happen in tests, and there plain splitting is the honest answer.
 _MIN_LIMIT_FOR_FENCES = 16

@@ -10,8 +10,8 @@ import asyncio
 import contextlib
 import logging
 import signal
+import sys
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
 from typing import Any
 
 from bot.interface import Adapter, StartupError
@@ -24,7 +24,7 @@ from sonality.agent import SonalityAgent
 from sonality.anthropic_llm import AnthropicLLM
 from sonality.llm import LLMClient
 from sonality.memory.embedding import default_embedding_function
-from sonality.memory.episodes import EpisodeStore, collection_name_for
+from sonality.memory.episodes import EpisodeStore
 from sonality.memory.shared_chroma import SharedChroma
 from sonality.priority import ReplyPriority
 from storage import Database
@@ -49,8 +49,9 @@ def build_llm(settings: Settings) -> AnthropicLLM:
 async def open_runtime(settings: Settings, llm: LLMClient | None = None) -> AsyncIterator[Runtime]:
     """Open storage, memory and the engine; yield the runtime; close it all cleanly."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    owned_llm = llm is None
-    client: LLMClient = build_llm(settings) if llm is None else llm
+    owned: AnthropicLLM | None = None
+    if llm is None:
+        llm = owned = build_llm(settings)
     db = await Database.open(settings.resolved_database_path)
     # One client for every community, reopened when too many memory indexes are open.
     chroma = await asyncio.to_thread(
@@ -61,14 +62,14 @@ async def open_runtime(settings: Settings, llm: LLMClient | None = None) -> Asyn
 
     async def load_agent(community: Community) -> SonalityAgent:
         episodes = await asyncio.to_thread(
-            EpisodeStore,
+            EpisodeStore.for_community,
+            community.id,
             settings.resolved_chroma_dir,
-            collection=collection_name_for(community.id),
             client=chroma,
             embedding_function=embed,
         )
         return await SonalityAgent.load(
-            client=client,
+            client=llm,
             store=db.community(community.id),
             episodes=episodes,
             model=settings.model,
@@ -85,8 +86,8 @@ async def open_runtime(settings: Settings, llm: LLMClient | None = None) -> Asyn
     finally:
         await runtime.close()
         await db.close()
-        if owned_llm and isinstance(client, AnthropicLLM):
-            await client.aclose()
+        if owned is not None:
+            await owned.aclose()
 
 
 async def _resume_unfinished(db: Database, registry: CommunityRegistry) -> None:
@@ -121,7 +122,7 @@ async def run_bot(settings: Settings) -> int:
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
     async with open_runtime(settings) as runtime:
-        scheduler = ReflectionScheduler(settings, runtime, runtime.db, runtime.registry)
+        scheduler = ReflectionScheduler(runtime)
         scheduler.start()
         adapters = _adapters(settings, runtime)
         tasks: dict[asyncio.Task[Any], Adapter] = {
@@ -136,13 +137,13 @@ async def run_bot(settings: Settings) -> int:
                     continue
                 exc = task.exception()
                 if isinstance(exc, StartupError):
-                    print(f"error: {exc}", flush=True)
+                    print(f"error: {exc}", file=sys.stderr, flush=True)
                     code = 2
                 elif exc is not None:
                     log.error("%s adapter stopped", tasks[task].name, exc_info=exc)
                     code = 1
         finally:
-            log.info("shutting down at %s", datetime.now(UTC).isoformat())
+            log.info("shutting down")
             runtime.stop_accepting()
             for adapter in adapters:
                 with contextlib.suppress(Exception):

@@ -40,12 +40,23 @@ def _fmt_time(value: datetime | None) -> str:
     return value.strftime("%Y-%m-%d %H:%M UTC") if value else "-"
 
 
+def topic_key(text: str) -> str:
+    """How people type a topic ("nuclear energy") as the engine names it ("nuclear_energy")."""
+    return text.strip().lower().replace(" ", "_")
+
+
+def ranked_topics(state: SpongeState, key: str = "") -> list[str]:
+    """Belief topics containing `key`, strongest stance first (shared with autocomplete)."""
+    opinions = state.opinion_vectors
+    return [t for t in sorted(opinions, key=lambda t: (-abs(opinions[t]), t)) if key in t]
+
+
 class CommandHandlers:
     def __init__(
         self,
         db: Database,
         agent_for: AgentLookup,
-        next_reflection: NextReflection | None = None,
+        next_reflection: NextReflection,
     ) -> None:
         self._db = db
         self._agent_for = agent_for
@@ -97,17 +108,11 @@ class CommandHandlers:
                 text="I hold no beliefs yet: nobody has given me a strong enough argument.",
                 title="Beliefs",
             )
-        query = " ".join(request.args).strip().lower().replace(" ", "_")
-        topics = sorted(state.opinion_vectors, key=lambda t: (-abs(state.opinion_vectors[t]), t))
-        if query:
-            topics = [t for t in topics if query in t]
-            staged = [u for u in state.staged_opinion_updates if query in u.topic]
-            if not topics and not staged:
-                return CommandResult(
-                    text=f"I have no belief about `{query}`.", ok=False, private=True
-                )
-        else:
-            staged = list(state.staged_opinion_updates)
+        query = topic_key(" ".join(request.args))
+        topics = ranked_topics(state, query)
+        staged = [u for u in state.staged_opinion_updates if query in u.topic]
+        if not topics and not staged:
+            return CommandResult(text=f"I have no belief about `{query}`.", ok=False, private=True)
         lines = []
         for topic in topics[:MAX_LIST]:
             value = state.opinion_vectors[topic]
@@ -147,14 +152,13 @@ class CommandHandlers:
         return CommandResult(text="\n".join(lines), title="History")
 
     async def _cmd_snapshot(self, request: CommandRequest) -> CommandResult:
-        agent = await self._agent_for(request.community)
         if request.args:
             version = _int_arg(request.args, 0, default=0, name="version", low=0)
             state = await self._db.community(request.community.id).state_at(version)
             if state is None:
                 raise _UsageError(f"There is no version {version}.")
         else:
-            state = agent.sponge
+            state = (await self._agent_for(request.community)).sponge
         return CommandResult(text=state.snapshot, title=f"Snapshot v{state.version}")
 
     async def _cmd_diff(self, request: CommandRequest) -> CommandResult:
@@ -173,7 +177,7 @@ class CommandHandlers:
         agent = await self._agent_for(request.community)
         state = agent.sponge
         totals = await self._db.usage_totals(request.community.id)
-        nxt = self._next_reflection() if self._next_reflection else None
+        nxt = self._next_reflection()
         remaining = max(
             0, state.last_reflection_at + config.REFLECTION_EVERY - state.interaction_count
         )

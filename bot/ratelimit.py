@@ -45,12 +45,6 @@ class RateLimiter:
         self._warned[key] = now
         return Verdict.WARN
 
-    def retry_after(self, community_id: str, user_id: str) -> float:
-        hits = self._hits.get((community_id, user_id))
-        if not hits:
-            return 0.0
-        return max(0.0, self.window - (self._clock() - hits[0]))
-
     def forget_idle(self) -> None:
         """Drop keys with no recent hits so memory stays bounded."""
         now = self._clock()

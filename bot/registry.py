@@ -11,7 +11,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from bot.messages import Community
 from sonality.agent import SonalityAgent
@@ -24,7 +24,7 @@ AgentFactory = Callable[[Community], Awaitable[SonalityAgent]]
 @dataclass
 class _Entry:
     agent: SonalityAgent
-    last_used: float = field(default_factory=time.monotonic)
+    last_used: float
 
 
 class CommunityRegistry:
@@ -87,7 +87,7 @@ class CommunityRegistry:
             entries = [e for cid, e in self._entries.items() if cid == community_id]
         await asyncio.gather(*(e.agent.drain() for e in entries))
 
-    async def close_all(self, grace_seconds: float = 10.0) -> None:
+    async def close_all(self) -> None:
         entries = list(self._entries.values())
         self._entries.clear()
-        await asyncio.gather(*(e.agent.close(grace_seconds) for e in entries))
+        await asyncio.gather(*(e.agent.close() for e in entries))

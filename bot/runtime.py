@@ -14,7 +14,7 @@ from collections.abc import Coroutine
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from bot.commands import CommandHandlers
+from bot.commands import CommandHandlers, ranked_topics, topic_key
 from bot.messages import (
     INTERNAL_ERROR,
     LLM_DOWN,
@@ -33,7 +33,7 @@ from sonality.llm import ChatTurn, LLMError
 from sonality.store import Speaker
 from storage import Database
 
-__all__ = ["INTERNAL_ERROR", "LLM_DOWN", "SLOW_DOWN", "Runtime"]
+__all__ = ["Runtime"]
 
 log = logging.getLogger(__name__)
 
@@ -48,12 +48,11 @@ class Runtime:
         settings: Settings,
         db: Database,
         registry: CommunityRegistry,
-        rate_limiter: RateLimiter | None = None,
     ) -> None:
         self.settings = settings
         self.db = db
         self.registry = registry
-        self.rate_limiter = rate_limiter or RateLimiter(
+        self.rate_limiter = RateLimiter(
             settings.rate_limit_messages, settings.rate_limit_window_seconds
         )
         self.commands = CommandHandlers(db, registry.agent_for, lambda: self.next_nightly)
@@ -89,8 +88,6 @@ class Runtime:
         try:
             agent = await self.registry.agent_for(community)
             now = datetime.now(UTC)
-            if self._needs_touch(community, now):
-                await self.db.touch_community(community.id, community.name, now)
             self.last_message_at[community.id] = now
             history = self._history(community.id, user.id, now)  # read during retrieval
             reply = await agent.respond(text, Speaker(id=user.id, name=user.name), history)
@@ -101,9 +98,10 @@ class Runtime:
             log.exception("failed to answer in %s for %s", community.id, user.id)
             return Reply(text=INTERNAL_ERROR, kind=ReplyKind.NOTICE)
 
-        # The reply is already durable in the outbox; the conversation buffer is written
-        # after it leaves so the person waits for nothing but the model.
-        self._spawn(self._remember_exchange(community.id, user.id, text, reply))
+        # The reply is already durable in the outbox (which also notes the activity); the
+        # conversation buffer and the community's name are written after it leaves, so
+        # the person waits for nothing but the model, not for a queue of SQLite writes.
+        self._spawn(self._after_reply(community, user.id, text, reply, now))
         if truncated:
             reply += (
                 f"\n\n(Your message was very long, so I only read its first {limit:,} characters.)"
@@ -118,14 +116,19 @@ class Runtime:
         self._touched[community.id] = (now, community.name)
         return True
 
-    async def _remember_exchange(
-        self, community_id: str, user_id: str, text: str, reply: str
+    async def _after_reply(
+        self, community: Community, user_id: str, text: str, reply: str, now: datetime
     ) -> None:
+        if self._needs_touch(community, now):
+            try:
+                await self.db.touch_community(community.id, community.name, now)
+            except Exception:
+                log.exception("could not note the name of %s", community.id)
         try:
-            await self.db.append_exchange(community_id, user_id, text, reply, datetime.now(UTC))
+            await self.db.append_exchange(community.id, user_id, text, reply, datetime.now(UTC))
         except Exception:
             # The interaction itself is in the outbox; only short-term memory missed a turn.
-            log.exception("could not store the conversation turn in %s", community_id)
+            log.exception("could not store the conversation turn in %s", community.id)
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(coro)
@@ -159,17 +162,13 @@ class Runtime:
     async def complete(
         self, community: Community, kind: Literal["version", "topic"], prefix: str
     ) -> list[str]:
-        prefix = prefix.strip().lower()
         try:
             if kind == "version":
+                prefix = prefix.strip()
                 versions = await self.db.community(community.id).versions(limit=200)
                 return [str(v.version) for v in versions if str(v.version).startswith(prefix)][:25]
             agent = await self.registry.agent_for(community)
-            topics = sorted(
-                agent.sponge.opinion_vectors,
-                key=lambda t: -abs(agent.sponge.opinion_vectors[t]),
-            )
-            return [t for t in topics if prefix.replace(" ", "_") in t][:25]
+            return ranked_topics(agent.sponge, topic_key(prefix))[:25]
         except Exception:
             log.exception("autocomplete failed in %s", community.id)
             return []
@@ -205,7 +204,7 @@ class Runtime:
     def stop_accepting(self) -> None:
         self._accepting = False
 
-    async def close(self, grace_seconds: float = 10.0) -> None:
+    async def close(self) -> None:
         self.stop_accepting()
         await self._wait_background()
-        await self.registry.close_all(grace_seconds)
+        await self.registry.close_all()

@@ -18,33 +18,18 @@ from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
 from bot.messages import Community
-from bot.registry import CommunityRegistry
 from bot.runtime import Runtime
-from bot.settings import Settings
-from storage import Database
+from sonality.store import utcnow
 
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], datetime]
 
 
-def _utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
 class ReflectionScheduler:
-    def __init__(
-        self,
-        settings: Settings,
-        runtime: Runtime,
-        db: Database,
-        registry: CommunityRegistry,
-        clock: Clock = _utcnow,
-    ) -> None:
-        self.settings = settings
+    def __init__(self, runtime: Runtime, clock: Clock = utcnow) -> None:
+        settings = runtime.settings
         self.runtime = runtime
-        self.db = db
-        self.registry = registry
         self.clock = clock
         self.tz = ZoneInfo(settings.timezone)
         self.nightly_trigger = CronTrigger(
@@ -56,26 +41,15 @@ class ReflectionScheduler:
         self.idle_trigger = IntervalTrigger(seconds=settings.idle_check_seconds, timezone=self.tz)
         self._scheduler: AsyncIOScheduler | None = None
         self._running: set[str] = set()
-        self.runs: list[tuple[str, str]] = []  # (community id, trigger): for status and tests
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
+        # APScheduler's job defaults already coalesce missed runs and allow one instance.
         scheduler = AsyncIOScheduler(timezone=self.tz)
         scheduler.add_job(
-            self.run_nightly,
-            self.nightly_trigger,
-            id="nightly-reflection",
-            max_instances=1,
-            coalesce=True,
-            misfire_grace_time=3600,
+            self.run_nightly, self.nightly_trigger, id="nightly-reflection", misfire_grace_time=3600
         )
-        scheduler.add_job(
-            self.run_housekeeping,
-            self.idle_trigger,
-            id="idle-reflection",
-            max_instances=1,
-            coalesce=True,
-        )
+        scheduler.add_job(self.run_housekeeping, self.idle_trigger, id="idle-reflection")
         scheduler.start()
         self._scheduler = scheduler
         self._publish_next()
@@ -103,7 +77,7 @@ class ReflectionScheduler:
         """Reflect (with decay) every community active since its last reflection."""
         now = now or self.clock()
         done = []
-        for community_id in await self.db.communities_needing_nightly(now):
+        for community_id in await self.runtime.db.communities_needing_nightly():
             if await self._reflect(community_id, "nightly", now):
                 done.append(community_id)
         self._publish_next()
@@ -112,9 +86,9 @@ class ReflectionScheduler:
     async def run_idle(self, now: datetime | None = None) -> list[str]:
         """Reflect loaded communities that went quiet with insights waiting."""
         now = now or self.clock()
-        quiet_for = timedelta(minutes=self.settings.idle_reflect_minutes)
+        quiet_for = timedelta(minutes=self.runtime.settings.idle_reflect_minutes)
         done = []
-        for community_id, agent in list(self.registry.loaded().items()):
+        for community_id, agent in list(self.runtime.registry.loaded().items()):
             last = self.runtime.last_message_at.get(community_id)
             if last is None or now - last < quiet_for or not agent.sponge.pending_insights:
                 continue
@@ -126,8 +100,10 @@ class ReflectionScheduler:
         """Idle reflection, unloading idle agents, and forgetting expired conversation."""
         now = now or self.clock()
         await self.run_idle(now)
-        await self.db.prune_turns(now - timedelta(minutes=self.settings.buffer_ttl_minutes))
-        await self.registry.evict_idle()
+        await self.runtime.db.prune_turns(
+            now - timedelta(minutes=self.runtime.settings.buffer_ttl_minutes)
+        )
+        await self.runtime.registry.evict_idle()
         self.runtime.rate_limiter.forget_idle()
 
     async def _reflect(self, community_id: str, trigger: str, now: datetime) -> bool:
@@ -136,11 +112,10 @@ class ReflectionScheduler:
             return False
         self._running.add(community_id)
         try:
-            agent = await self.registry.agent_for(Community(id=community_id))
+            agent = await self.runtime.registry.agent_for(Community(id=community_id))
             await agent.drain()
             outcome = await agent.reflect_now(trigger)
-            await self.db.mark_reflected(community_id, now)
-            self.runs.append((community_id, trigger))
+            await self.runtime.db.mark_reflected(community_id, now)
             log.info(
                 "%s reflection for %s: ran=%s accepted=%s",
                 trigger,

@@ -1,6 +1,7 @@
 """Quick-start command 2: lint, type-check and run the whole test suite.
 
-Extra arguments go to pytest (e.g. `python3 scripts/test.py tests/engine -x`).
+Extra arguments go to pytest and skip the lint and type-check steps, so a subset runs
+quickly (e.g. `python3 scripts/test.py tests/engine -x`).
 """
 
 from __future__ import annotations

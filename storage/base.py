@@ -43,10 +43,6 @@ Row = tuple[Any, ...]
 T = TypeVar("T")
 
 
-def utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
 def to_db_time(value: datetime) -> str:
     """Encode a datetime for storage; naive values are taken to be UTC already."""
     if value.tzinfo is None:

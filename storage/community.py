@@ -17,7 +17,7 @@ import sqlite3
 
 from sonality.llm import Usage
 from sonality.memory.sponge import SpongeState
-from sonality.store import Episode, InteractionRecord, Speaker, StateCommit, VersionInfo
+from sonality.store import Episode, InteractionRecord, Speaker, StateCommit, VersionInfo, utcnow
 from storage.base import (
     SqlBase,
     advance_time,
@@ -29,7 +29,6 @@ from storage.base import (
     insert_usage,
     to_db_time,
     to_json,
-    utcnow,
 )
 from storage.models import (
     InteractionAlreadyDoneError,

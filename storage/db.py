@@ -26,6 +26,7 @@ from types import TracebackType
 import aiosqlite
 
 from sonality.llm import Usage
+from sonality.store import utcnow
 from storage.base import (
     advance_time,
     ensure_community,
@@ -33,7 +34,6 @@ from storage.base import (
     from_db_time,
     run_on_sqlite_thread,
     to_db_time,
-    utcnow,
 )
 from storage.buffers import BufferStore
 from storage.community import CommunityStore
@@ -113,7 +113,7 @@ class Database(BufferStore, PlatformStore):
 
         await self._run_write(work)
 
-    async def communities_needing_nightly(self, now: datetime) -> list[str]:
+    async def communities_needing_nightly(self) -> list[str]:
         """Communities with activity after their last reflection (or never reflected).
 
         Quiet communities are skipped so the nightly job spends no tokens on them.

@@ -18,12 +18,12 @@ import sqlite3
 
 import aiosqlite
 
+from sonality.store import utcnow
 from storage.base import (
     execute,
     fetchone,
     run_on_sqlite_thread,
     to_db_time,
-    utcnow,
     write_transaction,
 )
 from storage.models import SchemaTooNewError

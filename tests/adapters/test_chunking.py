@@ -91,9 +91,12 @@ def test_code_block_is_closed_and_reopened_with_language() -> None:
 
 
 def test_no_empty_block_when_cut_lands_on_closing_fence() -> None:
-    text = "```\n" + "y" * 40 + "\n```\n" + "tail " * 5
-    for chunk in split_message(text, 50):
+    # The blank line is a paragraph cut, so the next chunk would start at the closer.
+    text = "```\n" + "y" * 40 + "\n\n```\n" + "tail " * 5
+    chunks = split_message(text, 50)
+    for chunk in chunks:
         assert chunk.replace("\n", "") != "``````"
+        assert "```\n```" not in chunk, chunks
 
 
 def test_unbalanced_input_gets_closed() -> None:

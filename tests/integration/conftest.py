@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,21 @@ async def runtime(tmp_path: Path, llm: Any) -> AsyncIterator[Runtime]:  # noqa: 
 def chat_requests(server: Any) -> list[Any]:
     """Requests for a chat reply (not ESS, insight or reflection calls)."""
     return [r for r in server.requests if "<personality_state>" in r.system_text]
+
+
+def ess_requests(server: Any) -> list[Any]:
+    return [r for r in server.requests if r.tool_name == "classify_evidence"]
+
+
+async def eventually(condition: Callable[[], bool], seconds: float) -> bool:
+    """Poll `condition` for work that finishes in the background; its last value."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while loop.time() < deadline:
+        if condition():
+            return True
+        await asyncio.sleep(0.01)
+    return condition()
 
 
 async def say(

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from bot.runtime import Runtime
 from sonality.memory.sponge import SEED_SNAPSHOT
 from tests.integration.conftest import ALICE, BOB, A, B, chat_requests, command, say
 
-CANARY = dict(
+CANARY: dict[str, Any] = dict(
     contains="road-safety audit",
     score=0.85,
     direction="supports",
@@ -25,7 +26,9 @@ async def teach_canary(runtime: Runtime) -> None:
     await say(runtime, CANARY_TEXT, community=A)
     for i in range(3):
         await say(runtime, f"filler {i}", community=A)
-    assert "canary_zebra_crossings" in runtime.registry.get(A.id).sponge.opinion_vectors
+    agent = runtime.registry.get(A.id)
+    assert agent is not None
+    assert "canary_zebra_crossings" in agent.sponge.opinion_vectors
 
 
 async def test_two_communities_never_share_beliefs_episodes_or_buffers(runtime, anthropic_server):
@@ -50,6 +53,10 @@ async def test_two_communities_never_share_beliefs_episodes_or_buffers(runtime, 
     found = await asyncio.to_thread(agent_b.episodes.retrieve, "zebra crossings road safety")
     assert not any("audit" in s for s in found)
     assert "canary_zebra_crossings" not in agent_b.sponge.opinion_vectors
+    # Each community is recorded under its own display name (written after the reply).
+    for community in (A, B):
+        info = await runtime.db.community_info(community.id)
+        assert info is not None and info.name == community.name
 
 
 async def test_read_only_commands(runtime, anthropic_server):
@@ -96,7 +103,9 @@ async def test_non_moderator_rollback_is_refused_and_logged(runtime, anthropic_s
     assert not result.ok and result.private
     assert "Only moderators" in result.text
     assert await store.latest_version() == before
-    assert "canary_zebra_crossings" in runtime.registry.get(A.id).sponge.opinion_vectors
+    agent = runtime.registry.get(A.id)
+    assert agent is not None
+    assert "canary_zebra_crossings" in agent.sponge.opinion_vectors
     actions = await runtime.db.moderator_actions(A.id)
     assert actions[0].actor_id == BOB.id and actions[0].allowed is False
     reflect = await command(runtime, "reflect", user=BOB, moderator=False)

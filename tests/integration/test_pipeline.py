@@ -6,19 +6,28 @@ period; reflection runs on its two triggers and is validated; LLM faults change 
 
 from __future__ import annotations
 
-import asyncio
 import math
 from typing import Any
 
 import pytest
 from chromadb.api.models.Collection import Collection
 
-from bot.messages import IncomingMessage, ReplyKind
-from bot.runtime import LLM_DOWN, SLOW_DOWN
+from bot.app import open_runtime
+from bot.messages import LLM_DOWN, SLOW_DOWN, IncomingMessage, ReplyKind
 from sonality.memory.sponge import SEED_SNAPSHOT, SpongeState
 from sonality.store import Episode, StateCommit
-from tests.fakes.anthropic_server import Fault, Text
-from tests.integration.conftest import ALICE, BOB, A, chat_requests, command, make_settings, say
+from tests.fakes.anthropic_server import Fault, Text, ToolUse
+from tests.integration.conftest import (
+    ALICE,
+    BOB,
+    A,
+    chat_requests,
+    command,
+    ess_requests,
+    eventually,
+    make_settings,
+    say,
+)
 
 NUCLEAR = dict(
     contains="reactor fleet data",
@@ -34,10 +43,6 @@ STRONG_ARGUMENT = (
     "Look at the reactor fleet data: deaths per TWh for nuclear are lower than for wind, "
     "and the lifecycle CO2 is comparable, so nuclear deserves a bigger role."
 )
-
-
-def ess_requests(server: Any) -> list[Any]:
-    return [r for r in server.requests if r.tool_name == "classify_evidence"]
 
 
 async def test_casual_chat_and_social_pressure_change_no_opinion(runtime, anthropic_server):
@@ -65,6 +70,7 @@ async def test_casual_chat_and_social_pressure_change_no_opinion(runtime, anthro
     assert state.pending_insights == []  # no insight below the ESS threshold
     assert state.behavioral_signature.topic_engagement["nuclear_energy"] == 3
     # The ESS classifier saw the user's words only, never the agent's reply.
+    assert len(ess_requests(anthropic_server)) == 5
     for req in ess_requests(anthropic_server):
         assert "[reply]" not in req.user_text
 
@@ -202,8 +208,6 @@ async def test_llm_fault_on_ess_uses_safe_defaults(runtime, anthropic_server):
 
 
 async def test_malformed_ess_tool_input_is_retried(runtime, anthropic_server):
-    from tests.fakes.anthropic_server import ToolUse
-
     anthropic_server.brain.ess_rule(**NUCLEAR)
     anthropic_server.enqueue(
         Text("ok"),
@@ -216,8 +220,6 @@ async def test_malformed_ess_tool_input_is_retried(runtime, anthropic_server):
 
 
 async def test_empty_long_and_flooding_messages(tmp_path, llm, anthropic_server):
-    from bot.app import open_runtime
-
     settings = make_settings(tmp_path / "data", SONALITY_RATE_LIMIT_MESSAGES=2)
     async with open_runtime(settings, llm=llm) as runtime:
         assert await say(runtime, "   ") is None
@@ -240,8 +242,6 @@ async def test_empty_long_and_flooding_messages(tmp_path, llm, anthropic_server)
 
 
 async def test_conversation_buffer_per_user_survives_restart(tmp_path, llm, anthropic_server):
-    from bot.app import open_runtime
-
     settings = make_settings(tmp_path / "data")
     async with open_runtime(settings, llm=llm) as runtime:
         await say(runtime, "My favourite tea is oolong.")
@@ -328,11 +328,8 @@ async def test_memories_waiting_for_a_batched_write_are_still_recalled(runtime, 
         IncomingMessage(community=A, channel_id="c1", user=ALICE, text=STRONG_ARGUMENT)
     )
     agent = runtime.registry.get(A.id)
-    for _ in range(500):  # learning commits in the background
-        if agent.sponge.interaction_count == 1:
-            break
-        await asyncio.sleep(0.01)
-    assert agent.sponge.interaction_count == 1
+    # Learning commits in the background.
+    assert await eventually(lambda: agent.sponge.interaction_count == 1, seconds=5)
     assert agent.episodes.count() == 0  # committed, not yet written to Chroma
 
     await runtime.handle(
@@ -354,8 +351,5 @@ async def test_episodes_without_a_vector_are_written_at_once(runtime):
         StateCommit(state=SpongeState(), cause="seed", change="seed", episodes=[lost])
     )
     agent = await runtime.registry.agent_for(A)
-    for _ in range(300):  # far below EPISODE_FLUSH_DELAY
-        if agent.episodes.count() == 1:
-            break
-        await asyncio.sleep(0.01)
-    assert agent.episodes.count() == 1
+    # Far below EPISODE_FLUSH_DELAY.
+    assert await eventually(lambda: agent.episodes.count() == 1, seconds=3)

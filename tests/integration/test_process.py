@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pty
 import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import IO
 
 from bot.app import open_runtime
+from bot.messages import Community
+from sonality.memory.sponge import SpongeState
+from sonality.store import Episode, StateCommit
+from storage import Database
 from tests.fakes.anthropic_fixtures import FAKE_API_KEY
 from tests.fakes.anthropic_server import Delay, Text
-from tests.integration.conftest import MODEL_CACHE, make_settings
+from tests.integration.conftest import MODEL_CACHE, ess_requests, eventually, make_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 TERMINAL = "terminal:local"
@@ -50,14 +56,16 @@ def test_without_a_key_it_exits_at_once_naming_the_variable(tmp_path: Path) -> N
     assert not (tmp_path / "data" / "sonality.sqlite3").exists()
 
 
-async def _start_bot(data_dir: Path, base_url: str, cwd: Path) -> asyncio.subprocess.Process:
+async def _start_bot(
+    data_dir: Path, base_url: str, cwd: Path, stdin: int | IO[str] = asyncio.subprocess.PIPE
+) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "bot",
         cwd=cwd,
         env=bot_env(data_dir, ANTHROPIC_API_KEY=FAKE_API_KEY, ANTHROPIC_BASE_URL=base_url),
-        stdin=asyncio.subprocess.PIPE,
+        stdin=stdin,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
@@ -97,10 +105,7 @@ async def test_crash_between_reply_and_learning_replays_exactly_once(
     await proc.stdin.drain()
     line = await asyncio.wait_for(proc.stdout.readline(), 120)
     assert line.decode().strip() == "Interesting point."
-    for _ in range(200):
-        if any(r.tool_name == "classify_evidence" for r in anthropic_server.requests):
-            break
-        await asyncio.sleep(0.05)
+    await eventually(lambda: bool(ess_requests(anthropic_server)), seconds=10)
     os.kill(proc.pid, signal.SIGKILL)
     await proc.wait()
 
@@ -116,16 +121,13 @@ async def test_crash_between_reply_and_learning_replays_exactly_once(
         assert await store.pending_count() == 0
         assert len(await store.audit_events(kind="ess")) == 1
         assert agent.episodes.count() == 1
-    classify_calls = sum(r.tool_name == "classify_evidence" for r in anthropic_server.requests)
-    assert classify_calls == 2  # the killed attempt and the replay
+    assert len(ess_requests(anthropic_server)) == 2  # the killed attempt and the replay
 
     async with open_runtime(settings, llm=llm) as runtime:
         assert runtime.registry.get(TERMINAL) is None  # nothing left to replay
         store = runtime.db.community(TERMINAL)
         assert [v.version for v in await store.versions()] == [1, 0]
-    assert (
-        sum(r.tool_name == "classify_evidence" for r in anthropic_server.requests) == classify_calls
-    )
+    assert len(ess_requests(anthropic_server)) == 2
 
 
 async def test_sigterm_finishes_pending_learning(tmp_path: Path, anthropic_server, llm) -> None:
@@ -147,10 +149,6 @@ async def test_committed_but_unwritten_memories_are_written_on_next_start(
     tmp_path: Path, llm
 ) -> None:
     """A crash after the commit but before the Chroma write loses no memory."""
-    from sonality.memory.sponge import SpongeState
-    from sonality.store import Episode, StateCommit
-    from storage import Database
-
     data_dir = tmp_path / "data"
     data_dir.mkdir()
     db = await Database.open(data_dir / "sonality.sqlite3")
@@ -167,8 +165,6 @@ async def test_committed_but_unwritten_memories_are_written_on_next_start(
     await db.close()
 
     async with open_runtime(make_settings(data_dir), llm=llm) as runtime:
-        from bot.messages import Community
-
         agent = await runtime.registry.agent_for(Community(id=TERMINAL))
         await runtime.drain()
         assert agent.episodes.count() == 1
@@ -179,24 +175,9 @@ async def test_committed_but_unwritten_memories_are_written_on_next_start(
 
 async def test_ctrl_c_at_the_interactive_prompt_exits(tmp_path: Path, anthropic_server) -> None:
     """With a real terminal on stdin, SIGINT while waiting for input ends the bot."""
-    import pty
-
     controller, terminal = pty.openpty()
     try:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "bot",
-            cwd=tmp_path,
-            env=bot_env(
-                tmp_path / "data",
-                ANTHROPIC_API_KEY=FAKE_API_KEY,
-                ANTHROPIC_BASE_URL=anthropic_server.base_url,
-            ),
-            stdin=terminal,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
+        proc = await _start_bot(tmp_path / "data", anthropic_server.base_url, tmp_path, terminal)
         assert proc.stdout is not None
         banner = await asyncio.wait_for(proc.stdout.readline(), 120)
         assert b"Sonality terminal community" in banner

@@ -16,10 +16,8 @@ def reflection_requests(server) -> list:
     return [r for r in server.requests if "current_self_description" in r.user_text]
 
 
-def scheduler_for(runtime, clock_value: datetime = T0) -> ReflectionScheduler:
-    return ReflectionScheduler(
-        runtime.settings, runtime, runtime.db, runtime.registry, clock=lambda: clock_value
-    )
+def scheduler_for(runtime) -> ReflectionScheduler:
+    return ReflectionScheduler(runtime, clock=lambda: T0)
 
 
 async def test_nightly_reflects_only_communities_active_since_last_reflection(
@@ -31,7 +29,6 @@ async def test_nightly_reflects_only_communities_active_since_last_reflection(
     scheduler = scheduler_for(runtime)
     done = await scheduler.run_nightly(datetime.now(UTC) + timedelta(hours=1))
     assert done == [A.id]
-    assert scheduler.runs == [(A.id, "nightly")]
     assert len(reflection_requests(anthropic_server)) == 1
     events = await runtime.db.community(A.id).audit_events(kind="reflection")
     assert events[0].payload["trigger"] == "nightly"
@@ -66,7 +63,8 @@ async def test_idle_reflection_needs_quiet_and_pending_insights(runtime, anthrop
     scheduler = scheduler_for(runtime)
     assert await scheduler.run_idle(last + timedelta(minutes=10)) == []
     assert await scheduler.run_idle(last + timedelta(minutes=31)) == [A.id]
-    assert scheduler.runs == [(A.id, "idle")]
+    [event] = await runtime.db.community(A.id).audit_events(kind="reflection")
+    assert event.payload["trigger"] == "idle"
     assert runtime.registry.get(A.id).sponge.pending_insights == []
 
 
@@ -75,7 +73,7 @@ async def test_nightly_trigger_honours_hour_and_timezone(tmp_path, llm):
         tmp_path / "data", SONALITY_NIGHTLY_HOUR=4, SONALITY_TIMEZONE="Europe/Helsinki"
     )
     async with open_runtime(settings, llm=llm) as runtime:
-        scheduler = ReflectionScheduler(settings, runtime, runtime.db, runtime.registry)
+        scheduler = ReflectionScheduler(runtime)
         # 04:00 in Helsinki (UTC+2 in November) is 02:00 UTC.
         assert scheduler.next_nightly(T0) == datetime(2026, 11, 24, 2, 0, tzinfo=UTC)
         scheduler.start()

@@ -43,28 +43,28 @@ async def test_nightly_selection(db: Database) -> None:
     await db.mark_reflected("discord:quiet", at(10))
     await db.mark_reflected("discord:no-activity", at(10))
 
-    assert await db.communities_needing_nightly(at(60)) == [
+    assert await db.communities_needing_nightly() == [
         "discord:active-since",
         "discord:never-reflected",
     ]
     await db.mark_reflected("discord:active-since", at(60))
     await db.mark_reflected("discord:never-reflected", at(60))
-    assert await db.communities_needing_nightly(at(120)) == []
+    assert await db.communities_needing_nightly() == []
 
 
 async def test_own_commits_are_not_activity_but_interactions_are(db: Database) -> None:
     store = db.community("discord:1")
     await store.commit(commit_of(0, cause="seed"))
-    assert await db.communities_needing_nightly(at(0)) == []
+    assert await db.communities_needing_nightly() == []
     await store.record_interaction(record("i1", minutes=1))
-    assert await db.communities_needing_nightly(at(2)) == ["discord:1"]
+    assert await db.communities_needing_nightly() == ["discord:1"]
     await db.mark_reflected("discord:1", at(2))
     # The reflection's own commit must not make the community look active again.
     await store.commit(commit_of(1, cause="reflection"))
     await store.commit(commit_of(2, cause="decay"))
     info = await db.community_info("discord:1")
     assert info is not None and info.last_activity_at == at(1)
-    assert await db.communities_needing_nightly(at(3)) == []
+    assert await db.communities_needing_nightly() == []
 
 
 async def test_learning_committed_after_a_reflection_is_not_new_activity(db: Database) -> None:
@@ -74,7 +74,7 @@ async def test_learning_committed_after_a_reflection_is_not_new_activity(db: Dat
     await store.record_interaction(record("i1", minutes=1))
     await db.mark_reflected("discord:1", at(2))
     await store.commit(commit_of(1, interaction_id="i1"))  # committed after at(2)
-    assert await db.communities_needing_nightly(at(3)) == []
+    assert await db.communities_needing_nightly() == []
 
 
 async def test_usage_totals_sum_overall_and_per_purpose(db: Database) -> None:

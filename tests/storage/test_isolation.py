@@ -72,4 +72,4 @@ async def test_every_table_is_scoped_by_community(db: Database) -> None:
     # Commits note activity at wall-clock time; reflect A after all of it.
     now = datetime.now(UTC) + timedelta(seconds=1)
     await db.mark_reflected(A, now)
-    assert await db.communities_needing_nightly(now) == [B]
+    assert await db.communities_needing_nightly() == [B]

@@ -102,7 +102,7 @@ async def test_every_other_operation_takes_one_round_trip(db: Database, trips: R
         "mark_interaction_failed": lambda: store.mark_interaction_failed("i1", "boom"),
         "audit_events": store.audit_events,
         "touch_community": lambda: db.touch_community("discord:1", "Guild", at(2)),
-        "communities_needing_nightly": lambda: db.communities_needing_nightly(at(3)),
+        "communities_needing_nightly": lambda: db.communities_needing_nightly(),
         "mark_reflected": lambda: db.mark_reflected("discord:1", at(3)),
         "community_ids": db.community_ids,
         "community_info": lambda: db.community_info("discord:1"),
