@@ -23,6 +23,7 @@ from bot.settings import Settings
 from sonality.agent import SonalityAgent
 from sonality.anthropic_llm import AnthropicLLM
 from sonality.llm import LLMClient
+from sonality.memory.embed_lane import EmbeddingLane
 from sonality.memory.embedding import default_embedding_function
 from sonality.memory.episodes import EpisodeStore
 from sonality.memory.shared_chroma import SharedChroma
@@ -59,6 +60,7 @@ async def open_runtime(settings: Settings, llm: LLMClient | None = None) -> Asyn
     )
     embed = await asyncio.to_thread(default_embedding_function, settings.resolved_model_cache_dir)
     priority = ReplyPriority()  # one per runtime: any reply outranks any memory write
+    lane = EmbeddingLane(embed)  # one per runtime: messages waiting together embed together
 
     async def load_agent(community: Community) -> SonalityAgent:
         episodes = await asyncio.to_thread(
@@ -76,6 +78,7 @@ async def open_runtime(settings: Settings, llm: LLMClient | None = None) -> Asyn
             ess_model=settings.ess_model,
             label=community.id,
             priority=priority,
+            embedder=lane,
         )
 
     registry = CommunityRegistry(load_agent, settings.agent_idle_evict_minutes * 60)
@@ -85,6 +88,7 @@ async def open_runtime(settings: Settings, llm: LLMClient | None = None) -> Asyn
         yield runtime
     finally:
         await runtime.close()
+        lane.close()
         await db.close()
         if owned is not None:
             await owned.aclose()

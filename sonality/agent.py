@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict
 from sonality import config
 from sonality.ess import ESSResult, classify, safe_default_ess
 from sonality.llm import ChatTurn, LLMClient, LLMError, SystemBlock
+from sonality.memory.embed_lane import EmbeddingLane
 from sonality.memory.episodes import EpisodeStore
 from sonality.memory.sponge import SpongeState
 from sonality.memory.updater import (
@@ -101,8 +102,13 @@ class SonalityAgent:
         ess_model: str | None = None,
         label: str = "",
         priority: ReplyPriority | None = None,
+        embedder: EmbeddingLane | None = None,
     ) -> None:
         self.client = client
+        # Shared by all agents of a runtime, so messages of many communities that wait
+        # at once are embedded in one pass; a lone agent gets a lane of its own.
+        self._own_embedder = embedder is None
+        self.embedder = embedder or EmbeddingLane(episodes.embed_many)
         # Shared by all agents of a runtime so any reply outranks any memory write.
         self.priority = priority or ReplyPriority()
         self.store = store
@@ -139,6 +145,7 @@ class SonalityAgent:
         ess_model: str | None = None,
         label: str = "",
         priority: ReplyPriority | None = None,
+        embedder: EmbeddingLane | None = None,
     ) -> SonalityAgent:
         """Open a community: its latest version (or the seed as version 0), then replay.
 
@@ -158,6 +165,7 @@ class SonalityAgent:
             ess_model=ess_model,
             label=label,
             priority=priority,
+            embedder=embedder,
         )
         agent._unwritten = await store.pending_episodes()
         if agent._unwritten:
@@ -207,6 +215,8 @@ class SonalityAgent:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+        if self._own_embedder:
+            self.embedder.close()
 
     # ------------------------------------------------------------------ reply path
     async def respond(
@@ -226,7 +236,7 @@ class SonalityAgent:
             raise RuntimeError("agent is closed")
         speaker = speaker or ANONYMOUS
         with self.priority.replying():
-            retrieval = asyncio.to_thread(self._recall, user_message, tuple(self._unwritten))
+            retrieval = self._recall(user_message, tuple(self._unwritten))
             history: Sequence[ChatTurn]
             if inspect.isawaitable(conversation):
                 (vector, memories), history = await asyncio.gather(retrieval, conversation)
@@ -265,7 +275,7 @@ class SonalityAgent:
         self._ensure_worker()
         return reply
 
-    def _recall(
+    async def _recall(
         self, text: str, unwritten: Sequence[Episode]
     ) -> tuple[tuple[float, ...] | None, list[str]]:
         """Embed the message once: for retrieval now, and as its episode's vector later.
@@ -273,23 +283,24 @@ class SonalityAgent:
         Episodes committed but not yet written to Chroma are ranked alongside it, so
         batching the writes never hides a memory.
 
-        Memories enrich a reply but are not worth failing it for: if the vector store
-        errs (seen under load: a just-created index not yet readable), the reply goes
-        out without memories and the log says why.
+        Memories enrich a reply but are not worth failing it for: if embedding or the
+        vector store errs (seen under load: a just-created index not yet readable), the
+        reply goes out without memories and the log says why.
         """
         try:
-            embedded = self.episodes.embed_query(text)
-            vector = tuple(float(x) for x in embedded[0])
+            embedded = await self.embedder.embed(text)
         except Exception:
             log.exception("%s: could not embed the message; answering without memories", self.label)
             return None, []
+        vector = tuple(embedded.tolist())
         try:
-            memories = self.episodes.retrieve_typed(
+            memories = await asyncio.to_thread(
+                self.episodes.retrieve_typed,
                 text,
                 config.EPISODIC_RETRIEVAL_COUNT,
                 config.SEMANTIC_RETRIEVAL_COUNT,
                 config.MIN_EPISODE_RELEVANCE,
-                query_embedding=embedded,
+                query_embedding=[embedded],
                 unwritten=unwritten,
             )
         except Exception:

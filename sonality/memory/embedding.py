@@ -375,8 +375,7 @@ class FastMiniLML6V2(ONNXMiniLM_L6_V2):
         order = np.argsort(lengths, kind="stable")
         size = batch_size or self._batch_size
         out = np.empty((len(documents), HIDDEN), dtype=np.float32)
-        for start in range(0, len(order), size):
-            idx = order[start : start + size]
+        for idx in similar_length_runs(order, lengths, size):
             width = int(lengths[idx].max())
             input_ids = np.zeros((len(idx), width), dtype=np.int64)
             attention_mask = np.zeros((len(idx), width), dtype=np.int64)
@@ -431,6 +430,22 @@ class FastMiniLML6V2(ONNXMiniLM_L6_V2):
     ) -> None:
         """The cache location does not change the vectors, so any update is fine."""
         self.validate_config({**old_config, **new_config})
+
+
+def similar_length_runs(
+    order: npt.NDArray[np.intp], lengths: npt.NDArray[np.int_], size: int
+) -> Iterator[npt.NDArray[np.intp]]:
+    """Split length-sorted indexes into runs of at most `size` whose longest text is at
+    most twice the shortest (plus a few tokens): one long message in a batch must not
+    pad every short one to its length."""
+    start = 0
+    while start < len(order):
+        limit = 2 * int(lengths[order[start]]) + 8
+        end = start + 1
+        while end < len(order) and end - start < size and lengths[order[end]] <= limit:
+            end += 1
+        yield order[start:end]
+        start = end
 
 
 _ef_lock = threading.Lock()

@@ -239,6 +239,10 @@ class EpisodeStore:
             semantic = self._semantic(create=False)
             return self._episodic().count() + (semantic.count() if semantic is not None else 0)
 
+    def embed_many(self, texts: Sequence[str]) -> Embeddings:
+        """Vectors for several texts in one model pass (the embedding lane's unit)."""
+        return self._embed(list(texts))
+
     def embed_query(self, query: str) -> Embeddings:
         """Embed a query once so several filtered passes can reuse the vector."""
         return self._embed.embed_query([query])

@@ -1,0 +1,124 @@
+"""The embedding lane: one model pass at a time, waiting texts batched, each caller
+getting exactly its own vector from the real MiniLM model."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pytest
+
+from sonality.memory.embed_lane import EmbeddingLane
+from sonality.memory.embedding import FastMiniLML6V2, similar_length_runs
+
+TEXTS = [
+    "Nuclear power is safer per terawatt-hour than coal.",
+    "Sourdough needs a long cold proof.",
+    "Protected bike lanes reduce injuries.",
+    "Spaced repetition beats cramming for vocabulary.",
+    "Land value taxes are hard to avoid.",
+]
+
+
+class GatedEmbedding:
+    """The real model, with the first pass held until the test releases it, so the
+    texts that arrive meanwhile are known to queue behind it."""
+
+    def __init__(self, inner: FastMiniLML6V2) -> None:
+        self.inner = inner
+        self.release = threading.Event()
+        self.started = threading.Event()
+        self.batches: list[list[str]] = []
+        self.fail_next = False
+
+    def __call__(self, texts: list[str]) -> Sequence[Any]:
+        self.batches.append(list(texts))
+        self.started.set()
+        if len(self.batches) == 1:
+            self.release.wait(10)
+        if self.fail_next:
+            self.fail_next = False
+            raise RuntimeError("model exploded")
+        return self.inner(texts)
+
+
+async def test_texts_waiting_behind_a_pass_share_the_next_one(
+    embedding_function: FastMiniLML6V2,
+) -> None:
+    gated = GatedEmbedding(embedding_function)
+    lane = EmbeddingLane(gated)
+    try:
+        first = asyncio.create_task(lane.embed("warm-up message"))
+        await asyncio.to_thread(gated.started.wait, 10)
+        rest = [asyncio.create_task(lane.embed(text)) for text in TEXTS]
+        await asyncio.sleep(0.05)
+        assert len(gated.batches) == 1  # nothing else ran while the first pass was held
+        gated.release.set()
+        vectors = await asyncio.gather(*rest)
+        await first
+    finally:
+        lane.close()
+
+    assert gated.batches == [["warm-up message"], TEXTS]
+    assert (lane.passes, lane.texts) == (2, 6)
+    for text, vector in zip(TEXTS, vectors, strict=True):
+        alone = np.asarray(embedding_function([text])[0])
+        assert vector.shape == (384,)
+        assert float(vector @ alone) > 0.9999  # its own vector, not a neighbour's
+
+
+async def test_a_failed_pass_fails_its_callers_only(embedding_function: FastMiniLML6V2) -> None:
+    gated = GatedEmbedding(embedding_function)
+    gated.release.set()
+    gated.fail_next = True
+    lane = EmbeddingLane(gated)
+    try:
+        with pytest.raises(RuntimeError, match="model exploded"):
+            await lane.embed(TEXTS[0])
+        vector = await lane.embed(TEXTS[0])  # the lane still works afterwards
+    finally:
+        lane.close()
+    assert float(vector @ np.asarray(embedding_function([TEXTS[0]])[0])) > 0.9999
+
+
+async def test_a_cancelled_caller_does_not_disturb_the_others(
+    embedding_function: FastMiniLML6V2,
+) -> None:
+    gated = GatedEmbedding(embedding_function)
+    lane = EmbeddingLane(gated)
+    try:
+        first = asyncio.create_task(lane.embed("held"))
+        await asyncio.to_thread(gated.started.wait, 10)
+        dropped = asyncio.create_task(lane.embed(TEXTS[0]))
+        kept = asyncio.create_task(lane.embed(TEXTS[1]))
+        await asyncio.sleep(0)
+        dropped.cancel()
+        gated.release.set()
+        vector = await kept
+        await first
+    finally:
+        lane.close()
+    assert gated.batches[1] == [TEXTS[1]]  # the cancelled text was never embedded
+    assert dropped.cancelled()
+    assert float(vector @ np.asarray(embedding_function([TEXTS[1]])[0])) > 0.9999
+
+
+def test_a_long_text_gets_a_run_of_its_own() -> None:
+    lengths = np.array([10, 12, 300, 11, 25, 9])
+    order = np.argsort(lengths, kind="stable")
+    runs = [lengths[run].tolist() for run in similar_length_runs(order, lengths, size=32)]
+    assert runs == [[9, 10, 11, 12, 25], [300]]
+    sized = [len(run) for run in similar_length_runs(order, lengths, size=2)]
+    assert sized == [2, 2, 1, 1]
+
+
+def test_batched_vectors_match_single_ones(embedding_function: FastMiniLML6V2) -> None:
+    """Padding a short text up to a longer neighbour must not change its vector."""
+    texts = [*TEXTS, "word " * 150]
+    together = embedding_function(texts)
+    for text, vector in zip(texts, together, strict=True):
+        alone = embedding_function([text])[0]
+        assert float(np.asarray(vector) @ np.asarray(alone)) > 0.9999
