@@ -40,6 +40,7 @@ from sonality.anthropic_llm import AnthropicLLM
 from sonality.llm import ChatTurn, LLMClient, SystemBlock, TextResult, ToolResult
 from sonality.memory.embedding import default_embedding_function
 from sonality.memory.episodes import Episode, EpisodeStore
+from sonality.memory.process import MemoryProcess
 from sonality.memory.sponge import SEED_SNAPSHOT, SpongeState
 from sonality.prompts import build_system_blocks
 from sonality.store import StateCommit
@@ -247,8 +248,7 @@ async def seed_state(runtime: Runtime, community: Community, interactions: int) 
 
 def chroma_reopens(runtime: Runtime) -> int:
     """How often the shared Chroma client was reopened to free memory indexes."""
-    agents = runtime.registry.loaded().values()
-    return next((agent.episodes.chroma.reopens for agent in agents), 0)
+    return runtime.memory.reopens() if runtime.memory is not None else 0
 
 
 def message(community: Community, i: int, users: int = 20) -> IncomingMessage:
@@ -432,13 +432,22 @@ async def measure_active(data: Path, active: int) -> None:
                 )
             await runtime.drain()
             gc.collect()
-            rss = process.memory_info().rss
+            bot_rss = process.memory_info().rss
+            memory = runtime.memory
+            # Chroma runs in a process of its own by default: its memory counts too.
+            chroma_rss = (
+                psutil.Process(memory.pid).memory_info().rss
+                if isinstance(memory, MemoryProcess)
+                else 0
+            )
+            rss = bot_rss + chroma_rss
             loaded = len(runtime.registry.loaded())
             reopens = chroma_reopens(runtime)
     report(
         "4. resident memory",
-        f"{rss / 2**20:.0f} MB ({base / 2**20:.0f} MB before any community talked; "
-        f"Chroma reopened {reopens} times)",
+        f"{rss / 2**20:.0f} MB (bot {bot_rss / 2**20:.0f} MB + memory process "
+        f"{chroma_rss / 2**20:.0f} MB; bot {base / 2**20:.0f} MB before any community "
+        f"talked; Chroma reopened {reopens} times)",
         f"{known:,} known communities with episodes, {loaded} of them active "
         "(one message each, learning finished)",
         "< 500 MB",

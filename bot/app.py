@@ -25,8 +25,7 @@ from sonality.anthropic_llm import AnthropicLLM
 from sonality.llm import LLMClient
 from sonality.memory.embed_lane import EmbeddingLane
 from sonality.memory.embedding import default_embedding_function
-from sonality.memory.episodes import EpisodeStore
-from sonality.memory.shared_chroma import SharedChroma
+from sonality.memory.process import LocalMemory, MemoryHost, MemoryProcess
 from sonality.priority import ReplyPriority
 from storage import Database
 
@@ -54,22 +53,13 @@ async def open_runtime(settings: Settings, llm: LLMClient | None = None) -> Asyn
     if llm is None:
         llm = owned = build_llm(settings)
     db = await Database.open(settings.resolved_database_path)
-    # One client for every community, reopened when too many memory indexes are open.
-    chroma = await asyncio.to_thread(
-        SharedChroma, settings.resolved_chroma_dir, max_open=settings.chroma_max_open
-    )
     embed = await asyncio.to_thread(default_embedding_function, settings.resolved_model_cache_dir)
+    memory = await asyncio.to_thread(open_memory, settings)
     priority = ReplyPriority()  # one per runtime: any reply outranks any memory write
     lane = EmbeddingLane(embed)  # one per runtime: messages waiting together embed together
 
     async def load_agent(community: Community) -> SonalityAgent:
-        episodes = await asyncio.to_thread(
-            EpisodeStore.for_community,
-            community.id,
-            settings.resolved_chroma_dir,
-            client=chroma,
-            embedding_function=embed,
-        )
+        episodes = await asyncio.to_thread(memory.store_for, community.id, embed)
         return await SonalityAgent.load(
             client=llm,
             store=db.community(community.id),
@@ -82,16 +72,29 @@ async def open_runtime(settings: Settings, llm: LLMClient | None = None) -> Asyn
         )
 
     registry = CommunityRegistry(load_agent, settings.agent_idle_evict_minutes * 60)
-    runtime = Runtime(settings, db, registry)
+    runtime = Runtime(settings, db, registry, memory)
     try:
         await _resume_unfinished(db, registry)
         yield runtime
     finally:
         await runtime.close()
         lane.close()
+        await asyncio.to_thread(memory.close)  # after the agents wrote their episodes
         await db.close()
         if owned is not None:
             await owned.aclose()
+
+
+def open_memory(settings: Settings) -> MemoryHost:
+    """Chroma for every community, in a process of its own unless configured otherwise.
+    One client, reopened when too many memory indexes are open."""
+    if settings.memory_process:
+        return MemoryProcess(
+            settings.resolved_chroma_dir,
+            max_open=settings.chroma_max_open,
+            model_cache_dir=settings.resolved_model_cache_dir,
+        )
+    return LocalMemory(settings.resolved_chroma_dir, max_open=settings.chroma_max_open)
 
 
 async def _resume_unfinished(db: Database, registry: CommunityRegistry) -> None:

@@ -12,7 +12,7 @@ import asyncio
 import logging
 from collections.abc import Coroutine
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from bot.commands import CommandHandlers, ranked_topics, topic_key
 from bot.messages import (
@@ -33,6 +33,9 @@ from sonality.llm import ChatTurn, LLMError
 from sonality.store import Speaker
 from storage import Database
 
+if TYPE_CHECKING:
+    from sonality.memory.process import MemoryHost
+
 __all__ = ["Runtime"]
 
 log = logging.getLogger(__name__)
@@ -48,8 +51,10 @@ class Runtime:
         settings: Settings,
         db: Database,
         registry: CommunityRegistry,
+        memory: MemoryHost | None = None,
     ) -> None:
         self.settings = settings
+        self.memory = memory  # where episodes live (benchmarks read its counters)
         self.db = db
         self.registry = registry
         self.rate_limiter = RateLimiter(

@@ -31,7 +31,7 @@ from sonality import config
 from sonality.ess import ESSResult, classify, safe_default_ess
 from sonality.llm import ChatTurn, LLMClient, LLMError, SystemBlock
 from sonality.memory.embed_lane import EmbeddingLane
-from sonality.memory.episodes import EpisodeStore
+from sonality.memory.episodes import EpisodeMemory
 from sonality.memory.sponge import SpongeState
 from sonality.memory.updater import (
     SNAPSHOT_CHAR_LIMIT,
@@ -96,7 +96,7 @@ class SonalityAgent:
         *,
         client: LLMClient,
         store: StateStore,
-        episodes: EpisodeStore,
+        episodes: EpisodeMemory,
         sponge: SpongeState,
         model: str | None = None,
         ess_model: str | None = None,
@@ -140,7 +140,7 @@ class SonalityAgent:
         *,
         client: LLMClient,
         store: StateStore,
-        episodes: EpisodeStore,
+        episodes: EpisodeMemory,
         model: str | None = None,
         ess_model: str | None = None,
         label: str = "",

@@ -31,7 +31,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import numpy as np
 from chromadb.api import ClientAPI
@@ -45,7 +45,15 @@ from sonality.store import EPISODIC, SEMANTIC, Episode
 
 #: How many index candidates to fetch per requested result before reranking.
 CANDIDATE_FACTOR = 3
-__all__ = ["EPISODIC", "SEMANTIC", "Episode", "EpisodeStore", "collection_name_for"]
+__all__ = [
+    "EPISODIC",
+    "SEMANTIC",
+    "Episode",
+    "EpisodeMemory",
+    "EpisodeStore",
+    "collection_name_for",
+    "document_of",
+]
 
 _SLUG_MAX = 64
 _HASH_CHARS = 16
@@ -62,6 +70,40 @@ def collection_name_for(community_id: str) -> str:
     digest = hashlib.sha256(community_id.encode("utf-8")).hexdigest()[:_HASH_CHARS]
     slug = re.sub(r"[^a-zA-Z0-9]+", "-", community_id).strip("-")[:_SLUG_MAX].strip("-")
     return f"episodes-{slug}-{digest}" if slug else f"episodes-{digest}"
+
+
+class EpisodeMemory(Protocol):
+    """What the agent uses of a community's memories: an :class:`EpisodeStore` in this
+    process, or a ``RemoteEpisodeStore`` kept by the memory process."""
+
+    def embed_many(self, texts: Sequence[str]) -> Embeddings: ...
+
+    def store_many(self, episodes: Sequence[Episode]) -> None: ...
+
+    def retrieve_typed(
+        self,
+        query: str,
+        episodic_n: int = 3,
+        semantic_n: int = 2,
+        min_relevance: float = 0.3,
+        *,
+        query_embedding: Embeddings | None = None,
+        unwritten: Sequence[Episode] = (),
+    ) -> list[str]: ...
+
+    def retrieve(
+        self,
+        query: str,
+        n_results: int = 5,
+        min_relevance: float = 0.3,
+        where: dict[str, Any] | None = None,
+        *,
+        query_embedding: Embeddings | None = None,
+    ) -> list[str]: ...
+
+    def recent_summaries(self, since_interaction: int, limit: int = 20) -> list[str]: ...
+
+    def count(self) -> int: ...
 
 
 class EpisodeStore:
@@ -207,7 +249,7 @@ class EpisodeStore:
 
     def _upsert(self, collection: Collection, episodes: Sequence[Episode]) -> None:
         now = datetime.now(UTC).isoformat()
-        documents = [_document_of(e) for e in episodes]
+        documents = [document_of(e) for e in episodes]
         missing = [i for i, e in enumerate(episodes) if e.embedding is None]
         computed = self._embed([documents[i] for i in missing]) if missing else []
         vectors: list[Sequence[float]] = [e.embedding or () for e in episodes]
@@ -253,6 +295,8 @@ class EpisodeStore:
         n_results: int = 5,
         min_relevance: float = 0.3,
         where: dict[str, Any] | None = None,
+        *,
+        query_embedding: Embeddings | None = None,
     ) -> list[str]:
         """Summaries of the most relevant episodes, best first.
 
@@ -263,7 +307,7 @@ class EpisodeStore:
         """
         if n_results <= 0:
             return []
-        vector = self.embed_query(query)
+        vector = query_embedding if query_embedding is not None else self.embed_query(query)
         memory_type = (where or {}).get("memory_type")
         rest = {k: v for k, v in (where or {}).items() if k != "memory_type"} or None
         with self.chroma.use():
@@ -370,12 +414,12 @@ class EpisodeStore:
             for episode, cosine in zip(waiting, cosines.tolist(), strict=True):
                 if cosine >= min_relevance:
                     score = cosine * (1.0 + episode.ess_score)
-                    scored.append((score, cosine, _document_of(episode)))
+                    scored.append((score, cosine, document_of(episode)))
         scored.sort(key=lambda item: (item[0], item[1]), reverse=True)
         return [summary for _, _, summary in scored[:n_results]]
 
 
-def _document_of(episode: Episode) -> str:
+def document_of(episode: Episode) -> str:
     """The stored document: what recall returns for an episode, written or waiting."""
     return episode.summary or episode.user_message[:200]
 

@@ -6,14 +6,19 @@ period; reflection runs on its two triggers and is validated; LLM faults change 
 
 from __future__ import annotations
 
+import asyncio
 import math
+import os
+import signal
 from typing import Any
 
+import psutil
 import pytest
 from chromadb.api.models.Collection import Collection
 
 from bot.app import open_runtime
 from bot.messages import LLM_DOWN, SLOW_DOWN, IncomingMessage, ReplyKind
+from sonality.memory.process import MemoryProcess
 from sonality.memory.sponge import SEED_SNAPSHOT, SpongeState
 from sonality.store import Episode, StateCommit
 from tests.fakes.anthropic_server import Fault, Text, ToolUse
@@ -296,28 +301,66 @@ async def test_episode_vector_is_the_reply_paths_embedding_of_the_message(
     assert by_summary == []  # the vector is the message's, not the summary's
 
 
-async def test_a_memory_store_fault_does_not_cost_the_reply(runtime, anthropic_server, caplog):
-    """Chroma failing a query (a real error seen under load) degrades to no memories."""
+async def test_a_memory_store_fault_does_not_cost_the_reply(
+    tmp_path, llm, anthropic_server, caplog
+):
+    """Chroma failing a query (a real error seen under load) degrades to no memories.
+    Chroma runs in this process here (SONALITY_MEMORY_PROCESS=false), so the fault can be
+    put into it."""
+    settings = make_settings(tmp_path / "data", SONALITY_MEMORY_PROCESS=False)
+    async with open_runtime(settings, llm=llm) as runtime:
+        anthropic_server.brain.ess_rule(**NUCLEAR)
+        await say(runtime, STRONG_ARGUMENT)
+        agent = runtime.registry.get(A.id)
+
+        def unreadable(*_: Any, **__: Any) -> None:
+            """Stands in for an index that cannot be read right now."""
+            raise RuntimeError("Error creating hnsw segment reader: Nothing found on disk")
+
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(Collection, "query", unreadable)
+            reply = await runtime.handle(
+                IncomingMessage(
+                    community=A,
+                    channel_id="c1",
+                    user=ALICE,
+                    text="How dangerous are atomic plants?",
+                )
+            )
+        await runtime.drain()
+        assert reply is not None and reply.kind is ReplyKind.ANSWER
+        assert "<relevant_memories>" not in chat_requests(anthropic_server)[-1].system_text
+        assert "memory retrieval failed" in caplog.text
+        assert agent.sponge.interaction_count == 2  # learning still happened
+
+
+async def test_a_killed_memory_process_is_replaced_and_nothing_is_lost(
+    runtime, anthropic_server, caplog
+):
+    """The memory process dies (kill -9): the next message starts a new one, which finds
+    every memory on disk, and the reply still recalls the argument made before."""
     anthropic_server.brain.ess_rule(**NUCLEAR)
     await say(runtime, STRONG_ARGUMENT)
     agent = runtime.registry.get(A.id)
+    await agent.flush_episodes()
+    memory = runtime.memory
+    assert isinstance(memory, MemoryProcess)
+    dead = memory.pid
+    assert dead != os.getpid()
+    os.kill(dead, signal.SIGKILL)
+    await asyncio.to_thread(psutil.Process(dead).wait, 10)
 
-    def unreadable(*_: Any, **__: Any) -> None:
-        """Stands in for an index that cannot be read right now."""
-        raise RuntimeError("Error creating hnsw segment reader: Nothing found on disk")
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(Collection, "query", unreadable)
-        reply = await runtime.handle(
-            IncomingMessage(
-                community=A, channel_id="c1", user=ALICE, text="How dangerous are atomic plants?"
-            )
-        )
-    await runtime.drain()
+    reply = await runtime.handle(
+        IncomingMessage(community=A, channel_id="c1", user=BOB, text="Are atomic plants safe?")
+    )
     assert reply is not None and reply.kind is ReplyKind.ANSWER
-    assert "<relevant_memories>" not in chat_requests(anthropic_server)[-1].system_text
-    assert "memory retrieval failed" in caplog.text
-    assert agent.sponge.interaction_count == 2  # learning still happened
+    prompt = chat_requests(anthropic_server)[-1].system_text
+    assert "<relevant_memories>" in prompt and NUCLEAR["summary"] in prompt
+    assert memory.restarts == 1 and memory.pid != dead
+    assert f"memory process {dead} is gone" in caplog.text
+    await runtime.drain()
+    await agent.flush_episodes()
+    assert agent.episodes.count() == 2  # the new process stores as well
 
 
 async def test_memories_waiting_for_a_batched_write_are_still_recalled(runtime, anthropic_server):
