@@ -40,7 +40,6 @@ from sonality.anthropic_llm import AnthropicLLM
 from sonality.llm import ChatTurn, LLMClient, SystemBlock, TextResult, ToolResult
 from sonality.memory.embedding import default_embedding_function
 from sonality.memory.episodes import Episode, EpisodeStore
-from sonality.memory.process import MemoryProcess
 from sonality.memory.sponge import SEED_SNAPSHOT, SpongeState
 from sonality.prompts import build_system_blocks
 from sonality.store import StateCommit
@@ -432,26 +431,31 @@ async def measure_active(data: Path, active: int) -> None:
                 )
             await runtime.drain()
             gc.collect()
-            bot_rss = process.memory_info().rss
-            memory = runtime.memory
-            # Chroma runs in a process of its own by default: its memory counts too.
-            chroma_rss = (
-                psutil.Process(memory.pid).memory_info().rss
-                if isinstance(memory, MemoryProcess)
-                else 0
-            )
-            rss = bot_rss + chroma_rss
+            # Chroma runs in a process of its own (forked from a fork server that
+            # preloaded it), so every process of the bot counts: all of ours but the
+            # loopback LLM. Shared pages would count twice in a sum of RSS; PSS splits
+            # them between the processes that share them, so the PSS sum is the memory
+            # the bot really holds.
+            ours = [process] + [
+                child
+                for child in process.children(recursive=True)
+                if "bench.llm_server" not in " ".join(child.cmdline())
+            ]
+            infos = [p.memory_full_info() for p in ours]
+            pss = sum(info.pss for info in infos)
+            rss = sum(info.rss for info in infos)
+            bot_pss = infos[0].pss
             loaded = len(runtime.registry.loaded())
             reopens = chroma_reopens(runtime)
     report(
         "4. resident memory",
-        f"{rss / 2**20:.0f} MB (bot {bot_rss / 2**20:.0f} MB + memory process "
-        f"{chroma_rss / 2**20:.0f} MB; bot {base / 2**20:.0f} MB before any community "
-        f"talked; Chroma reopened {reopens} times)",
+        f"{pss / 2**20:.0f} MB PSS over {len(ours)} processes (bot {bot_pss / 2**20:.0f} MB; "
+        f"RSS sum {rss / 2**20:.0f} MB, counting shared pages twice; bot RSS "
+        f"{base / 2**20:.0f} MB before any community talked; Chroma reopened {reopens} times)",
         f"{known:,} known communities with episodes, {loaded} of them active "
         "(one message each, learning finished)",
         "< 500 MB",
-        rss < 500 * 2**20,
+        pss < 500 * 2**20,
     )
 
 
