@@ -344,12 +344,21 @@ async def figure_own_time(work: Path, episodes: int, n: int) -> None:
 
 
 async def figure_throughput(
-    work: Path, communities: int, latency: float, cap: int, seconds: float, max_open: int | None
+    work: Path,
+    communities: int,
+    latency: float,
+    cap: int,
+    seconds: float,
+    max_open: int | None,
+    process: bool = False,
 ) -> None:
     """With ``max_open`` set, Chroma may keep that many collections open (3b): the
-    default bound is below the 100 active communities, so it keeps reopening."""
-    data = work / f"throughput-{max_open}"
-    extra = {} if max_open is None else {"SONALITY_CHROMA_MAX_OPEN": max_open}
+    default bound is below the 100 active communities, so it keeps reopening. With
+    ``process``, Chroma runs in the memory process (3c)."""
+    data = work / f"throughput-{max_open}-{process}"
+    extra: dict[str, Any] = {} if max_open is None else {"SONALITY_CHROMA_MAX_OPEN": max_open}
+    if process:
+        extra["SONALITY_MEMORY_PROCESS"] = True
     with llm_server(latency) as url:
         async with bot(data, url, cap=cap, **extra) as (runtime, llm):
             groups = [Community(id=f"bench:c{i}", name=f"c{i}") for i in range(communities)]
@@ -383,7 +392,8 @@ async def figure_throughput(
     ceiling = cap / latency
     report(
         "3. LLM throughput, 100 communities"
-        + ("" if max_open is None else f" (3b: SONALITY_CHROMA_MAX_OPEN={max_open})"),
+        + ("" if max_open is None else f" (3b: SONALITY_CHROMA_MAX_OPEN={max_open})")
+        + (" (3c: SONALITY_MEMORY_PROCESS=true)" if process else ""),
         f"{rate:.0f} calls/s = {rate / ceiling:.0%} of cap/latency ({ceiling:.0f}/s); "
         f"{replies} replies; reply-path time outside the LLM call p50 "
         f"{fmt_ms(percentile(overheads, 50))}, p99 {fmt_ms(percentile(overheads, 99))}; "
@@ -504,6 +514,7 @@ def main() -> None:
         if 3 in wanted:
             asyncio.run(figure_throughput(work, 100, 0.2, 32, args.seconds, None))
             asyncio.run(figure_throughput(work, 100, 0.2, 32, args.seconds, 128))
+            asyncio.run(figure_throughput(work, 100, 0.2, 32, args.seconds, None, process=True))
         if 4 in wanted:
             figure_memory(work, args.known, args.active)
 

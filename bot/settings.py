@@ -34,7 +34,7 @@ class Settings(BaseSettings):
     chroma_dir: Path | None = Field(default=None, alias="SONALITY_CHROMA_DIR")
     model_cache_dir: Path | None = Field(default=None, alias="SONALITY_MODEL_CACHE_DIR")
     chroma_max_open: int = Field(default=32, ge=1, alias="SONALITY_CHROMA_MAX_OPEN")
-    memory_process: bool = Field(default=True, alias="SONALITY_MEMORY_PROCESS")
+    memory_process: bool = Field(default=False, alias="SONALITY_MEMORY_PROCESS")
 
     # --- conversation ------------------------------------------------------------
     max_message_chars: int = Field(default=4000, ge=100, alias="SONALITY_MAX_MESSAGE_CHARS")

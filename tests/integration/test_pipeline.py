@@ -312,6 +312,7 @@ async def test_a_memory_store_fault_does_not_cost_the_reply(
         anthropic_server.brain.ess_rule(**NUCLEAR)
         await say(runtime, STRONG_ARGUMENT)
         agent = runtime.registry.get(A.id)
+        assert agent is not None
 
         def unreadable(*_: Any, **__: Any) -> None:
             """Stands in for an index that cannot be read right now."""
@@ -334,11 +335,37 @@ async def test_a_memory_store_fault_does_not_cost_the_reply(
         assert agent.sponge.interaction_count == 2  # learning still happened
 
 
+async def test_memories_are_recalled_through_the_memory_process(tmp_path, llm, anthropic_server):
+    """SONALITY_MEMORY_PROCESS=true: Chroma lives in another process, and the argument
+    stored there is recalled by meaning for another user's question."""
+    settings = make_settings(tmp_path / "data", SONALITY_MEMORY_PROCESS=True)
+    async with open_runtime(settings, llm=llm) as runtime:
+        assert isinstance(runtime.memory, MemoryProcess)
+        assert runtime.memory.pid != os.getpid()
+        anthropic_server.brain.ess_rule(**NUCLEAR)
+        await say(runtime, STRONG_ARGUMENT)
+        agent = runtime.registry.get(A.id)
+        assert agent is not None
+        await agent.flush_episodes()
+        assert agent.episodes.count() == 1
+        await runtime.handle(
+            IncomingMessage(community=A, channel_id="c1", user=BOB, text="Are atomic plants safe?")
+        )
+        prompt = chat_requests(anthropic_server)[-1].system_text
+        assert "<relevant_memories>" in prompt and NUCLEAR["summary"] in prompt
+
+
 async def test_a_killed_memory_process_is_replaced_and_nothing_is_lost(
-    runtime, anthropic_server, caplog
+    tmp_path, llm, anthropic_server, caplog
 ):
     """The memory process dies (kill -9): the next message starts a new one, which finds
     every memory on disk, and the reply still recalls the argument made before."""
+    settings = make_settings(tmp_path / "data", SONALITY_MEMORY_PROCESS=True)
+    async with open_runtime(settings, llm=llm) as runtime:
+        await _kill_the_memory_process_then_chat(runtime, anthropic_server, caplog)
+
+
+async def _kill_the_memory_process_then_chat(runtime, anthropic_server, caplog):
     anthropic_server.brain.ess_rule(**NUCLEAR)
     await say(runtime, STRONG_ARGUMENT)
     agent = runtime.registry.get(A.id)
