@@ -312,25 +312,29 @@ class SonalityAgent:
     async def _work(self) -> None:
         while True:
             record = await self._queue.get()
+            usage: list[UsageRecord] = []  # filled by each LLM call of the attempt
             try:
                 async with self._lock:
-                    await self._post_process(record)
+                    await self._post_process(record, usage)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 log.exception("%s: post-processing of %s failed", self.label, record.id)
                 try:
-                    await self.store.mark_interaction_failed(record.id, repr(exc))
+                    await self.store.mark_interaction_failed(record.id, repr(exc), usage)
                 except Exception:
                     log.exception("%s: could not record the failure", self.label)
             finally:
                 self._vectors.pop(record.id, None)
                 self._queue.task_done()
 
-    async def _post_process(self, record: InteractionRecord) -> None:
-        """Seed stages 3-6 for one interaction, committed as one new version."""
+    async def _post_process(self, record: InteractionRecord, usage: list[UsageRecord]) -> None:
+        """Seed stages 3-6 for one interaction, committed as one new version.
+
+        `usage` collects the tokens of every LLM call made; the caller records them
+        even when the attempt fails.
+        """
         state = self.sponge.model_copy(deep=True)
-        usage: list[UsageRecord] = []
         events: list[AuditEvent] = []
 
         ess = await self._classify_ess(record.message, state.snapshot, usage)

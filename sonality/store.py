@@ -10,6 +10,7 @@ transaction. Anything recorded but not committed is handed back by
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -139,8 +140,11 @@ class StateStore(Protocol):
         """Recorded but not yet committed interactions, oldest first."""
         ...
 
-    async def mark_interaction_failed(self, interaction_id: str, error: str) -> int:
-        """Count a failed post-processing attempt; returns attempts so far.
+    async def mark_interaction_failed(
+        self, interaction_id: str, error: str, usage: Sequence[UsageRecord] = ()
+    ) -> int:
+        """Count a failed post-processing attempt, and the tokens it spent; returns
+        attempts so far.
 
         After too many attempts the store stops returning it as pending.
         """

@@ -14,10 +14,19 @@ nor acknowledge another community's rows, even with a guessed interaction id.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 
 from sonality.llm import Usage
 from sonality.memory.sponge import SpongeState
-from sonality.store import Episode, InteractionRecord, Speaker, StateCommit, VersionInfo, utcnow
+from sonality.store import (
+    Episode,
+    InteractionRecord,
+    Speaker,
+    StateCommit,
+    UsageRecord,
+    VersionInfo,
+    utcnow,
+)
 from storage.base import (
     SqlBase,
     advance_time,
@@ -316,9 +325,13 @@ class CommunityStore:
         )
         return int(row[0]) if row else 0
 
-    async def mark_interaction_failed(self, interaction_id: str, error: str) -> int:
+    async def mark_interaction_failed(
+        self, interaction_id: str, error: str, usage: Sequence[UsageRecord] = ()
+    ) -> int:
         """Count a failed attempt; at `MAX_INTERACTION_ATTEMPTS` the row becomes 'failed'.
 
+        The tokens the attempt spent (`usage`) are recorded in the same transaction: a
+        failure must not make its LLM calls vanish from the community's spend.
         Returns the attempts so far. A row that is already done or failed is left alone
         (its attempts are returned); an unknown id raises `UnknownInteractionError`.
         """
@@ -349,6 +362,10 @@ class CommunityStore:
             if row is None:
                 # The UPDATE matched nothing, so the rollback this causes undoes nothing.
                 raise UnknownInteractionError(f"{cid}: no recorded interaction {interaction_id!r}")
+            for record in usage:
+                insert_usage(
+                    conn, cid, record.purpose, record.model, record.usage, record.created_at
+                )
             return int(row[0])
 
         return await self._db._run_write(work)

@@ -21,6 +21,7 @@ from bot.messages import LLM_DOWN, SLOW_DOWN, IncomingMessage, ReplyKind
 from sonality.memory.process import MemoryProcess
 from sonality.memory.sponge import SEED_SNAPSHOT, SpongeState
 from sonality.store import Episode, StateCommit
+from storage.community import CommunityStore
 from tests.fakes.anthropic_server import Fault, Text, ToolUse
 from tests.integration.conftest import (
     ALICE,
@@ -286,6 +287,31 @@ async def test_token_usage_is_recorded_per_community(runtime, anthropic_server):
     assert totals.input_tokens > 0 and totals.output_tokens > 0
     other = await runtime.db.usage_totals("test:nobody")
     assert other.input_tokens == 0
+
+
+async def test_a_failed_learning_attempt_still_counts_its_tokens(runtime, anthropic_server, caplog):
+    """The ESS call is made and paid for, then the commit fails: the attempt is counted
+    as failed, the ESS tokens are in the community's spend, and nothing was committed."""
+    agent = await runtime.registry.agent_for(A)  # loaded (seed version committed) first
+    before = await runtime.db.usage_totals(A.id)
+    assert "ess" not in before.by_purpose
+
+    async def broken_commit(*_: Any, **__: Any) -> None:
+        raise RuntimeError("disk full")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(CommunityStore, "commit", broken_commit)
+        reply = await runtime.handle(
+            IncomingMessage(community=A, channel_id="c1", user=ALICE, text="hello there")
+        )
+        await runtime.drain()
+    assert reply is not None and reply.kind is ReplyKind.ANSWER
+    assert "post-processing of" in caplog.text and "disk full" in caplog.text
+    totals = await runtime.db.usage_totals(A.id)
+    assert totals.by_purpose["ess"].input_tokens > 0
+    assert len(ess_requests(anthropic_server)) == 1
+    assert agent.sponge.interaction_count == 0
+    assert await runtime.db.community(A.id).pending_count() == 1  # replayed on next start
 
 
 async def test_episode_vector_is_the_reply_paths_embedding_of_the_message(
