@@ -9,8 +9,10 @@ Figures:
   2. our own time per message with the LLM answering at once, 10,000 episodes
      (target p50 ≤ 25 ms, p99 ≤ 100 ms)
   3. 100 communities at once, LLM latency 200 ms, cap 32: LLM calls per second
-     (target ≥ 80% of cap ÷ latency) and reply-path time outside the LLM call
-  4. 1,000 known communities, 100 active: resident memory (target < 500 MB)
+     (target ≥ 80% of cap ÷ latency) and reply-path time outside the LLM call;
+     3b with SONALITY_CHROMA_MAX_OPEN=128, 3c with SONALITY_MEMORY_PROCESS=true
+  4. 1,000 known communities, 100 active: memory of all the bot's processes
+     (PSS; target < 500 MB)
 """
 
 from __future__ import annotations
