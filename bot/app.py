@@ -54,7 +54,13 @@ async def open_runtime(settings: Settings, llm: LLMClient | None = None) -> Asyn
         llm = owned = build_llm(settings)
     db = await Database.open(settings.resolved_database_path)
     embed = await asyncio.to_thread(default_embedding_function, settings.resolved_model_cache_dir)
-    memory = await asyncio.to_thread(open_memory, settings)
+    try:
+        memory = await asyncio.to_thread(open_memory, settings)
+    except BaseException:
+        await db.close()
+        if owned is not None:
+            await owned.aclose()
+        raise
     priority = ReplyPriority()  # one per runtime: any reply outranks any memory write
     lane = EmbeddingLane(embed)  # one per runtime: messages waiting together embed together
 
@@ -89,11 +95,17 @@ def open_memory(settings: Settings) -> MemoryHost:
     """Chroma for every community, in a process of its own unless configured otherwise.
     One client, reopened when too many memory indexes are open."""
     if settings.memory_process:
-        return MemoryProcess(
-            settings.resolved_chroma_dir,
-            max_open=settings.chroma_max_open,
-            model_cache_dir=settings.resolved_model_cache_dir,
-        )
+        try:
+            return MemoryProcess(
+                settings.resolved_chroma_dir,
+                max_open=settings.chroma_max_open,
+                model_cache_dir=settings.resolved_model_cache_dir,
+            )
+        except Exception as err:
+            raise StartupError(
+                f"could not start the memory process ({err!r}); "
+                "set SONALITY_MEMORY_PROCESS=false to keep Chroma in the bot's process"
+            ) from err
     return LocalMemory(settings.resolved_chroma_dir, max_open=settings.chroma_max_open)
 
 

@@ -17,6 +17,7 @@ import pytest
 from chromadb.api.models.Collection import Collection
 
 from bot.app import open_runtime
+from bot.interface import StartupError
 from bot.messages import LLM_DOWN, SLOW_DOWN, IncomingMessage, ReplyKind
 from sonality.memory.process import MemoryProcess
 from sonality.memory.sponge import SEED_SNAPSHOT, SpongeState
@@ -379,6 +380,19 @@ async def test_memories_are_recalled_through_the_memory_process(tmp_path, llm, a
         )
         prompt = chat_requests(anthropic_server)[-1].system_text
         assert "<relevant_memories>" in prompt and NUCLEAR["summary"] in prompt
+
+
+async def test_a_memory_process_that_cannot_start_is_one_clear_startup_error(
+    tmp_path, llm, monkeypatch
+):
+    def cannot_start(*_: Any, **__: Any) -> None:
+        raise OSError("no fork server here")
+
+    monkeypatch.setattr("bot.app.MemoryProcess", cannot_start)
+    settings = make_settings(tmp_path / "data", SONALITY_MEMORY_PROCESS=True)
+    with pytest.raises(StartupError, match=r"no fork server here.*SONALITY_MEMORY_PROCESS=false"):
+        async with open_runtime(settings, llm=llm):
+            pass
 
 
 async def test_a_killed_memory_process_is_replaced_and_nothing_is_lost(
