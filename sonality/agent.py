@@ -408,9 +408,9 @@ class SonalityAgent:
             self._write_wake.set()
 
     async def _write_episodes(self) -> None:
-        """Write episodes in batches: every Chroma upsert holds the GIL for ~9 ms (its
-        disk syncs included), stalling every reply in the process, and one upsert of
-        five episodes costs little more than one of one. So the writer waits for
+        """Write episodes in batches: a Chroma upsert holds the GIL of the process that
+        runs Chroma (about 13 ms for 8 episodes, mostly waiting on Chroma's own
+        threads), and one upsert of eight costs far less than eight of one. So the writer waits for
         EPISODE_FLUSH_AT episodes or EPISODE_FLUSH_DELAY seconds, whichever is first;
         retrieval meanwhile ranks the waiting ones in memory. Episodes without a vector
         (replayed from the outbox after a restart, reflection's insights) cannot be

@@ -45,7 +45,7 @@ class EmbeddingLane:
         self._waiting: list[tuple[str, asyncio.Future[Vector]]] = []
         self._runner: asyncio.Task[None] | None = None
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embedding-lane")
-        self.passes = 0  # model runs so far (a benchmark reads texts ÷ passes)
+        self.passes = 0  # model runs so far; texts ÷ passes is the mean batch size
         self.texts = 0
 
     async def embed(self, text: str) -> Vector:

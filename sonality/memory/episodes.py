@@ -53,6 +53,7 @@ __all__ = [
     "EpisodeStore",
     "collection_name_for",
     "document_of",
+    "with_vectors",
 ]
 
 _SLUG_MAX = 64
@@ -73,8 +74,9 @@ def collection_name_for(community_id: str) -> str:
 
 
 class EpisodeMemory(Protocol):
-    """What the agent uses of a community's memories: an :class:`EpisodeStore` in this
-    process, or a ``RemoteEpisodeStore`` kept by the memory process."""
+    """A community's memories as the agent, commands and benchmarks use them: an
+    :class:`EpisodeStore` in this process, or a ``RemoteEpisodeStore`` kept by the
+    memory process."""
 
     def embed_many(self, texts: Sequence[str]) -> Embeddings: ...
 
@@ -249,16 +251,11 @@ class EpisodeStore:
 
     def _upsert(self, collection: Collection, episodes: Sequence[Episode]) -> None:
         now = datetime.now(UTC).isoformat()
-        documents = [document_of(e) for e in episodes]
-        missing = [i for i, e in enumerate(episodes) if e.embedding is None]
-        computed = self._embed([documents[i] for i in missing]) if missing else []
-        vectors: list[Sequence[float]] = [e.embedding or () for e in episodes]
-        for i, vector in zip(missing, computed, strict=True):
-            vectors[i] = [float(x) for x in vector]
+        episodes = with_vectors(episodes, self._embed)
         collection.upsert(
             ids=[e.id for e in episodes],
-            embeddings=cast(Embeddings, [list(v) for v in vectors]),
-            documents=documents,
+            embeddings=cast(Embeddings, [list(e.embedding or ()) for e in episodes]),
+            documents=[document_of(e) for e in episodes],
             metadatas=[
                 {
                     "ess_score": float(e.ess_score),
@@ -422,6 +419,18 @@ class EpisodeStore:
 def document_of(episode: Episode) -> str:
     """The stored document: what recall returns for an episode, written or waiting."""
     return episode.summary or episode.user_message[:200]
+
+
+def with_vectors(episodes: Sequence[Episode], embed: EmbeddingFunction[Documents]) -> list[Episode]:
+    """The episodes, each with a vector: those without one (insights, episodes replayed
+    after a restart) get their document's, computed in one batch."""
+    missing = [i for i, e in enumerate(episodes) if e.embedding is None]
+    ready = list(episodes)
+    if missing:
+        vectors = embed([document_of(episodes[i]) for i in missing])
+        for i, vector in zip(missing, vectors, strict=True):
+            ready[i] = episodes[i].model_copy(update={"embedding": tuple(float(x) for x in vector)})
+    return ready
 
 
 def _summary_of(meta: Mapping[str, Any], document: str | None) -> str:

@@ -33,7 +33,7 @@ from typing import Any, Protocol, TypeVar, cast
 from chromadb.api.types import Documents, EmbeddingFunction, Embeddings
 
 from sonality.memory.embedding import default_embedding_function
-from sonality.memory.episodes import EpisodeMemory, EpisodeStore, document_of
+from sonality.memory.episodes import EpisodeMemory, EpisodeStore, with_vectors
 from sonality.memory.shared_chroma import SharedChroma
 from sonality.store import Episode
 
@@ -269,15 +269,8 @@ class RemoteEpisodeStore:
         return self._embed(list(texts))
 
     def store_many(self, episodes: Sequence[Episode]) -> None:
-        """Vectors missing (insights, replayed episodes) are computed here first."""
-        missing = [i for i, e in enumerate(episodes) if e.embedding is None]
-        ready = list(episodes)
-        if missing:
-            vectors = self._embed([document_of(episodes[i]) for i in missing])
-            for i, vector in zip(missing, vectors, strict=True):
-                ready[i] = episodes[i].model_copy(
-                    update={"embedding": tuple(float(x) for x in vector)}
-                )
+        """Missing vectors are computed here, so the memory process never embeds."""
+        ready = with_vectors(episodes, self._embed)
         self._host.call(lambda service: service.store_many(self._community_id, ready))
 
     def retrieve_typed(
