@@ -4,8 +4,9 @@ getting exactly its own vector from the real MiniLM model."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -45,29 +46,44 @@ class GatedEmbedding:
         return self.inner(texts)
 
 
-async def test_texts_waiting_behind_a_pass_share_the_next_one(
-    embedding_function: FastMiniLML6V2,
-) -> None:
+@contextlib.asynccontextmanager
+async def held_lane(
+    embedding_function: FastMiniLML6V2, first_text: str
+) -> AsyncIterator[tuple[GatedEmbedding, EmbeddingLane]]:
+    """A lane whose first pass (of `first_text`) is running and held until the test sets
+    `gated.release`; on leaving, that pass has finished and the lane is closed."""
     gated = GatedEmbedding(embedding_function)
     lane = EmbeddingLane(gated)
     try:
-        first = asyncio.create_task(lane.embed("warm-up message"))
+        first = asyncio.create_task(lane.embed(first_text))
         await asyncio.to_thread(gated.started.wait, 10)
+        yield gated, lane
+        await first
+    finally:
+        gated.release.set()
+        lane.close()
+
+
+def is_own_vector(embedding_function: FastMiniLML6V2, text: str, vector: Any) -> bool:
+    """The text's lone embedding, not a neighbour's in the batch."""
+    return float(np.asarray(vector) @ np.asarray(embedding_function([text])[0])) > 0.9999
+
+
+async def test_texts_waiting_behind_a_pass_share_the_next_one(
+    embedding_function: FastMiniLML6V2,
+) -> None:
+    async with held_lane(embedding_function, "warm-up message") as (gated, lane):
         rest = [asyncio.create_task(lane.embed(text)) for text in TEXTS]
         await asyncio.sleep(0.05)
         assert len(gated.batches) == 1  # nothing else ran while the first pass was held
         gated.release.set()
         vectors = await asyncio.gather(*rest)
-        await first
-    finally:
-        lane.close()
 
     assert gated.batches == [["warm-up message"], TEXTS]
     assert (lane.passes, lane.texts) == (2, 6)
     for text, vector in zip(TEXTS, vectors, strict=True):
-        alone = np.asarray(embedding_function([text])[0])
         assert vector.shape == (384,)
-        assert float(vector @ alone) > 0.9999  # its own vector, not a neighbour's
+        assert is_own_vector(embedding_function, text, vector)
 
 
 async def test_a_failed_pass_fails_its_callers_only(embedding_function: FastMiniLML6V2) -> None:
@@ -81,29 +97,22 @@ async def test_a_failed_pass_fails_its_callers_only(embedding_function: FastMini
         vector = await lane.embed(TEXTS[0])  # the lane still works afterwards
     finally:
         lane.close()
-    assert float(vector @ np.asarray(embedding_function([TEXTS[0]])[0])) > 0.9999
+    assert is_own_vector(embedding_function, TEXTS[0], vector)
 
 
 async def test_a_cancelled_caller_does_not_disturb_the_others(
     embedding_function: FastMiniLML6V2,
 ) -> None:
-    gated = GatedEmbedding(embedding_function)
-    lane = EmbeddingLane(gated)
-    try:
-        first = asyncio.create_task(lane.embed("held"))
-        await asyncio.to_thread(gated.started.wait, 10)
+    async with held_lane(embedding_function, "held") as (gated, lane):
         dropped = asyncio.create_task(lane.embed(TEXTS[0]))
         kept = asyncio.create_task(lane.embed(TEXTS[1]))
         await asyncio.sleep(0)
         dropped.cancel()
         gated.release.set()
         vector = await kept
-        await first
-    finally:
-        lane.close()
     assert gated.batches[1] == [TEXTS[1]]  # the cancelled text was never embedded
     assert dropped.cancelled()
-    assert float(vector @ np.asarray(embedding_function([TEXTS[1]])[0])) > 0.9999
+    assert is_own_vector(embedding_function, TEXTS[1], vector)
 
 
 def test_a_long_text_gets_a_run_of_its_own() -> None:
@@ -120,5 +129,4 @@ def test_batched_vectors_match_single_ones(embedding_function: FastMiniLML6V2) -
     texts = [*TEXTS, "word " * 150]
     together = embedding_function(texts)
     for text, vector in zip(texts, together, strict=True):
-        alone = embedding_function([text])[0]
-        assert float(np.asarray(vector) @ np.asarray(alone)) > 0.9999
+        assert is_own_vector(embedding_function, text, vector)
