@@ -47,48 +47,48 @@ def build_llm(settings: Settings) -> AnthropicLLM:
 
 @contextlib.asynccontextmanager
 async def open_runtime(settings: Settings, llm: LLMClient | None = None) -> AsyncIterator[Runtime]:
-    """Open storage, memory and the engine; yield the runtime; close it all cleanly."""
+    """Open storage, memory and the engine; yield the runtime; close it all cleanly.
+
+    Each resource's close is registered as soon as it is open, so a failure part-way
+    through start-up closes what was opened, in reverse order.
+    """
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    owned: AnthropicLLM | None = None
-    if llm is None:
-        llm = owned = build_llm(settings)
-    db = await Database.open(settings.resolved_database_path)
-    embed = await asyncio.to_thread(default_embedding_function, settings.resolved_model_cache_dir)
-    try:
-        memory = await asyncio.to_thread(open_memory, settings)
-    except BaseException:
-        await db.close()
-        if owned is not None:
-            await owned.aclose()
-        raise
-    priority = ReplyPriority()  # one per runtime: any reply outranks any memory write
-    lane = EmbeddingLane(embed)  # one per runtime: messages waiting together embed together
-
-    async def load_agent(community: Community) -> SonalityAgent:
-        episodes = await asyncio.to_thread(memory.store_for, community.id, embed)
-        return await SonalityAgent.load(
-            client=llm,
-            store=db.community(community.id),
-            episodes=episodes,
-            model=settings.model,
-            ess_model=settings.ess_model,
-            label=community.id,
-            priority=priority,
-            embedder=lane,
+    async with contextlib.AsyncExitStack() as stack:
+        if llm is None:
+            owned = build_llm(settings)
+            stack.push_async_callback(owned.aclose)
+            llm = owned
+        client = llm
+        db = await Database.open(settings.resolved_database_path)
+        stack.push_async_callback(db.close)
+        embed = await asyncio.to_thread(
+            default_embedding_function, settings.resolved_model_cache_dir
         )
+        memory = await asyncio.to_thread(open_memory, settings)
+        # Closed after the agents (below) have written their episodes.
+        stack.push_async_callback(asyncio.to_thread, memory.close)
+        priority = ReplyPriority()  # one per runtime: any reply outranks any memory write
+        lane = EmbeddingLane(embed)  # one per runtime: messages waiting together embed together
+        stack.callback(lane.close)
 
-    registry = CommunityRegistry(load_agent, settings.agent_idle_evict_minutes * 60)
-    runtime = Runtime(settings, db, registry, memory)
-    try:
+        async def load_agent(community: Community) -> SonalityAgent:
+            episodes = await asyncio.to_thread(memory.store_for, community.id, embed)
+            return await SonalityAgent.load(
+                client=client,
+                store=db.community(community.id),
+                episodes=episodes,
+                model=settings.model,
+                ess_model=settings.ess_model,
+                label=community.id,
+                priority=priority,
+                embedder=lane,
+            )
+
+        registry = CommunityRegistry(load_agent, settings.agent_idle_evict_minutes * 60)
+        runtime = Runtime(settings, db, registry, memory)
+        stack.push_async_callback(runtime.close)
         await _resume_unfinished(db, registry)
         yield runtime
-    finally:
-        await runtime.close()
-        lane.close()
-        await asyncio.to_thread(memory.close)  # after the agents wrote their episodes
-        await db.close()
-        if owned is not None:
-            await owned.aclose()
 
 
 def open_memory(settings: Settings) -> MemoryHost:
