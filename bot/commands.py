@@ -15,6 +15,7 @@ from datetime import datetime
 from bot.messages import MODERATOR_COMMANDS, CommandRequest, CommandResult, Community
 from sonality import config
 from sonality.agent import RollbackError, SonalityAgent, cumulative_shift
+from sonality.ess import normalize_topic
 from sonality.memory.sponge import SpongeState
 from storage import Database
 
@@ -38,11 +39,6 @@ MAX_LIST = 15
 
 def _fmt_time(value: datetime | None) -> str:
     return value.strftime("%Y-%m-%d %H:%M UTC") if value else "-"
-
-
-def topic_key(text: str) -> str:
-    """How people type a topic ("nuclear energy") as the engine names it ("nuclear_energy")."""
-    return text.strip().lower().replace(" ", "_")
 
 
 def ranked_topics(state: SpongeState, key: str = "") -> list[str]:
@@ -108,7 +104,7 @@ class CommandHandlers:
                 text="I hold no beliefs yet: nobody has given me a strong enough argument.",
                 title="Beliefs",
             )
-        query = topic_key(" ".join(request.args))
+        query = normalize_topic(" ".join(request.args))
         topics = ranked_topics(state, query)
         staged = [u for u in state.staged_opinion_updates if query in u.topic]
         if not topics and not staged:

@@ -14,7 +14,7 @@ from collections.abc import Coroutine
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
-from bot.commands import CommandHandlers, ranked_topics, topic_key
+from bot.commands import CommandHandlers, ranked_topics
 from bot.messages import (
     INTERNAL_ERROR,
     LLM_DOWN,
@@ -29,6 +29,7 @@ from bot.messages import (
 from bot.ratelimit import RateLimiter, Verdict
 from bot.registry import CommunityRegistry
 from bot.settings import Settings
+from sonality.ess import normalize_topic
 from sonality.llm import ChatTurn, LLMError
 from sonality.store import Speaker
 from storage import Database
@@ -173,7 +174,7 @@ class Runtime:
                 versions = await self.db.community(community.id).versions(limit=200)
                 return [str(v.version) for v in versions if str(v.version).startswith(prefix)][:25]
             agent = await self.registry.agent_for(community)
-            return ranked_topics(agent.sponge, topic_key(prefix))[:25]
+            return ranked_topics(agent.sponge, normalize_topic(prefix))[:25]
         except Exception:
             log.exception("autocomplete failed in %s", community.id)
             return []
