@@ -31,7 +31,7 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from aiohttp import web
@@ -67,6 +67,7 @@ from bot.messages import (
     User,
 )
 from bot.settings import Settings
+from sonality.store import utcnow
 
 __all__ = [
     "BOT_SCOPES",
@@ -258,10 +259,6 @@ def render_chunks(text: str, limit: int = MESSAGE_LIMIT) -> list[str]:
 # Storage bridges for Bolt
 
 
-def _utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
 class _InstallationStore(AsyncInstallationStore):
     """Bolt's installation store on top of `SlackStore`: multi-workspace tokens in SQLite."""
 
@@ -346,13 +343,13 @@ class _OAuthStateStore(AsyncOAuthStateStore):
 
     async def async_issue(self, *args: Any, **kwargs: Any) -> str:
         state = secrets.token_urlsafe(24)
-        await self._store.issue_oauth_state(state, _utcnow() + timedelta(seconds=self._ttl))
+        await self._store.issue_oauth_state(state, utcnow() + timedelta(seconds=self._ttl))
         return state
 
     async def async_consume(self, state: str) -> bool:
         if not state:
             return False
-        return await self._store.consume_oauth_state(state, _utcnow())
+        return await self._store.consume_oauth_state(state, utcnow())
 
 
 class _EventDedup(AsyncMiddleware):
@@ -377,7 +374,7 @@ class _EventDedup(AsyncMiddleware):
         if body.get("type") == "event_callback" and isinstance(event_id, str) and event_id:
             try:
                 first = await self._store.mark_event_seen(
-                    PLATFORM, event_id, _utcnow(), EVENT_DEDUP_TTL_SECONDS
+                    PLATFORM, event_id, utcnow(), EVENT_DEDUP_TTL_SECONDS
                 )
             except Exception:
                 # Storage trouble: better a rare duplicate reply than a lost message.
