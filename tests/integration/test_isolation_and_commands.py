@@ -69,6 +69,8 @@ async def test_read_only_commands(runtime, anthropic_server):
     assert "evidence 1" in beliefs.text and "road-safety audit" in beliefs.text
     topic = await command(runtime, "beliefs", "zebra", moderator=False)
     assert "canary_zebra_crossings" in topic.text
+    typed = await command(runtime, "beliefs", "Zebra-Crossings", moderator=False)
+    assert typed.ok and "canary_zebra_crossings" in typed.text  # as the engine names topics
     missing = await command(runtime, "beliefs", "tax_policy", moderator=False)
     assert not missing.ok and missing.private
 
