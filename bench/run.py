@@ -443,11 +443,11 @@ async def measure_active(data: Path, active: int) -> None:
                 )
             await runtime.drain()
             gc.collect()
-            # Chroma runs in a process of its own (forked from a fork server that
-            # preloaded it), so every process of the bot counts: all of ours but the
-            # loopback LLM. Shared pages would count twice in a sum of RSS; PSS splits
-            # them between the processes that share them, so the PSS sum is the memory
-            # the bot really holds.
+            # Every process of the bot counts (all of ours but the loopback LLM): by
+            # default that is one, with SONALITY_MEMORY_PROCESS=true also the memory
+            # process and its fork server. Shared pages would count twice in a sum of
+            # RSS; PSS splits them between the processes sharing them, so the PSS sum
+            # is the memory the bot really holds.
             ours = [process] + [
                 child
                 for child in process.children(recursive=True)

@@ -92,8 +92,9 @@ async def open_runtime(settings: Settings, llm: LLMClient | None = None) -> Asyn
 
 
 def open_memory(settings: Settings) -> MemoryHost:
-    """Chroma for every community, in a process of its own unless configured otherwise.
-    One client, reopened when too many memory indexes are open."""
+    """Chroma for every community: in this process, or in a memory process of its own
+    with SONALITY_MEMORY_PROCESS=true. One client, reopened when too many memory
+    indexes are open."""
     if settings.memory_process:
         try:
             return MemoryProcess(

@@ -45,8 +45,7 @@ class MemoryService:
     """Lives in the memory process: one shared client, one store per community."""
 
     def __init__(self, persist_dir: str, max_open: int | None, model_cache_dir: str) -> None:
-        self._persist_dir = Path(persist_dir)
-        self._chroma = SharedChroma(self._persist_dir, max_open=max_open)
+        self._chroma = SharedChroma(Path(persist_dir), max_open=max_open)
         # Collections record which function made their vectors, so it must be the same
         # one; it loads its model only if asked to embed, which this process never is.
         self._embed = default_embedding_function(Path(model_cache_dir))
@@ -58,7 +57,10 @@ class MemoryService:
             store = self._stores.get(community_id)
         if store is None:
             store = EpisodeStore.for_community(
-                community_id, self._persist_dir, client=self._chroma, embedding_function=self._embed
+                community_id,
+                self._chroma.persist_dir,
+                client=self._chroma,
+                embedding_function=self._embed,
             )
             with self._lock:
                 store = self._stores.setdefault(community_id, store)
@@ -159,7 +161,6 @@ class LocalMemory:
     start, at the price of the event-loop stalls described above."""
 
     def __init__(self, persist_dir: Path, *, max_open: int | None) -> None:
-        self._persist_dir = persist_dir
         self._chroma = SharedChroma(persist_dir, max_open=max_open)
 
     def store_for(
@@ -168,7 +169,7 @@ class LocalMemory:
         """Blocking (it opens the community's collection): call it off the event loop."""
         return EpisodeStore.for_community(
             community_id,
-            self._persist_dir,
+            self._chroma.persist_dir,
             client=self._chroma,
             embedding_function=embedding_function,
         )

@@ -70,7 +70,7 @@ class SharedChroma:
             return len(self._open)
 
     @contextmanager
-    def use(self) -> Iterator[SharedChroma]:
+    def use(self) -> Iterator[None]:
         """Hold the client for one store operation; it is not reopened meanwhile.
 
         Do not nest: a second ``use`` inside the first would wait for itself when a
@@ -84,7 +84,7 @@ class SharedChroma:
                     self._cond.wait()
             self._active += 1
         try:
-            yield self
+            yield
         finally:
             with self._cond:
                 self._active -= 1
