@@ -131,6 +131,8 @@ async def test_the_answer_does_not_wait_for_the_typing_request(
             channel=channel, author=alice, content=f"<@{fake.bot.id}> hi", mentions=[fake.bot]
         )
         await asyncio.wait_for(handled.wait(), 5)
+        await fake.wait_for(lambda r: r.path == f"/channels/{channel.id}/typing")
+        await asyncio.sleep(0.2)  # time enough for a reply that did not wait to arrive
         assert not fake.find("POST", f"/channels/{channel.id}/messages")
         fake.typing_gate.set()
         [sent] = await wait_sent(fake)

@@ -114,7 +114,7 @@ async def test_crash_between_reply_and_learning_replays_exactly_once(
     await proc.stdin.drain()
     line = await asyncio.wait_for(proc.stdout.readline(), 120)
     assert line.decode().strip() == "Interesting point."
-    await eventually(lambda: bool(ess_requests(anthropic_server)), seconds=10)
+    assert await eventually(lambda: bool(ess_requests(anthropic_server)), seconds=10)
     os.kill(proc.pid, signal.SIGKILL)
     await proc.wait()
 
@@ -161,7 +161,7 @@ async def test_the_memory_process_never_outlives_the_bot(
         # The wait also ends only once nothing holds the bot's output pipes any more.
         await asyncio.wait_for(proc.wait(), 30)
     else:
-        await eventually(lambda: bool(ess_requests(anthropic_server)), seconds=10)
+        assert await eventually(lambda: bool(ess_requests(anthropic_server)), seconds=10)
         proc.stdin.close()
         assert await asyncio.wait_for(proc.wait(), 60) == 0
     _, alive = await asyncio.to_thread(psutil.wait_procs, helpers, 15)
