@@ -36,6 +36,18 @@ from tests.integration.conftest import (
     say,
 )
 
+
+async def bob_asks_about_atomic_plants(runtime: Any, anthropic_server: Any) -> None:
+    """Another user asks about the topic in other words: he gets an answer whose prompt
+    recalled the nuclear argument made earlier."""
+    reply = await runtime.handle(
+        IncomingMessage(community=A, channel_id="c1", user=BOB, text="Are atomic plants safe?")
+    )
+    assert reply is not None and reply.kind is ReplyKind.ANSWER
+    prompt = chat_requests(anthropic_server)[-1].system_text
+    assert "<relevant_memories>" in prompt and NUCLEAR["summary"] in prompt
+
+
 NUCLEAR = dict(
     contains="reactor fleet data",
     score=0.8,
@@ -375,11 +387,7 @@ async def test_memories_are_recalled_through_the_memory_process(tmp_path, llm, a
         assert agent is not None
         await agent.flush_episodes()
         assert agent.episodes.count() == 1
-        await runtime.handle(
-            IncomingMessage(community=A, channel_id="c1", user=BOB, text="Are atomic plants safe?")
-        )
-        prompt = chat_requests(anthropic_server)[-1].system_text
-        assert "<relevant_memories>" in prompt and NUCLEAR["summary"] in prompt
+        await bob_asks_about_atomic_plants(runtime, anthropic_server)
 
 
 async def test_a_memory_process_that_cannot_start_is_one_clear_startup_error(
@@ -402,32 +410,24 @@ async def test_a_killed_memory_process_is_replaced_and_nothing_is_lost(
     every memory on disk, and the reply still recalls the argument made before."""
     settings = make_settings(tmp_path / "data", SONALITY_MEMORY_PROCESS=True)
     async with open_runtime(settings, llm=llm) as runtime:
-        await _kill_the_memory_process_then_chat(runtime, anthropic_server, caplog)
+        anthropic_server.brain.ess_rule(**NUCLEAR)
+        await say(runtime, STRONG_ARGUMENT)
+        agent = runtime.registry.get(A.id)
+        assert agent is not None
+        await agent.flush_episodes()
+        memory = runtime.memory
+        assert isinstance(memory, MemoryProcess)
+        dead = memory.pid
+        assert dead != os.getpid()
+        os.kill(dead, signal.SIGKILL)
+        await asyncio.to_thread(psutil.Process(dead).wait, 10)
 
-
-async def _kill_the_memory_process_then_chat(runtime, anthropic_server, caplog):
-    anthropic_server.brain.ess_rule(**NUCLEAR)
-    await say(runtime, STRONG_ARGUMENT)
-    agent = runtime.registry.get(A.id)
-    await agent.flush_episodes()
-    memory = runtime.memory
-    assert isinstance(memory, MemoryProcess)
-    dead = memory.pid
-    assert dead != os.getpid()
-    os.kill(dead, signal.SIGKILL)
-    await asyncio.to_thread(psutil.Process(dead).wait, 10)
-
-    reply = await runtime.handle(
-        IncomingMessage(community=A, channel_id="c1", user=BOB, text="Are atomic plants safe?")
-    )
-    assert reply is not None and reply.kind is ReplyKind.ANSWER
-    prompt = chat_requests(anthropic_server)[-1].system_text
-    assert "<relevant_memories>" in prompt and NUCLEAR["summary"] in prompt
-    assert memory.restarts == 1 and memory.pid != dead
-    assert f"memory process {dead} is gone" in caplog.text
-    await runtime.drain()
-    await agent.flush_episodes()
-    assert agent.episodes.count() == 2  # the new process stores as well
+        await bob_asks_about_atomic_plants(runtime, anthropic_server)
+        assert memory.restarts == 1 and memory.pid != dead
+        assert f"memory process {dead} is gone" in caplog.text
+        await runtime.drain()
+        await agent.flush_episodes()
+        assert agent.episodes.count() == 2  # the new process stores as well
 
 
 async def test_memories_waiting_for_a_batched_write_are_still_recalled(runtime, anthropic_server):
@@ -442,11 +442,7 @@ async def test_memories_waiting_for_a_batched_write_are_still_recalled(runtime, 
     assert await eventually(lambda: agent.sponge.interaction_count == 1, seconds=5)
     assert agent.episodes.count() == 0  # committed, not yet written to Chroma
 
-    await runtime.handle(
-        IncomingMessage(community=A, channel_id="c1", user=BOB, text="Are atomic plants safe?")
-    )
-    prompt = chat_requests(anthropic_server)[-1].system_text
-    assert "<relevant_memories>" in prompt and NUCLEAR["summary"] in prompt
+    await bob_asks_about_atomic_plants(runtime, anthropic_server)
 
     await runtime.drain()  # drain forces the batch out
     assert agent.episodes.count() == 2
