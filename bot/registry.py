@@ -84,7 +84,8 @@ class CommunityRegistry:
         if community_id is None:
             entries = list(self._entries.values())
         else:
-            entries = [e for cid, e in self._entries.items() if cid == community_id]
+            entry = self._entries.get(community_id)
+            entries = [entry] if entry is not None else []
         await asyncio.gather(*(e.agent.drain() for e in entries))
 
     async def close_all(self) -> None:
