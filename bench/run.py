@@ -38,7 +38,7 @@ from bot.app import open_runtime
 from bot.messages import Community, IncomingMessage, User
 from bot.runtime import Runtime
 from bot.settings import Settings
-from sonality.anthropic_llm import AnthropicLLM
+from providers.anthropic import AnthropicLLM
 from sonality.llm import ChatTurn, LLMClient, SystemBlock, TextResult, ToolResult
 from sonality.memory.embedding import default_embedding_function
 from sonality.memory.episodes import Episode, EpisodeStore

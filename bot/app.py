@@ -21,7 +21,7 @@ from bot.runtime import Runtime
 from bot.scheduler import ReflectionScheduler
 from bot.settings import Settings
 from sonality.agent import SonalityAgent
-from sonality.anthropic_llm import AnthropicLLM
+from providers.anthropic import AnthropicLLM
 from sonality.llm import LLMClient
 from sonality.memory.embed_lane import EmbeddingLane
 from sonality.memory.embedding import default_embedding_function

@@ -7,10 +7,13 @@ specifies; this is everything the bot around the engine needs.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Self
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from providers import DEFAULT_MODELS, Provider
+from providers.pricing import ModelPrice
 from sonality import config as engine_config
 
 
@@ -20,10 +23,20 @@ class Settings(BaseSettings):
     )
 
     # --- LLM -------------------------------------------------------------------
+    llm_provider: Provider = Field(default="anthropic", alias="SONALITY_LLM_PROVIDER")
     anthropic_api_key: SecretStr | None = Field(default=None, alias="ANTHROPIC_API_KEY")
     anthropic_base_url: str | None = Field(default=None, alias="ANTHROPIC_BASE_URL")
-    model: str = Field(default=engine_config.MODEL, alias="SONALITY_MODEL")
-    ess_model: str = Field(default=engine_config.ESS_MODEL, alias="SONALITY_ESS_MODEL")
+    # Empty or unset works: Ollama and most local servers take no key.
+    openai_api_key: SecretStr | None = Field(default=None, alias="OPENAI_API_KEY")
+    openai_base_url: str | None = Field(default=None, alias="OPENAI_BASE_URL")
+    # Unset: the provider's defaults (`providers.DEFAULT_MODELS`), filled in below.
+    model: str = Field(default="", alias="SONALITY_MODEL")
+    ess_model: str = Field(default="", alias="SONALITY_ESS_MODEL")
+    # Per-model prices overriding the built-in table, as JSON:
+    # {"llama3.1:8b": {"input": 0, "output": 0}}
+    prices: dict[str, ModelPrice] = Field(default_factory=dict, alias="SONALITY_PRICES")
+    # Default daily spending limit per community in USD; unset = no limit.
+    daily_budget_usd: float | None = Field(default=None, ge=0, alias="SONALITY_DAILY_BUDGET_USD")
     max_concurrent_llm: int = Field(default=16, ge=1, alias="SONALITY_MAX_CONCURRENT_LLM")
     llm_max_retries: int = Field(default=3, ge=0, alias="SONALITY_LLM_MAX_RETRIES")
     llm_timeout_seconds: float = Field(default=60.0, gt=0, alias="SONALITY_LLM_TIMEOUT_SECONDS")
@@ -83,6 +96,13 @@ class Settings(BaseSettings):
     slack_allow_dms: bool = Field(default=False, alias="SLACK_ALLOW_DMS")
 
     log_level: str = Field(default=engine_config.LOG_LEVEL, alias="SONALITY_LOG_LEVEL")
+
+    @model_validator(mode="after")
+    def _provider_defaults(self) -> Self:
+        reply, evidence = DEFAULT_MODELS[self.llm_provider]
+        self.model = self.model.strip() or reply
+        self.ess_model = self.ess_model.strip() or evidence
+        return self
 
     @property
     def resolved_database_path(self) -> Path:

@@ -40,7 +40,8 @@ CHROMADB_DIR = DATA_DIR / "chromadb"
 ANTHROPIC_API_KEY = os.environ.get("ANTHROPIC_API_KEY", "")
 DEFAULT_MODEL = "claude-sonnet-4-6"
 MODEL = _env_str("SONALITY_MODEL", DEFAULT_MODEL)
-ESS_MODEL = _env_str("SONALITY_ESS_MODEL", MODEL)
+DEFAULT_ESS_MODEL = "claude-haiku-4-5"
+ESS_MODEL = _env_str("SONALITY_ESS_MODEL", DEFAULT_ESS_MODEL)
 
 # --- parameters -----------------------------------------------------------------------
 LOG_LEVEL = _env_str("SONALITY_LOG_LEVEL", "INFO")

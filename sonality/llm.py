@@ -2,7 +2,7 @@
 
 The engine never talks to a vendor SDK directly: it asks this protocol for a text
 reply or for one forced tool call, and always gets token usage back so the host can
-account for cost per community. `sonality.anthropic_llm` implements it with the
+account for cost per community. `providers.anthropic` implements it with the
 official SDK; tests drive that implementation against a loopback server.
 """
 
@@ -43,12 +43,18 @@ class SystemBlock(BaseModel):
 
 
 class ChatTurn(BaseModel):
-    """One message of a conversation sent to the model."""
+    """One message of a conversation sent to the model.
+
+    `cache=True` marks the end of a prefix worth caching (a user's earlier turns that
+    the next message will repeat). Like `SystemBlock.cache` it is a hint: the provider
+    decides whether the prefix is long enough for its vendor to cache at all.
+    """
 
     model_config = ConfigDict(frozen=True)
 
     role: Literal["user", "assistant"]
     content: str
+    cache: bool = False
 
 
 class TextResult(BaseModel):
@@ -70,7 +76,15 @@ class ToolResult(BaseModel):
 
 
 class LLMError(RuntimeError):
-    """The LLM could not produce an answer (after the client's own retries)."""
+    """The LLM could not produce an answer (after the client's own retries).
+
+    `retry_after` (seconds), when known, says when trying again makes sense: learning
+    that needs the model waits that long and retries in order instead of giving up.
+    """
+
+    def __init__(self, reason: str, *, retry_after: float | None = None) -> None:
+        super().__init__(reason)
+        self.retry_after = retry_after
 
 
 class LLMClient(Protocol):

@@ -154,6 +154,11 @@ class StateStore(Protocol):
         """Append the new version + events + usage + episodes, ack the outbox row: atomically."""
         ...
 
+    async def record_usage(self, usage: Sequence[UsageRecord]) -> None:
+        """Record tokens spent outside a commit (a learning attempt that waits for the
+        model and will be retried), so no call vanishes from the community's spend."""
+        ...
+
     async def pending_episodes(self) -> list[Episode]:
         """Committed episodes not yet confirmed written to the vector store, oldest first.
 

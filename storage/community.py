@@ -370,6 +370,20 @@ class CommunityStore:
 
         return await self._db._run_write(work)
 
+    async def record_usage(self, usage: Sequence[UsageRecord]) -> None:
+        cid = self.community_id
+        records = list(usage)
+        if not records:
+            return
+
+        def work(conn: sqlite3.Connection) -> None:
+            for record in records:
+                insert_usage(
+                    conn, cid, record.purpose, record.model, record.usage, record.created_at
+                )
+
+        await self._db._run_write(work)
+
     # --- audit ---------------------------------------------------------------------------
 
     async def audit_events(

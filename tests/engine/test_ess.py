@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from sonality.anthropic_llm import AnthropicLLM
+from providers.anthropic import AnthropicLLM
 from sonality.config import MAX_ESS_RETRIES
 from sonality.ess import (
     ESS_TOOL,
@@ -191,7 +191,7 @@ async def test_classify_propagates_llm_error(
     anthropic_server: AnthropicFake, llm: AnthropicLLM, caplog
 ):
     anthropic_server.enqueue(*[Fault(status=529, retry_after_ms=1)] * 3)
-    with caplog.at_level(logging.WARNING, logger="sonality.anthropic_llm"):
+    with caplog.at_level(logging.WARNING, logger="providers.anthropic"):
         with pytest.raises(LLMError, match="overloaded"):
             await classify(llm, "m", "s")
     assert "Anthropic ess call" in caplog.text  # the call was made with purpose "ess"

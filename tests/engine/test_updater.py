@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from sonality.anthropic_llm import AnthropicLLM
+from providers.anthropic import AnthropicLLM
 from sonality.config import BOOTSTRAP_DAMPENING_UNTIL
 from sonality.ess import ESSResult, OpinionDirection, ReasoningType, SourceReliability
 from sonality.llm import LLMError
@@ -113,7 +113,7 @@ async def test_extract_insight_propagates_llm_error(
     anthropic_server: AnthropicFake, llm: AnthropicLLM, caplog
 ):
     anthropic_server.enqueue(*[Fault(status=500, retry_after_ms=1)] * 3)
-    with caplog.at_level(logging.WARNING, logger="sonality.anthropic_llm"):
+    with caplog.at_level(logging.WARNING, logger="providers.anthropic"):
         with pytest.raises(LLMError):
             await extract_insight(llm, make_ess(), "u", "a")
     assert "Anthropic insight call" in caplog.text  # the call was made with purpose "insight"

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest_asyncio
 
-from sonality.anthropic_llm import AnthropicLLM
+from providers.anthropic import AnthropicLLM
 from sonality.config import DEFAULT_MODEL
 from tests.fakes.anthropic_server import AnthropicFake
 

@@ -79,6 +79,18 @@ class Delay:
 
 ScriptItem = Text | ToolUse | Fault | Delay
 
+#: Model ids the fake's Models API knows (current ones and their dated aliases).
+KNOWN_MODELS = (
+    "claude-opus-4-6",
+    "claude-opus-4-5",
+    "claude-sonnet-4-6",
+    "claude-sonnet-4-5",
+    "claude-haiku-4-5",
+    "claude-haiku-4-5-20251001",
+    "claude-3-5-haiku-20241022",
+    "claude-3-haiku-20240307",
+)
+
 ERROR_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
@@ -335,6 +347,8 @@ class AnthropicFake:
 
     def __init__(self, *, api_key: str | None = None, latency: float = 0.0) -> None:
         self.expected_api_key = api_key
+        # What `GET /v1/models/{id}` knows; other ids get the real 404 envelope.
+        self.known_models: set[str] = set(KNOWN_MODELS)
         self.latency = latency
         self.brain = Brain()
         self.requests: list[RecordedRequest] = []
@@ -355,6 +369,7 @@ class AnthropicFake:
     async def start(self) -> None:
         app = web.Application(client_max_size=32 * 1024 * 1024)
         app.router.add_post("/v1/messages", self._messages)
+        app.router.add_get("/v1/models/{model_id}", self._model)
         app.router.add_route("*", "/{tail:.*}", self._not_found)
         # handler_cancellation: a client that timed out and hung up stops its handler, so
         # `in_flight` counts only requests someone still waits for.
@@ -377,6 +392,33 @@ class AnthropicFake:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+    async def _model(self, request: web.Request) -> web.Response:
+        """`GET /v1/models/{id}`: the Models API, as the start-up check uses it."""
+        recorded = RecordedRequest(
+            method=request.method,
+            path=request.path,
+            headers={k.lower(): v for k, v in request.headers.items()},
+            body={},
+        )
+        self.requests.append(recorded)
+        key = recorded.api_key
+        if not key or (self.expected_api_key is not None and key != self.expected_api_key):
+            return _error(401, "authentication_error", "invalid x-api-key")
+        item = self._script.popleft() if self._script else None
+        if isinstance(item, Fault):
+            return _fault(item)
+        model_id = request.match_info["model_id"]
+        if model_id not in self.known_models:
+            return _error(404, "not_found_error", f"model: {model_id}")
+        return web.json_response(
+            {
+                "type": "model",
+                "id": model_id,
+                "display_name": model_id,
+                "created_at": "2025-10-01T00:00:00Z",
+            }
+        )
 
     async def _not_found(self, request: web.Request) -> web.Response:
         return _error(404, "not_found_error", f"{request.method} {request.path} not found")

@@ -26,7 +26,7 @@ from bot.messages import LLM_DOWN, Community
 from bot.runtime import Runtime
 from bot.settings import Settings
 from sonality.agent import SonalityAgent
-from sonality.anthropic_llm import AnthropicLLM
+from providers.anthropic import AnthropicLLM
 from tests.fakes.anthropic_server import AnthropicFake, Delay, Fault
 from tests.fakes.slack_server import FakeSlack, post_signed
 from tests.integration.conftest import chat_requests, make_settings

@@ -19,7 +19,7 @@ import anthropic
 import pytest
 from anthropic.resources.messages.messages import DEPRECATED_MODELS
 
-from sonality.anthropic_llm import AnthropicLLM
+from providers.anthropic import AnthropicLLM
 from sonality.config import DEFAULT_MODEL
 from sonality.llm import ChatTurn, LLMError, SystemBlock, Usage
 from tests.fakes.anthropic_fixtures import FAKE_API_KEY, client_for
@@ -221,13 +221,13 @@ async def test_500_three_times_exhausts_retries(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     anthropic_server.enqueue(*[Fault(status=500, retry_after_ms=10)] * 3, Text("too late"))
-    with caplog.at_level(logging.WARNING, logger="sonality.anthropic_llm"):
+    with caplog.at_level(logging.WARNING, logger="providers.anthropic"):
         with pytest.raises(LLMError, match=r"status 500 after 2 retries") as caught:
             await llm.reply(system=[], messages=HELLO, max_tokens=50, purpose="reflection")
     assert isinstance(caught.value.__cause__, anthropic.InternalServerError)
     assert len(anthropic_server.requests) == 3
     assert anthropic_server.script_left == 1
-    [record] = [r for r in caplog.records if r.name == "sonality.anthropic_llm"]
+    [record] = [r for r in caplog.records if r.name == "providers.anthropic"]
     assert record.levelno == logging.WARNING and "reflection" in record.getMessage()
 
 
