@@ -7,21 +7,28 @@ engine its `StateStore` (a `CommunityStore`) for one community.
 from storage.community import MAX_INTERACTION_ATTEMPTS, CommunityStore
 from storage.db import Database
 from storage.models import (
+    USAGE_ROLES,
+    BudgetOverride,
     CommunityInfo,
+    DailyUsage,
     InteractionAlreadyDoneError,
     ModeratorAction,
     SchemaTooNewError,
     StorageError,
     StoredAuditEvent,
     UnknownInteractionError,
+    UsageRole,
     UsageTotals,
     VersionConflictError,
 )
 
 __all__ = [
     "MAX_INTERACTION_ATTEMPTS",
+    "USAGE_ROLES",
+    "BudgetOverride",
     "CommunityInfo",
     "CommunityStore",
+    "DailyUsage",
     "Database",
     "InteractionAlreadyDoneError",
     "ModeratorAction",
@@ -29,6 +36,7 @@ __all__ = [
     "StorageError",
     "StoredAuditEvent",
     "UnknownInteractionError",
+    "UsageRole",
     "UsageTotals",
     "VersionConflictError",
 ]

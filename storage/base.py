@@ -30,14 +30,14 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from collections.abc import Callable, Iterable
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime, tzinfo
 from typing import Any, Literal, TypeVar
 
 import aiosqlite
 import pydantic_core
 
 from sonality.llm import Usage
-from storage.models import StorageError
+from storage.models import StorageError, usage_role
 
 Row = tuple[Any, ...]
 T = TypeVar("T")
@@ -118,8 +118,11 @@ def read_snapshot(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T
 class SqlBase:
     """The connection + transaction helpers; package-internal (only `storage` speaks SQL)."""
 
-    def __init__(self, conn: aiosqlite.Connection) -> None:
+    def __init__(self, conn: aiosqlite.Connection, tz: tzinfo = UTC) -> None:
         self._conn = conn
+        # The zone whose calendar days token usage is summed by (SONALITY_TIMEZONE):
+        # spending limits and `/sonality usage` speak of the community's "today".
+        self.tz = tz
         # Only `close` uses it (a second close waits for the first); transactions need no
         # lock, see the module docstring.
         self._close_lock = asyncio.Lock()
@@ -215,6 +218,13 @@ def advance_time(
     )
 
 
+def local_day(at: datetime, tz: tzinfo) -> date:
+    """The calendar day `at` falls on in `tz` (naive values are taken to be UTC)."""
+    if at.tzinfo is None:
+        at = at.replace(tzinfo=UTC)
+    return at.astimezone(tz).date()
+
+
 def insert_usage(
     conn: sqlite3.Connection,
     community_id: str,
@@ -222,19 +232,33 @@ def insert_usage(
     model: str,
     usage: Usage,
     at: datetime,
+    tz: tzinfo,
 ) -> None:
+    """Add one LLM call to its (community, local day, role, model) row of `usage_daily`.
+
+    Why a rollup and not a row per call: a busy community makes thousands of calls a
+    day, and every reader (status, spending limits, `/sonality usage`) wants sums per
+    day anyway; one row per day, role and model keeps the table bounded by time.
+    """
     execute(
         conn,
-        "INSERT INTO token_usage (community_id, purpose, model, input_tokens, output_tokens, "
-        "cache_read_tokens, cache_write_tokens, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO usage_daily (community_id, day, role, model, calls, input_tokens, "
+        "output_tokens, cache_write_tokens, cache_read_tokens) "
+        "VALUES (?, ?, ?, ?, 1, ?, ?, ?, ?) "
+        "ON CONFLICT (community_id, day, role, model) DO UPDATE SET "
+        "calls = calls + 1, "
+        "input_tokens = input_tokens + excluded.input_tokens, "
+        "output_tokens = output_tokens + excluded.output_tokens, "
+        "cache_write_tokens = cache_write_tokens + excluded.cache_write_tokens, "
+        "cache_read_tokens = cache_read_tokens + excluded.cache_read_tokens",
         (
             community_id,
-            purpose,
+            local_day(at, tz).isoformat(),
+            usage_role(purpose),
             model,
             usage.input_tokens,
             usage.output_tokens,
-            usage.cache_read_tokens,
             usage.cache_write_tokens,
-            to_db_time(at),
+            usage.cache_read_tokens,
         ),
     )

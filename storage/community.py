@@ -151,6 +151,7 @@ class CommunityStore:
         """
         state = commit.state
         cid = self.community_id
+        tz = self._db.tz
         now = utcnow()
         stamp = to_db_time(now)
         # Serialised here, in the caller's thread, so the SQLite thread only runs SQL.
@@ -216,7 +217,9 @@ class CommunityStore:
                     event_row,
                 )
             for usage in commit.usage:
-                insert_usage(conn, cid, usage.purpose, usage.model, usage.usage, usage.created_at)
+                insert_usage(
+                    conn, cid, usage.purpose, usage.model, usage.usage, usage.created_at, tz
+                )
             for episode_row in episodes:
                 execute(
                     conn,
@@ -269,6 +272,7 @@ class CommunityStore:
         retried handler can't double-count usage or queue the message twice.
         """
         cid = self.community_id
+        tz = self._db.tz
         params = (
             record.id,
             cid,
@@ -293,7 +297,7 @@ class CommunityStore:
             )
             if inserted:
                 insert_usage(
-                    conn, cid, "reply", record.model, record.reply_usage, record.created_at
+                    conn, cid, "reply", record.model, record.reply_usage, record.created_at, tz
                 )
 
         await self._db._run_write(work)
@@ -336,6 +340,7 @@ class CommunityStore:
         (its attempts are returned); an unknown id raises `UnknownInteractionError`.
         """
         cid = self.community_id
+        tz = self._db.tz
         params = (
             error[:MAX_ERROR_CHARS],
             to_db_time(utcnow()),
@@ -364,7 +369,7 @@ class CommunityStore:
                 raise UnknownInteractionError(f"{cid}: no recorded interaction {interaction_id!r}")
             for record in usage:
                 insert_usage(
-                    conn, cid, record.purpose, record.model, record.usage, record.created_at
+                    conn, cid, record.purpose, record.model, record.usage, record.created_at, tz
                 )
             return int(row[0])
 
@@ -372,14 +377,16 @@ class CommunityStore:
 
     async def record_usage(self, usage: Sequence[UsageRecord]) -> None:
         cid = self.community_id
+        tz = self._db.tz
         records = list(usage)
         if not records:
             return
 
         def work(conn: sqlite3.Connection) -> None:
+            ensure_community(conn, cid, records[0].created_at)
             for record in records:
                 insert_usage(
-                    conn, cid, record.purpose, record.model, record.usage, record.created_at
+                    conn, cid, record.purpose, record.model, record.usage, record.created_at, tz
                 )
 
         await self._db._run_write(work)

@@ -11,17 +11,18 @@ transaction without any cross-connection locking surprises.
 Per-community data is reached through `Database.community(id)` (a `CommunityStore`,
 the engine's `StateStore`); the methods here cover what spans communities or belongs to
 the bot rather than the engine: community bookkeeping for the scheduler, token usage
-totals, moderator actions, conversation buffers (`BufferStore`) and platform plumbing
-(`PlatformStore`).
+per local day, spending limits, moderator actions, conversation buffers (`BufferStore`)
+and platform plumbing (`PlatformStore`).
 """
 
 from __future__ import annotations
 
 import logging
 import sqlite3
-from datetime import datetime
+from datetime import UTC, date, datetime, tzinfo
 from pathlib import Path
 from types import TracebackType
+from zoneinfo import ZoneInfo
 
 import aiosqlite
 
@@ -38,7 +39,15 @@ from storage.base import (
 from storage.buffers import BufferStore
 from storage.community import CommunityStore
 from storage.migrations import migrate
-from storage.models import CommunityInfo, ModeratorAction, StorageError, UsageTotals
+from storage.models import (
+    BudgetOverride,
+    CommunityInfo,
+    DailyUsage,
+    ModeratorAction,
+    StorageError,
+    UsageRole,
+    UsageTotals,
+)
 from storage.platform import PlatformStore
 
 log = logging.getLogger(__name__)
@@ -50,14 +59,25 @@ BUSY_TIMEOUT_MS = 5000
 class Database(BufferStore, PlatformStore):
     """The open database. Create with `await Database.open(path)`; `await close()` at exit."""
 
-    def __init__(self, conn: aiosqlite.Connection, path: Path, schema_version: int) -> None:
-        super().__init__(conn)
+    def __init__(
+        self,
+        conn: aiosqlite.Connection,
+        path: Path,
+        schema_version: int,
+        tz: tzinfo = UTC,
+    ) -> None:
+        super().__init__(conn, tz)
         self.path = path
         self.schema_version = schema_version
 
     @classmethod
-    async def open(cls, path: Path) -> Database:
-        """Open (creating file and parent directories), configure and migrate the database."""
+    async def open(cls, path: Path, timezone: str | tzinfo = "UTC") -> Database:
+        """Open (creating file and parent directories), configure and migrate the database.
+
+        `timezone` (SONALITY_TIMEZONE: an IANA name or a tzinfo) decides on which local
+        day each LLM call's tokens are counted.
+        """
+        tz = ZoneInfo(timezone) if isinstance(timezone, str) else timezone
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         # isolation_level=None: no implicit transactions; storage issues BEGIN/COMMIT itself.
@@ -69,7 +89,7 @@ class Database(BufferStore, PlatformStore):
             await conn.close()
             raise
         log.debug("opened %s (schema v%d)", path, version)
-        return cls(conn, path, version)
+        return cls(conn, path, version, tz)
 
     async def close(self) -> None:
         """Close the connection; operations already queued finish first.
@@ -154,28 +174,95 @@ class Database(BufferStore, PlatformStore):
 
     # --- token usage ---------------------------------------------------------------------
 
-    async def usage_totals(self, community_id: str) -> UsageTotals:
-        """Summed token usage of one community, overall and per purpose."""
-        rows = await self._fetchall(
-            "SELECT purpose, COUNT(*), SUM(input_tokens), SUM(output_tokens), "
-            "SUM(cache_read_tokens), SUM(cache_write_tokens) FROM token_usage "
-            "WHERE community_id = ? GROUP BY purpose ORDER BY purpose",
+    async def usage_totals(
+        self, community_id: str, first: date | None = None, last: date | None = None
+    ) -> UsageTotals:
+        """Summed token usage of one community, overall and per role, over the local days
+        `first`..`last` (both included; either left out: unbounded)."""
+        return _totals(await self.usage_days(community_id, first, last))
+
+    async def usage_days(
+        self, community_id: str, first: date | None = None, last: date | None = None
+    ) -> list[DailyUsage]:
+        """The daily rollup rows of one community over the local days `first`..`last`
+        (both included; either left out: unbounded), oldest day first."""
+        sql = (
+            "SELECT day, role, model, calls, input_tokens, output_tokens, "
+            "cache_write_tokens, cache_read_tokens FROM usage_daily WHERE community_id = ?"
+        )
+        params: list[object] = [community_id]
+        if first is not None:
+            sql += " AND day >= ?"
+            params.append(first.isoformat())
+        if last is not None:
+            sql += " AND day <= ?"
+            params.append(last.isoformat())
+        rows = await self._fetchall(sql + " ORDER BY day, role, model", params)
+        return [
+            DailyUsage(
+                day=date.fromisoformat(r[0]),
+                role=r[1],
+                model=r[2],
+                calls=r[3],
+                usage=Usage(
+                    input_tokens=r[4],
+                    output_tokens=r[5],
+                    cache_write_tokens=r[6],
+                    cache_read_tokens=r[7],
+                ),
+            )
+            for r in rows
+        ]
+
+    # --- spending limits -----------------------------------------------------------------
+
+    async def budget_override(self, community_id: str) -> BudgetOverride | None:
+        """The community's own daily limit, or None when it follows the default."""
+        row = await self._fetchone(
+            "SELECT daily_limit_usd, set_by, set_at FROM community_budgets WHERE community_id = ?",
             (community_id,),
         )
-        total = Usage()
-        calls = 0
-        by_purpose: dict[str, Usage] = {}
-        for purpose, count, inp, out, cread, cwrite in rows:
-            usage = Usage(
-                input_tokens=int(inp or 0),
-                output_tokens=int(out or 0),
-                cache_read_tokens=int(cread or 0),
-                cache_write_tokens=int(cwrite or 0),
+        if row is None:
+            return None
+        return BudgetOverride(
+            community_id=community_id,
+            daily_limit_usd=None if row[0] is None else float(row[0]),
+            set_by=row[1],
+            set_at=from_db_time(row[2]),
+        )
+
+    async def set_budget_override(
+        self,
+        community_id: str,
+        daily_limit_usd: float | None,
+        *,
+        set_by: str,
+        at: datetime | None = None,
+    ) -> None:
+        """Give the community its own daily limit (None: explicitly no limit)."""
+        at = at or utcnow()
+        params = (community_id, daily_limit_usd, set_by, to_db_time(at))
+
+        def work(conn: sqlite3.Connection) -> None:
+            ensure_community(conn, community_id, at)
+            execute(
+                conn,
+                "INSERT INTO community_budgets (community_id, daily_limit_usd, set_by, set_at) "
+                "VALUES (?, ?, ?, ?) ON CONFLICT (community_id) DO UPDATE SET "
+                "daily_limit_usd = excluded.daily_limit_usd, set_by = excluded.set_by, "
+                "set_at = excluded.set_at",
+                params,
             )
-            by_purpose[str(purpose)] = usage
-            total = total + usage
-            calls += int(count)
-        return UsageTotals(usage=total, calls=calls, by_purpose=by_purpose)
+
+        await self._run_write(work)
+
+    async def clear_budget_override(self, community_id: str) -> None:
+        """Make the community follow the default limit again."""
+        await self._run_write(
+            lambda conn: execute(
+                conn, "DELETE FROM community_budgets WHERE community_id = ?", (community_id,)
+            )
+        )
 
     # --- moderator actions ---------------------------------------------------------------
 
@@ -241,6 +328,17 @@ class Database(BufferStore, PlatformStore):
             )
             for r in rows
         ]
+
+
+def _totals(rows: list[DailyUsage]) -> UsageTotals:
+    total = Usage()
+    calls = 0
+    by_role: dict[UsageRole, Usage] = {}
+    for row in rows:
+        by_role[row.role] = by_role.get(row.role, Usage()) + row.usage
+        total = total + row.usage
+        calls += row.calls
+    return UsageTotals(usage=total, calls=calls, by_role=by_role)
 
 
 def _configure(conn: sqlite3.Connection, path: Path) -> None:

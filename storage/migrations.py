@@ -194,7 +194,58 @@ _V2: list[str] = [
     "CREATE INDEX episode_outbox_order ON episode_outbox (community_id, seq)",
 ]
 
-MIGRATIONS: list[list[str]] = [_V1, _V2]
+_V3: list[str] = [
+    # Token usage as a daily rollup: one row per community, local day (SONALITY_TIMEZONE,
+    # as 'YYYY-MM-DD'), role and model, bounded by time instead of by traffic.
+    """
+    CREATE TABLE usage_daily (
+        community_id TEXT NOT NULL REFERENCES communities(id),
+        day TEXT NOT NULL,
+        role TEXT NOT NULL CHECK (role IN ('reply', 'evidence', 'reflection')),
+        model TEXT NOT NULL,
+        calls INTEGER NOT NULL,
+        input_tokens INTEGER NOT NULL,
+        output_tokens INTEGER NOT NULL,
+        cache_write_tokens INTEGER NOT NULL,
+        cache_read_tokens INTEGER NOT NULL,
+        PRIMARY KEY (community_id, day, role, model)
+    ) WITHOUT ROWID
+    """,
+    # The old per-call rows, summed. A migration cannot know the operator's time zone,
+    # so each old row lands on its UTC date (the first ten characters of its ISO-8601
+    # UTC `created_at`); rows written from now on use the local day. Purposes map to
+    # roles as `storage.models.usage_role` does: ess, insight and anything else the
+    # background did count as evidence.
+    """
+    INSERT INTO usage_daily (community_id, day, role, model, calls, input_tokens,
+        output_tokens, cache_write_tokens, cache_read_tokens)
+    SELECT community_id,
+           substr(created_at, 1, 10),
+           CASE purpose WHEN 'reply' THEN 'reply' WHEN 'reflection' THEN 'reflection'
+                ELSE 'evidence' END,
+           model,
+           COUNT(*),
+           SUM(input_tokens),
+           SUM(output_tokens),
+           SUM(cache_write_tokens),
+           SUM(cache_read_tokens)
+    FROM token_usage
+    GROUP BY 1, 2, 3, 4
+    """,
+    "DROP TABLE token_usage",
+    # A community's own daily spending limit, set by a moderator. No row: the default
+    # (SONALITY_DAILY_BUDGET_USD); a NULL limit: explicitly none.
+    """
+    CREATE TABLE community_budgets (
+        community_id TEXT PRIMARY KEY REFERENCES communities(id),
+        daily_limit_usd REAL CHECK (daily_limit_usd IS NULL OR daily_limit_usd >= 0),
+        set_by TEXT NOT NULL,
+        set_at TEXT NOT NULL
+    ) WITHOUT ROWID
+    """,
+]
+
+MIGRATIONS: list[list[str]] = [_V1, _V2, _V3]
 """Index i holds the statements that take the schema from version i to i + 1."""
 
 SCHEMA_VERSION = len(MIGRATIONS)

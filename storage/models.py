@@ -6,7 +6,7 @@ Callers get validated, frozen pydantic models instead of raw rows so nothing out
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -14,6 +14,23 @@ from pydantic import BaseModel, ConfigDict, Field
 from sonality.llm import Usage
 
 Role = Literal["user", "assistant"]
+
+UsageRole = Literal["reply", "evidence", "reflection"]
+"""What an LLM call was for, as spending is reported: the answer people wait for, the
+evidence work behind it (ESS and insight extraction) and reflection."""
+
+USAGE_ROLES: tuple[UsageRole, ...] = ("reply", "evidence", "reflection")
+
+
+def usage_role(purpose: str) -> UsageRole:
+    """The role of an LLM call's `purpose` ("reply", "ess", "insight", "reflection").
+
+    Any other purpose is background work on a message, so it counts as evidence. The
+    migration that built `usage_daily` from the old per-call rows uses the same rule.
+    """
+    if purpose in ("reply", "reflection"):
+        return purpose  # type: ignore[return-value]
+    return "evidence"
 
 
 class StorageError(RuntimeError):
@@ -57,13 +74,13 @@ class StoredAuditEvent(BaseModel):
 
 
 class UsageTotals(BaseModel):
-    """Summed token usage of one community (all time, or since a point in time)."""
+    """Summed token usage of one community (all time, or over a range of days)."""
 
     model_config = ConfigDict(frozen=True)
 
     usage: Usage = Field(default_factory=Usage)
     calls: int = 0
-    by_purpose: dict[str, Usage] = Field(default_factory=dict)
+    by_role: dict[UsageRole, Usage] = Field(default_factory=dict)
 
     @property
     def input_tokens(self) -> int:
@@ -80,6 +97,34 @@ class UsageTotals(BaseModel):
     @property
     def cache_write_tokens(self) -> int:
         return self.usage.cache_write_tokens
+
+
+class DailyUsage(BaseModel):
+    """One row of the daily rollup: a community's calls of one role and model on one
+    local day (SONALITY_TIMEZONE)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    day: date
+    role: UsageRole
+    model: str
+    calls: int
+    usage: Usage
+
+
+class BudgetOverride(BaseModel):
+    """A community's own daily spending limit, set by a moderator.
+
+    `daily_limit_usd` None means "no limit", even when SONALITY_DAILY_BUDGET_USD sets a
+    default; a community without an override follows that default.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    community_id: str
+    daily_limit_usd: float | None
+    set_by: str
+    set_at: datetime
 
 
 class ModeratorAction(BaseModel):

@@ -307,7 +307,7 @@ async def test_a_failed_learning_attempt_still_counts_its_tokens(runtime, anthro
     as failed, the ESS tokens are in the community's spend, and nothing was committed."""
     agent = await runtime.registry.agent_for(A)  # loaded (seed version committed) first
     before = await runtime.db.usage_totals(A.id)
-    assert "ess" not in before.by_purpose
+    assert "evidence" not in before.by_role
 
     async def broken_commit(*_: Any, **__: Any) -> None:
         raise RuntimeError("disk full")
@@ -321,7 +321,7 @@ async def test_a_failed_learning_attempt_still_counts_its_tokens(runtime, anthro
     assert reply is not None and reply.kind is ReplyKind.ANSWER
     assert "post-processing of" in caplog.text and "disk full" in caplog.text
     totals = await runtime.db.usage_totals(A.id)
-    assert totals.by_purpose["ess"].input_tokens > 0
+    assert totals.by_role["evidence"].input_tokens > 0
     assert len(ess_requests(anthropic_server)) == 1
     assert agent.sponge.interaction_count == 0
     assert await runtime.db.community(A.id).pending_count() == 1  # replayed on next start

@@ -77,7 +77,7 @@ async def test_learning_committed_after_a_reflection_is_not_new_activity(db: Dat
     assert await db.communities_needing_nightly() == []
 
 
-async def test_usage_totals_sum_overall_and_per_purpose(db: Database) -> None:
+async def test_usage_totals_sum_overall_and_per_role(db: Database) -> None:
     usage = [
         UsageRecord(purpose="ess", model="m", usage=Usage(input_tokens=3, output_tokens=1)),
         UsageRecord(purpose="ess", model="m", usage=Usage(input_tokens=4, cache_write_tokens=9)),
@@ -89,8 +89,8 @@ async def test_usage_totals_sum_overall_and_per_purpose(db: Database) -> None:
     assert totals.usage == Usage(
         input_tokens=7, output_tokens=8, cache_read_tokens=0, cache_write_tokens=9
     )
-    assert totals.by_purpose["ess"].input_tokens == 7
-    assert totals.by_purpose["reflection"].output_tokens == 7
+    assert totals.by_role["evidence"].input_tokens == 7
+    assert totals.by_role["reflection"].output_tokens == 7
     empty = await db.usage_totals("discord:none")
     assert (empty.calls, empty.usage) == (0, Usage())
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import aiosqlite
 import pytest
 
 from sonality.store import SEMANTIC
 from storage import Database, VersionConflictError
-from storage.migrations import MIGRATIONS
+from storage.migrations import MIGRATIONS, migrate
 
 from .conftest import commit_of, episode
 
@@ -47,13 +48,13 @@ async def test_a_rejected_commit_queues_no_episode(db: Database) -> None:
 
 async def test_an_existing_v1_file_is_upgraded_in_place(tmp_path: Path) -> None:
     path = tmp_path / "old.sqlite3"
-    old = await Database.open(path)
-    await old.close()
-    with sqlite3.connect(path) as conn:  # make it look like a file from before v2
-        conn.execute("DROP TABLE episode_outbox")
-        conn.execute("DELETE FROM schema_migrations WHERE version > 1")
+    async with aiosqlite.connect(path, isolation_level=None) as conn:  # a file from before v2
+        assert await migrate(conn, MIGRATIONS[:1]) == 1
+    with sqlite3.connect(path) as conn:
+        tables = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+    assert ("episode_outbox",) not in tables
     db = await Database.open(path)
-    assert db.schema_version == len(MIGRATIONS) == 2
+    assert db.schema_version == len(MIGRATIONS)
     commit = commit_of(0)
     commit.episodes.append(episode("a"))
     await db.community("c").commit(commit)

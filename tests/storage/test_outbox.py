@@ -48,7 +48,7 @@ async def test_recording_twice_is_a_no_op(db: Database) -> None:
     assert [(r.id, r.message) for r in pending] == [("a", "first")]
     totals = await db.usage_totals("discord:1")
     assert totals.calls == 1
-    assert totals.by_purpose["reply"].input_tokens == 10
+    assert totals.by_role["reply"].input_tokens == 10
     assert totals.cache_read_tokens == 2
 
 
@@ -58,11 +58,11 @@ async def test_a_failed_attempt_still_counts_its_tokens(db: Database) -> None:
     spent = UsageRecord(purpose="ess", model="m", usage=Usage(input_tokens=300, output_tokens=40))
     assert await store.mark_interaction_failed("a", "commit failed", [spent]) == 1
     totals = await db.usage_totals("discord:1")
-    assert totals.by_purpose["ess"].input_tokens == 300
-    assert totals.by_purpose["ess"].output_tokens == 40
+    assert totals.by_role["evidence"].input_tokens == 300
+    assert totals.by_role["evidence"].output_tokens == 40
     with pytest.raises(UnknownInteractionError):  # and an unknown id records nothing
         await store.mark_interaction_failed("nope", "err", [spent])
-    assert (await db.usage_totals("discord:1")).by_purpose["ess"].input_tokens == 300
+    assert (await db.usage_totals("discord:1")).by_role["evidence"].input_tokens == 300
 
 
 async def test_failures_count_up_then_park_the_interaction(db: Database) -> None:

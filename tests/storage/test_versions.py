@@ -114,7 +114,7 @@ async def test_commit_writes_version_events_usage_and_ack_together(db: Database)
     assert [e.kind for e in await store.audit_events(kind="ess")] == ["ess"]
     assert len(await store.audit_events(limit=1)) == 1
     totals = await db.usage_totals("discord:1")
-    assert totals.by_purpose["ess"].input_tokens == 100
+    assert totals.by_role["evidence"].input_tokens == 100
     assert totals.input_tokens == 110  # + the reply usage written by record_interaction
     assert totals.calls == 2
 
