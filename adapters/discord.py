@@ -34,13 +34,13 @@ from adapters.chunking import split_message
 from bot.interface import ChatRuntime, StartupError
 from bot.messages import (
     INTERNAL_ERROR,
-    MODERATOR_COMMANDS,
     CommandRequest,
     CommandResult,
     Community,
     IncomingMessage,
     Reply,
     User,
+    needs_moderator,
 )
 from bot.settings import Settings
 
@@ -446,6 +446,21 @@ class DiscordAdapter:
                     out.append(app_commands.Choice(name=label[:100], value=int(match.group(1))))
             return out
 
+        @group.command(name="usage", description="Tokens and estimated cost, by day and role")
+        @app_commands.describe(days="How many days to list (1-90, default 7)")
+        async def usage(
+            interaction: discord.Interaction,
+            days: app_commands.Range[int, 1, 90] | None = None,
+        ) -> None:
+            await run(interaction, "usage", (str(days),) if days is not None else ())
+
+        @group.command(name="budget", description="Today's spending and the daily limit")
+        @app_commands.describe(
+            amount='Moderators: a daily limit in USD, "off" for none, or "default"'
+        )
+        async def budget(interaction: discord.Interaction, amount: str | None = None) -> None:
+            await run(interaction, "budget", (amount,) if amount else ())
+
         rollback.autocomplete("version")(version_choices)
         diff.autocomplete("a")(version_choices)
         diff.autocomplete("b")(version_choices)
@@ -506,7 +521,7 @@ class DiscordAdapter:
         refusal should only be seen by them, and an ephemeral flag cannot be added later.
         """
         moderator = self.is_moderator(interaction)
-        ephemeral = name in MODERATOR_COMMANDS and not moderator
+        ephemeral = needs_moderator(name, tuple(args)) and not moderator
         channel_id = interaction.channel_id
         try:
             await interaction.response.defer(thinking=True, ephemeral=ephemeral)

@@ -14,6 +14,7 @@ import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
+from bot.budget import BudgetLedger, MeteredLLM
 from bot.interface import Adapter, StartupError
 from bot.messages import Community
 from bot.registry import CommunityRegistry
@@ -59,7 +60,7 @@ async def open_runtime(settings: Settings, llm: LLMClient | None = None) -> Asyn
             stack.push_async_callback(owned.aclose)
             llm = owned
         client = llm
-        db = await Database.open(settings.resolved_database_path)
+        db = await Database.open(settings.resolved_database_path, timezone=settings.timezone)
         stack.push_async_callback(db.close)
         embed = await asyncio.to_thread(
             default_embedding_function, settings.resolved_model_cache_dir
@@ -70,11 +71,13 @@ async def open_runtime(settings: Settings, llm: LLMClient | None = None) -> Asyn
         priority = ReplyPriority()  # one per runtime: any reply outranks any memory write
         lane = EmbeddingLane(embed)  # one per runtime: messages waiting together embed together
         stack.callback(lane.close)
+        budget = BudgetLedger.from_settings(db, settings)  # one per runtime: today's spend
 
         async def load_agent(community: Community) -> SonalityAgent:
             episodes = await asyncio.to_thread(memory.store_for, community.id, embed)
             return await SonalityAgent.load(
-                client=client,
+                # Each community's calls are checked against its daily limit and counted.
+                client=MeteredLLM(client, budget, community.id),
                 store=db.community(community.id),
                 episodes=episodes,
                 model=settings.model,
@@ -85,7 +88,7 @@ async def open_runtime(settings: Settings, llm: LLMClient | None = None) -> Asyn
             )
 
         registry = CommunityRegistry(load_agent, settings.agent_idle_evict_minutes * 60)
-        runtime = Runtime(settings, db, registry, memory)
+        runtime = Runtime(settings, db, registry, memory, budget)
         stack.push_async_callback(runtime.close)
         await _resume_unfinished(db, registry)
         yield runtime

@@ -9,15 +9,25 @@ from __future__ import annotations
 
 import difflib
 import logging
-from collections.abc import Awaitable, Callable
-from datetime import datetime
+import math
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import date, datetime, timedelta
 
-from bot.messages import MODERATOR_COMMANDS, CommandRequest, CommandResult, Community
+from bot.budget import (
+    BudgetLedger,
+    BudgetStatus,
+    SpendLimit,
+    format_tokens,
+    format_usd,
+    total_tokens,
+)
+from bot.messages import CommandRequest, CommandResult, Community, needs_moderator
+from providers.pricing import ModelPrice, cost_usd
 from sonality import config
 from sonality.agent import RollbackError, SonalityAgent, cumulative_shift
 from sonality.ess import normalize_topic
 from sonality.memory.sponge import SpongeState
-from storage import Database
+from storage import USAGE_ROLES, DailyUsage, Database, UsageRole
 
 log = logging.getLogger(__name__)
 
@@ -30,11 +40,15 @@ HELP = """\
 /sonality diff <a> <b>      compare two versions
 /sonality snapshot [version] my self-description (current or at a version)
 /sonality status            interactions, beliefs, updates in waiting, next reflection
+/sonality usage [days]      tokens and estimated cost: today, each day, this month
+/sonality budget            today's spending and the daily limit
 /sonality rollback <version> [reason]   moderators: restore a version (undoable)
 /sonality reflect           moderators: consolidate what I've learned now
+/sonality budget <usd>|off|default   moderators: set this community's daily limit
 /sonality help              this list"""
 
 MAX_LIST = 15
+MAX_USAGE_DAYS = 90
 
 
 def _fmt_time(value: datetime | None) -> str:
@@ -53,10 +67,12 @@ class CommandHandlers:
         db: Database,
         agent_for: AgentLookup,
         next_reflection: NextReflection,
+        budget: BudgetLedger,
     ) -> None:
         self._db = db
         self._agent_for = agent_for
         self._next_reflection = next_reflection
+        self._budget = budget
 
     async def run(self, request: CommandRequest) -> CommandResult:
         name = request.name.strip().lower()
@@ -65,7 +81,7 @@ class CommandHandlers:
             return CommandResult(
                 text=f"Unknown command `{request.name}`.\n\n{HELP}", ok=False, private=True
             )
-        if name in MODERATOR_COMMANDS:
+        if needs_moderator(name, request.args):
             allowed = request.is_moderator
             await self._db.record_moderator_action(
                 request.community.id,
@@ -173,6 +189,7 @@ class CommandHandlers:
         agent = await self._agent_for(request.community)
         state = agent.sponge
         totals = await self._db.usage_totals(request.community.id)
+        spend = await self._budget.status(request.community.id)
         nxt = self._next_reflection()
         remaining = max(
             0, state.last_reflection_at + config.REFLECTION_EVERY - state.interaction_count
@@ -190,6 +207,7 @@ class CommandHandlers:
             f"Waiting to be processed: {agent.backlog}",
             f"Tokens used: {totals.input_tokens} in / {totals.output_tokens} out "
             f"(cache read {totals.cache_read_tokens}, cache write {totals.cache_write_tokens})",
+            *_spend_lines(spend),
         ]
         if agent.last_ess is not None:
             e = agent.last_ess
@@ -197,6 +215,43 @@ class CommandHandlers:
                 f"Last message: ESS {e.score:.2f} ({e.reasoning_type}, {e.opinion_direction})"
             )
         return CommandResult(text="\n".join(lines), title="Status")
+
+    async def _cmd_usage(self, request: CommandRequest) -> CommandResult:
+        days = _int_arg(request.args, 0, default=7, name="days", low=1, high=MAX_USAGE_DAYS)
+        cid = request.community.id
+        today = self._budget.today()
+        month_start = today.replace(day=1)
+        first = min(today - timedelta(days=days - 1), month_start)
+        rows = await self._db.usage_days(cid, first, today)
+        spend = await self._budget.status(cid)
+        text = render_usage(
+            rows,
+            today=today,
+            days=days,
+            prices=self._budget.prices,
+            timezone=str(self._budget.tz),
+            limit=spend.limit,
+        )
+        return CommandResult(text=text, title="Usage")
+
+    async def _cmd_budget(self, request: CommandRequest) -> CommandResult:
+        cid = request.community.id
+        raw = " ".join(request.args).strip().lower()
+        if not raw:
+            spend = await self._budget.status(cid)
+            return CommandResult(text="\n".join(_spend_lines(spend)), title="Budget")
+        actor = f"{request.caller.name or request.caller.id} ({request.caller.id})"
+        if raw in ("off", "none", "unlimited"):
+            limit = await self._budget.set_limit(cid, None, set_by=actor)
+        elif raw == "default":
+            limit = await self._budget.follow_default(cid)
+        else:
+            limit = await self._budget.set_limit(cid, _usd_arg(raw), set_by=actor)
+        log.info("daily limit in %s set to %s by %s", cid, limit, request.caller.id)
+        # Learning held back by the old limit may go on now (a no-op if none waits).
+        (await self._agent_for(request.community)).resume_learning()
+        spend = await self._budget.status(cid)
+        return CommandResult(text="\n".join(_spend_lines(spend)), title="Budget")
 
     # ------------------------------------------------------------------ moderators
     async def _cmd_rollback(self, request: CommandRequest) -> CommandResult:
@@ -272,6 +327,91 @@ def _int_arg(
         bounds = f"{low if low is not None else ''}..{high if high is not None else ''}"
         raise _UsageError(f"{name} must be in {bounds}.")
     return value
+
+
+def _usd_arg(raw: str) -> float:
+    text = raw.strip().lstrip("$").replace(",", "")
+    try:
+        value = float(text)
+    except ValueError:
+        raise _UsageError(
+            f"`{raw}` is not an amount. Usage: `/sonality budget <usd>|off|default`, "
+            "e.g. `/sonality budget 2.50`."
+        ) from None
+    if not math.isfinite(value) or value < 0:
+        raise _UsageError("The daily limit must be a number of dollars, 0 or more.")
+    return value
+
+
+def _limit_text(limit: SpendLimit) -> str:
+    if limit.usd is None:
+        return "no limit" + (" (turned off by a moderator)" if limit.source == "community" else "")
+    where = "set for this community" if limit.source == "community" else "default"
+    return f"{format_usd(limit.usd)} a day ({where})"
+
+
+def _spend_lines(spend: BudgetStatus) -> list[str]:
+    """Today's spend and the limit, with the warning once it is near."""
+    lines = [
+        f"Today: {format_tokens(total_tokens(spend.usage))} tokens, "
+        f"{format_usd(spend.spent_usd)} (estimated)",
+        f"Daily limit: {_limit_text(spend.limit)}",
+    ]
+    if spend.limit.usd is not None:
+        if spend.exhausted:
+            lines.append("Limit reached: I'm not answering until midnight.")
+        elif spend.near_limit:
+            share = spend.spent_usd / spend.limit.usd
+            lines.append(f"Warning: {share:.0%} of today's limit is spent.")
+    return lines
+
+
+def render_usage(
+    rows: list[DailyUsage],
+    *,
+    today: date,
+    days: int,
+    prices: Mapping[str, ModelPrice],
+    timezone: str,
+    limit: SpendLimit,
+) -> str:
+    """Today, each of the last `days` days and this month, in tokens and estimated USD,
+    split by role; at most 60 characters wide so it reads in a chat window."""
+    tokens: dict[tuple[date, UsageRole], int] = {}
+    usd: dict[tuple[date, UsageRole], float] = {}
+    for row in rows:
+        key = (row.day, row.role)
+        tokens[key] = tokens.get(key, 0) + total_tokens(row.usage)
+        usd[key] = usd.get(key, 0.0) + cost_usd(row.model, row.usage, prices)
+
+    def period(title: str, first: date, last: date) -> list[str]:
+        keys = [k for k in tokens if first <= k[0] <= last]
+        all_tokens = sum(tokens[k] for k in keys)
+        all_usd = sum(usd[k] for k in keys)
+        out = [f"{title}: {format_tokens(all_tokens)} tokens, {format_usd(all_usd)}"]
+        for role in USAGE_ROLES:
+            role_tokens = sum(tokens[k] for k in keys if k[1] == role)
+            role_usd = sum(usd[k] for k in keys if k[1] == role)
+            out.append(f"  {role:<11}{format_tokens(role_tokens):>8}  {format_usd(role_usd):>9}")
+        return out
+
+    month_start = today.replace(day=1)
+    lines = [f"Estimated cost in USD; days end at midnight {timezone}.", ""]
+    lines += period(f"Today ({today:%a %d %b})", today, today)
+    lines += ["", f"Last {days} day{'s' if days != 1 else ''}:"]
+    lines.append(f"{'':<10}{'tokens':>8}{'reply':>10}{'evidence':>10}{'reflection':>12}")
+    for offset in range(days):
+        day = today - timedelta(days=offset)
+        cells = [format_usd(usd.get((day, role), 0.0)) for role in USAGE_ROLES]
+        day_tokens = sum(tokens.get((day, role), 0) for role in USAGE_ROLES)
+        lines.append(
+            f"{day:%a %d %b}{format_tokens(day_tokens):>8}"
+            f"{cells[0]:>10}{cells[1]:>10}{cells[2]:>12}"
+        )
+    lines.append("")
+    lines += period(f"This month ({today:%B})", month_start, today)
+    lines += ["", f"Daily limit: {_limit_text(limit)}"]
+    return "\n".join(lines)
 
 
 def diff_states(old: SpongeState, new: SpongeState) -> str:

@@ -83,6 +83,10 @@ class CommandResult(BaseModel):
 LLM_DOWN = "Sorry, I can't reach my language model right now. Please try again in a minute."
 INTERNAL_ERROR = "Sorry, something went wrong on my side. Nothing was lost; please try again."
 SLOW_DOWN = "You're sending messages faster than I can think. Please slow down a little."
+BUDGET_REACHED = (
+    "I've reached today's spending limit for this community, so I'm resting until "
+    "tomorrow. A moderator can raise it with /sonality budget."
+)
 
 COMMAND_NAMES: tuple[str, ...] = (
     "beliefs",
@@ -92,6 +96,18 @@ COMMAND_NAMES: tuple[str, ...] = (
     "snapshot",
     "status",
     "reflect",
+    "usage",
+    "budget",
     "help",
 )
-MODERATOR_COMMANDS: frozenset[str] = frozenset({"rollback", "reflect"})
+MODERATOR_COMMANDS: frozenset[str] = frozenset({"rollback", "reflect", "budget"})
+#: Moderator commands that anyone may run without arguments, to look rather than change.
+READ_ONLY_WITHOUT_ARGS: frozenset[str] = frozenset({"budget"})
+
+
+def needs_moderator(name: str, args: tuple[str, ...]) -> bool:
+    """Whether this command, with these arguments, changes something only moderators may."""
+    name = name.strip().lower()
+    if name in READ_ONLY_WITHOUT_ARGS and not any(a.strip() for a in args):
+        return False
+    return name in MODERATOR_COMMANDS

@@ -14,8 +14,10 @@ from collections.abc import Coroutine
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
+from bot.budget import BudgetExceeded, BudgetLedger
 from bot.commands import CommandHandlers, ranked_topics
 from bot.messages import (
+    BUDGET_REACHED,
     INTERNAL_ERROR,
     LLM_DOWN,
     SLOW_DOWN,
@@ -53,15 +55,21 @@ class Runtime:
         db: Database,
         registry: CommunityRegistry,
         memory: MemoryHost | None = None,
+        budget: BudgetLedger | None = None,
     ) -> None:
         self.settings = settings
         self.memory = memory  # where episodes live (benchmarks read its counters)
         self.db = db
         self.registry = registry
+        # Shared with the agents' `MeteredLLM`s (see `open_runtime`), so a refusal here
+        # and a refusal there speak of the same spend.
+        self.budget = budget or BudgetLedger.from_settings(db, settings)
         self.rate_limiter = RateLimiter(
             settings.rate_limit_messages, settings.rate_limit_window_seconds
         )
-        self.commands = CommandHandlers(db, registry.agent_for, lambda: self.next_nightly)
+        self.commands = CommandHandlers(
+            db, registry.agent_for, lambda: self.next_nightly, self.budget
+        )
         self._accepting = True
         self.next_nightly: datetime | None = None  # set by the scheduler
         # Wall-clock time of each community's latest message, for idle-time reflection.
@@ -92,11 +100,15 @@ class Runtime:
             text = text[:limit]
 
         try:
+            if await self.budget.exhausted(community.id):
+                return await self._budget_notice(community.id, user.id)
             agent = await self.registry.agent_for(community)
             now = datetime.now(UTC)
             self.last_message_at[community.id] = now
             history = self._history(community.id, user.id, now)  # read during retrieval
             reply = await agent.respond(text, Speaker(id=user.id, name=user.name), history)
+        except BudgetExceeded:  # reached while this message waited for its turn
+            return await self._budget_notice(community.id, user.id)
         except LLMError as exc:
             log.warning("no reply in %s for %s: %s", community.id, user.id, exc)
             return Reply(text=LLM_DOWN, kind=ReplyKind.NOTICE)
@@ -113,6 +125,14 @@ class Runtime:
                 f"\n\n(Your message was very long, so I only read its first {limit:,} characters.)"
             )
         return Reply(text=reply, truncated=truncated)
+
+    async def _budget_notice(self, community_id: str, user_id: str) -> Reply | None:
+        """Past the daily limit each member is told once a day; after that, silence
+        (a reply to every message would only be noise)."""
+        if await self.budget.first_notice_today(community_id, user_id):
+            log.info("spending limit reached in %s: told %s", community_id, user_id)
+            return Reply(text=BUDGET_REACHED, kind=ReplyKind.NOTICE)
+        return None
 
     def _needs_touch(self, community: Community, now: datetime) -> bool:
         """Community bookkeeping (name, first sight) is written at most once a minute."""

@@ -97,14 +97,30 @@ class ReflectionScheduler:
         return done
 
     async def run_housekeeping(self, now: datetime | None = None) -> None:
-        """Idle reflection, unloading idle agents, and forgetting expired conversation."""
+        """Idle reflection, unloading idle agents, forgetting expired conversation, and
+        waking learning that waited for a new day's budget."""
         now = now or self.clock()
+        self.resume_after_midnight()
         await self.run_idle(now)
         await self.runtime.db.prune_turns(
             now - timedelta(minutes=self.runtime.settings.buffer_ttl_minutes)
         )
         await self.runtime.registry.evict_idle()
         self.runtime.rate_limiter.forget_idle()
+
+    def resume_after_midnight(self) -> list[str]:
+        """Wake the loaded agents of communities whose day (and so their spending) just
+        started anew: learning held back by the limit goes on at once instead of when
+        its own retry timer fires. Returns the communities woken."""
+        woken = []
+        for community_id in self.runtime.budget.roll_over():
+            agent = self.runtime.registry.get(community_id)
+            if agent is not None:
+                agent.resume_learning()
+                woken.append(community_id)
+        if woken:
+            log.info("new day: resumed learning in %d community(ies)", len(woken))
+        return woken
 
     async def _reflect(self, community_id: str, trigger: str, now: datetime) -> bool:
         if community_id in self._running:

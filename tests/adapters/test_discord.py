@@ -586,3 +586,49 @@ async def test_autocomplete_asks_runtime(
         (f"discord:{guild.id}", "topic", "eth"),
         (f"discord:{guild.id}", "version", ""),
     ]
+
+
+@pytest.mark.parametrize(
+    ("subcommand", "options", "args", "ephemeral"),
+    [
+        pytest.param(
+            "usage", [{"name": "days", "type": 4, "value": 30}], ("30",), False, id="usage-30"
+        ),
+        pytest.param("usage", [], (), False, id="usage-default"),
+        pytest.param("budget", [], (), False, id="budget-look"),
+        pytest.param(
+            "budget",
+            [{"name": "amount", "type": 3, "value": "off"}],
+            ("off",),
+            True,
+            id="budget-off",
+        ),
+    ],
+)
+async def test_usage_and_budget_pass_their_options_through(
+    fake: FakeDiscord,
+    runtime: RecordingRuntime,
+    alice: FakeUser,
+    subcommand: str,
+    options: list[dict[str, Any]],
+    args: tuple[str, ...],
+    ephemeral: bool,
+) -> None:
+    """A member may look at the budget publicly; setting it is a moderator command, so a
+    member's attempt is deferred privately (its refusal is for the caller only)."""
+    guild, channel = guild_and_channel(fake)
+    async with running(fake, runtime):
+        iid, _ = await fake.interaction_create(
+            guild=guild,
+            channel=channel,
+            user=alice,
+            subcommand=subcommand,
+            options=options,
+            permissions=SEND_MESSAGES,
+        )
+        [patch] = await fake.wait_for(lambda r: r.method == "PATCH")
+    [callback] = callbacks(fake, iid)
+    assert is_ephemeral(callback) is ephemeral
+    [request] = runtime.commands
+    assert (request.name, request.args, request.is_moderator) == (subcommand, args, False)
+    assert (patch.json["content"] == REFUSAL) is ephemeral

@@ -13,12 +13,12 @@ from collections.abc import Callable
 from typing import Literal
 
 from bot.messages import (
-    MODERATOR_COMMANDS,
     CommandRequest,
     CommandResult,
     Community,
     IncomingMessage,
     Reply,
+    needs_moderator,
 )
 
 
@@ -51,7 +51,7 @@ class RecordingRuntime:
 
     async def run_command(self, request: CommandRequest) -> CommandResult:
         self.commands.append(request)
-        if request.name in MODERATOR_COMMANDS and not request.is_moderator:
+        if needs_moderator(request.name, request.args) and not request.is_moderator:
             return CommandResult(text=self.refusal, ok=False, private=True)
         return self.command_result(request)
 

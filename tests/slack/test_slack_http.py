@@ -193,6 +193,31 @@ async def test_moderators_may_roll_back_and_it_is_announced(
     assert fake.responses["r1"][0]["response_type"] == "in_channel"
 
 
+@pytest.mark.parametrize(
+    ("text", "name", "args"),
+    [
+        ("usage 30", "usage", ("30",)),
+        ("budget", "budget", ()),
+        ("budget 2.50", "budget", ("2.50",)),
+    ],
+)
+async def test_usage_and_budget_reach_the_runtime(
+    fake: FakeSlack,
+    runtime: RecordingRuntime,
+    store: MemoryStore,
+    http: aiohttp.ClientSession,
+    text: str,
+    name: str,
+    args: tuple[str, ...],
+) -> None:
+    async with running(adapter_for(fake, runtime, store)) as adapter:
+        form = command_form(fake, text)
+        assert (await post_signed(http, adapter_url(adapter), SECRET, form=form))[0] == 200
+        await fake.wait_for(lambda: fake.responses.get("r1"), what="answer")
+    [request] = runtime.commands
+    assert (request.name, request.args) == (name, args)
+
+
 async def test_unknown_subcommand_gets_private_help(
     fake: FakeSlack, runtime: RecordingRuntime, store: MemoryStore, http: aiohttp.ClientSession
 ) -> None:
