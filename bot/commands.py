@@ -282,6 +282,14 @@ class CommandHandlers:
         )
 
     async def _cmd_reflect(self, request: CommandRequest) -> CommandResult:
+        if await self._budget.exhausted(request.community.id):
+            # Learning waits for tomorrow's budget, so draining it first would hang.
+            return CommandResult(
+                text="Reflection needs the model, and today's spending limit is reached. "
+                "Raise it with `/sonality budget` or wait until midnight.",
+                ok=False,
+                private=True,
+            )
         agent = await self._agent_for(request.community)
         await agent.drain()
         outcome = await agent.reflect_now("moderator", actor=request.caller.id)

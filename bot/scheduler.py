@@ -126,6 +126,11 @@ class ReflectionScheduler:
         if community_id in self._running:
             log.info("%s reflection for %s skipped: one is running", trigger, community_id)
             return False
+        if await self.runtime.budget.exhausted(community_id):
+            # Reflection needs the model, and the learning it would wait for is held
+            # until midnight: waiting here would stall every other community's job.
+            log.info("%s reflection for %s skipped: spending limit reached", trigger, community_id)
+            return False
         self._running.add(community_id)
         try:
             agent = await self.runtime.registry.agent_for(Community(id=community_id))

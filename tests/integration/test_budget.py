@@ -326,3 +326,34 @@ async def test_usage_lists_roles_days_and_month_in_tokens_and_dollars(
         for bad in ("0", "91", "week"):
             refused = await command(rt, "usage", bad, moderator=False)
             assert not refused.ok and refused.private, bad
+
+
+async def test_reflection_waits_while_the_limit_is_reached(
+    budgeted: Runtime, anthropic_server: AnthropicFake, clock: Clock
+) -> None:
+    """Reflection would first wait for the learning the limit holds back, so neither
+    the nightly job nor a moderator's reflect starts one; both say why instead."""
+    await send(budgeted, "cost6 hello")
+    calls = len(anthropic_server.requests)
+    reflect = await command(budgeted, "reflect")
+    assert not reflect.ok and "spending limit" in reflect.text
+    scheduler = ReflectionScheduler(budgeted, clock=clock)
+    assert await scheduler.run_nightly(clock.now + timedelta(hours=1)) == []
+    assert len(anthropic_server.requests) == calls
+
+
+async def test_a_refused_call_waits_until_local_midnight_even_on_a_daylight_saving_day(
+    tmp_path: Path, llm: Any, anthropic_server: AnthropicFake
+) -> None:
+    """Berlin moves its clocks forward on 29 March 2026: that day has 23 hours."""
+    clock = Clock(datetime(2026, 3, 28, 23, 0, tzinfo=UTC))  # 00:00 on 29 March there
+    settings = settings_for(
+        tmp_path, SONALITY_DAILY_BUDGET_USD=0, SONALITY_TIMEZONE="Europe/Berlin"
+    )
+    async with open_runtime(settings, llm=llm) as rt:
+        rt.budget.clock = clock
+        with pytest.raises(BudgetExceeded) as refused:  # a $0 limit allows nothing
+            await rt.budget.check(A.id)
+        assert refused.value.retry_after == 23 * 3600
+        assert kind(await send(rt, "cost1 hello")) is ReplyKind.NOTICE
+        assert anthropic_server.requests == []
