@@ -1,0 +1,580 @@
+"""`LLMClient` on the official OpenAI SDK (`openai.AsyncOpenAI`, Chat Completions).
+
+Why Chat Completions and not the newer Responses API: it is the one dialect that
+OpenAI, OpenRouter, Ollama, vLLM, LM Studio and llama.cpp all speak, so one client
+serves the hosted vendor and a model on the operator's own machine alike.
+
+What the SDK already does, and we only configure: retries of 408/409/429/5xx and
+connection errors with backoff (honouring `retry-after-ms` / `retry-after`), and the
+timeout. What this module adds:
+
+* one semaphore per instance caps concurrent calls (the host shares ONE instance
+  between all communities, as with `AnthropicLLM`);
+* every SDK failure becomes `LLMError` with a short reason an operator can act on;
+* an empty key works: local servers take none, so no `Authorization` header is sent;
+* servers differ, so the forced tool call degrades step by step (forced function call,
+  then `response_format` JSON schema, then JSON asked for in plain text) and each
+  model remembers the first step that worked;
+* newer OpenAI reasoning models refuse `max_tokens` and want `max_completion_tokens`;
+  the first refusal switches that model over for good.
+
+Cache hints (`SystemBlock.cache`, `ChatTurn.cache`) are ignored: OpenAI caches every
+long enough prompt prefix by itself and reports the hits as `cached_tokens`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import socket
+import ssl
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+import openai
+from openai import Omit
+from openai.types import CompletionUsage
+from openai.types.chat import (
+    ChatCompletion,
+    ChatCompletionAssistantMessageParam,
+    ChatCompletionFunctionToolParam,
+    ChatCompletionMessageParam,
+    ChatCompletionNamedToolChoiceParam,
+    ChatCompletionSystemMessageParam,
+    ChatCompletionUserMessageParam,
+)
+from openai.types.chat.chat_completion_message import ChatCompletionMessage
+from openai.types.shared_params import FunctionDefinition, ResponseFormatJSONSchema
+
+from sonality import config
+from sonality.llm import ChatTurn, LLMClient, LLMError, SystemBlock, TextResult, ToolResult, Usage
+
+log = logging.getLogger(__name__)
+
+OPENAI_API_URL = "https://api.openai.com/v1"
+
+# Statuses the SDK retries by itself; failures with them have used up the retries.
+_RETRIED_STATUSES = frozenset({408, 409, 429})
+# How servers say "I do not support that parameter" (422 is what some local ones use).
+_REJECTED_STATUSES = frozenset({400, 422})
+
+Feature = Literal["tools", "response_format"]
+_FEATURE_WORDS: dict[Feature, tuple[str, ...]] = {
+    "tools": ("tool",),
+    "response_format": ("response_format", "json_schema", "response format"),
+}
+
+#: The ways `call_tool` can get a JSON object out of a model, in the order tried.
+TOOL_LEVELS: dict[int, str] = {
+    1: "a forced function call",
+    2: "response_format json_schema",
+    3: "a JSON object asked for in plain text",
+}
+
+
+class _Unsupported(Exception):
+    """The server refused a request because of a feature it lacks (not a client bug)."""
+
+
+class OpenAILLM(LLMClient):
+    """The `LLMClient` for OpenAI and OpenAI-compatible servers: one instance per process."""
+
+    def __init__(
+        self,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        default_model: str = config.MODEL,
+        max_retries: int = 3,
+        timeout: float = 60.0,
+        max_concurrency: int = 8,
+    ) -> None:
+        """`api_key`/`base_url` None fall back to the SDK's own environment lookup
+        (`OPENAI_API_KEY`, `OPENAI_BASE_URL`). An empty or missing key is allowed:
+        requests then carry no `Authorization` header at all (Ollama needs none, and a
+        server that does need one answers 401, which is reported as such)."""
+        if max_concurrency < 1:
+            raise ValueError("max_concurrency must be at least 1")
+        self.default_model = default_model
+        self._max_retries = max_retries
+        self._timeout = timeout
+        key = os.environ.get("OPENAI_API_KEY", "") if api_key is None else api_key
+        self.has_key = bool(key.strip())
+        self._client = openai.AsyncOpenAI(
+            # The SDK will not build a client without some key; without a real one this
+            # placeholder is never sent (the header is omitted, below).
+            api_key=key if self.has_key else "no-key",
+            base_url=base_url,
+            max_retries=max_retries,
+            timeout=timeout,
+            # The SDK's aiohttp transport, as in `AnthropicLLM`: cheaper on the event loop.
+            http_client=openai.DefaultAioHttpClient(),
+        )
+        # The SDK's own way to send a request without credentials: omit the header
+        # explicitly, per request (a client-wide default header does not count).
+        self._headers: Mapping[str, str | Omit] | None = (
+            None if self.has_key else {"Authorization": openai.omit}
+        )
+        self.base_url = str(self._client.base_url).rstrip("/")
+        self._slots = asyncio.Semaphore(max_concurrency)
+        # Models that refused `max_tokens` and get `max_completion_tokens` instead.
+        self._completion_token_models: set[str] = set()
+        # Model -> the first level of TOOL_LEVELS that produced a JSON object for it.
+        self._tool_levels: dict[str, int] = {}
+
+    @property
+    def endpoint(self) -> str:
+        """How log lines and errors name the server: OpenAI itself or the configured URL."""
+        if self.base_url == OPENAI_API_URL:
+            return "the OpenAI API"
+        return f"the OpenAI-compatible API at {self.base_url}"
+
+    async def reply(
+        self,
+        *,
+        system: Sequence[SystemBlock],
+        messages: Sequence[ChatTurn],
+        max_tokens: int,
+        model: str | None = None,
+        purpose: str = "reply",
+    ) -> TextResult:
+        model = model or self.default_model
+        completion = await self._complete(
+            purpose, model, _messages_param(system, messages), max_tokens
+        )
+        text = _first_message(completion, purpose, self.endpoint).content or ""
+        return TextResult(text=text, model=completion.model, usage=_usage(completion.usage))
+
+    async def call_tool(
+        self,
+        *,
+        system: Sequence[SystemBlock],
+        messages: Sequence[ChatTurn],
+        tool: dict[str, Any],
+        max_tokens: int,
+        model: str | None = None,
+        purpose: str = "tool",
+    ) -> ToolResult:
+        """Returns `{}` as the input when no level of TOOL_LEVELS got a JSON object out
+        of the model: the caller validates the input anyway and retries on invalid.
+        The usage is the sum of every call made."""
+        model = model or self.default_model
+        first = self._tool_levels.get(model, 1)
+        usage = Usage()
+        answered_by = model
+        for level in range(first, len(TOOL_LEVELS) + 1):
+            try:
+                completion = await self._tool_attempt(
+                    level, purpose, model, system, messages, tool, max_tokens
+                )
+            except _Unsupported as refused:
+                log.info("%s: model %s refused %s: %s", purpose, model, TOOL_LEVELS[level], refused)
+                continue
+            usage += _usage(completion.usage)
+            answered_by = completion.model
+            tool_input = _tool_input(completion, level, str(tool["name"]))
+            if tool_input is not None:
+                self._remember_level(model, level)
+                return ToolResult(tool_input=tool_input, model=answered_by, usage=usage)
+        log.info(
+            "%s: model %s gave no JSON object for tool %s in any of %d ways",
+            purpose,
+            model,
+            tool["name"],
+            len(TOOL_LEVELS) - first + 1,
+        )
+        return ToolResult(tool_input={}, model=answered_by, usage=usage)
+
+    async def check_model(self, model: str) -> None:
+        """One cheap request that fails the way a misconfiguration would.
+
+        `GET /models/{model}` first; a server without that endpoint (a 404 that is not
+        about the model) gets a 1-token chat call instead. Raises the SDK's own errors
+        unchanged (`openai.AuthenticationError`, `openai.NotFoundError`,
+        `openai.APIConnectionError`, ...), so the caller can tell a rejected key from an
+        unknown model from an outage.
+        """
+        try:
+            await self._client.models.retrieve(model, extra_headers=self._headers)
+            return
+        except openai.NotFoundError as err:
+            if _is_unknown_model(err, model):
+                raise
+            log.info(
+                "%s has no model lookup; checking %s with a 1-token call", self.endpoint, model
+            )
+        async with self._slots:
+            await self._create(model, [{"role": "user", "content": "ping"}], 1)
+
+    async def aclose(self) -> None:
+        """Close the SDK's HTTP connection pool (call once at shutdown)."""
+        await self._client.close()
+
+    # --- calls ---------------------------------------------------------------------------
+
+    async def _tool_attempt(
+        self,
+        level: int,
+        purpose: str,
+        model: str,
+        system: Sequence[SystemBlock],
+        messages: Sequence[ChatTurn],
+        tool: dict[str, Any],
+        max_tokens: int,
+    ) -> ChatCompletion:
+        name = str(tool["name"])
+        schema: dict[str, object] = dict(tool.get("input_schema") or {"type": "object"})
+        description = str(tool.get("description") or "")
+        if level == 1:
+            function: FunctionDefinition = {"name": name, "parameters": schema}
+            if description:
+                function["description"] = description
+            tool_param: ChatCompletionFunctionToolParam = {"type": "function", "function": function}
+            choice: ChatCompletionNamedToolChoiceParam = {
+                "type": "function",
+                "function": {"name": name},
+            }
+            return await self._complete(
+                purpose,
+                model,
+                _messages_param(system, messages),
+                max_tokens,
+                feature="tools",
+                tools=[tool_param],
+                tool_choice=choice,
+            )
+        if level == 2:
+            response_format: ResponseFormatJSONSchema = {
+                "type": "json_schema",
+                "json_schema": {"name": name, "schema": schema},
+            }
+            if description:
+                response_format["json_schema"]["description"] = description
+            return await self._complete(
+                purpose,
+                model,
+                _messages_param(system, messages),
+                max_tokens,
+                feature="response_format",
+                response_format=response_format,
+            )
+        instruction = SystemBlock(text=json_instruction(name, description, schema))
+        return await self._complete(
+            purpose, model, _messages_param([*system, instruction], messages), max_tokens
+        )
+
+    async def _complete(
+        self,
+        purpose: str,
+        model: str,
+        messages: list[ChatCompletionMessageParam],
+        max_tokens: int,
+        *,
+        feature: Feature | None = None,
+        tools: list[ChatCompletionFunctionToolParam] | Omit = openai.omit,
+        tool_choice: ChatCompletionNamedToolChoiceParam | Omit = openai.omit,
+        response_format: ResponseFormatJSONSchema | Omit = openai.omit,
+    ) -> ChatCompletion:
+        """One chat completion inside a concurrency slot; SDK errors become LLMError,
+        except a refusal of `feature`, which becomes `_Unsupported`."""
+        async with self._slots:
+            try:
+                return await self._create(
+                    model,
+                    messages,
+                    max_tokens,
+                    tools=tools,
+                    tool_choice=tool_choice,
+                    response_format=response_format,
+                )
+            except openai.OpenAIError as err:
+                if feature is not None and _refuses(err, feature):
+                    raise _Unsupported(_api_message(err)) from err
+                reason = self._describe(err)
+                request_id = getattr(err, "request_id", None)
+                log.warning(
+                    "OpenAI %s call (model %s) failed: %s%s",
+                    purpose,
+                    model,
+                    reason,
+                    f" [request {request_id}]" if request_id else "",
+                )
+                raise LLMError(reason, retry_after=_retry_after(err)) from err
+
+    async def _create(
+        self,
+        model: str,
+        messages: list[ChatCompletionMessageParam],
+        max_tokens: int,
+        *,
+        tools: list[ChatCompletionFunctionToolParam] | Omit = openai.omit,
+        tool_choice: ChatCompletionNamedToolChoiceParam | Omit = openai.omit,
+        response_format: ResponseFormatJSONSchema | Omit = openai.omit,
+    ) -> ChatCompletion:
+        """The SDK call, sending the token limit under the name the model accepts: a
+        model that refuses `max_tokens` is asked once more with `max_completion_tokens`,
+        and keeps that from then on."""
+        renamed = model in self._completion_token_models
+        try:
+            return await self._client.chat.completions.create(
+                model=model,
+                messages=messages,
+                max_tokens=openai.omit if renamed else max_tokens,
+                max_completion_tokens=max_tokens if renamed else openai.omit,
+                tools=tools,
+                tool_choice=tool_choice,
+                response_format=response_format,
+                extra_headers=self._headers,
+            )
+        except openai.APIStatusError as err:
+            if renamed or not _wants_max_completion_tokens(err):
+                raise
+        log.info("model %s takes max_completion_tokens instead of max_tokens", model)
+        self._completion_token_models.add(model)
+        return await self._client.chat.completions.create(
+            model=model,
+            messages=messages,
+            max_completion_tokens=max_tokens,
+            tools=tools,
+            tool_choice=tool_choice,
+            response_format=response_format,
+            extra_headers=self._headers,
+        )
+
+    def _remember_level(self, model: str, level: int) -> None:
+        if self._tool_levels.get(model) == level:
+            return
+        self._tool_levels[model] = level
+        log.info(
+            "model %s gives structured answers through %s (level %d of %d)",
+            model,
+            TOOL_LEVELS[level],
+            level,
+            len(TOOL_LEVELS),
+        )
+
+    def _describe(self, err: openai.OpenAIError) -> str:
+        """A one-line reason an operator can act on (key, model, quota, outage, network)."""
+        retried = f" after {self._max_retries} retries" if self._max_retries else ""
+        where = self.endpoint
+        refused = connection_failure(err)
+        if refused is not None:
+            return f"could not connect to {where} ({refused}){retried}"
+        if isinstance(err, openai.APITimeoutError):
+            return f"{where} did not answer within {self._timeout:g}s (timeout){retried}"
+        if isinstance(err, openai.APIConnectionError):
+            return f"could not connect to {where} (connection error){retried}"
+        if isinstance(err, openai.APIStatusError):
+            status = err.status_code
+            code = _error_field(err, "code")
+            if status == 401:
+                if not self.has_key:
+                    return f"{where} wants an API key (401): set OPENAI_API_KEY"
+                status_text = f"401 {code}" if code else "401"
+                return f"the API key in OPENAI_API_KEY was rejected by {where} ({status_text})"
+            if status == 403:
+                return f"the API key in OPENAI_API_KEY may not do this at {where} (403)"
+            if status == 404:
+                return f"{where} does not know this model or path (404: {_api_message(err)})"
+            if status == 429:
+                if code == "insufficient_quota":
+                    return f"{where} says the account is out of quota (429 insufficient_quota)"
+                return f"rate limited by {where} (429){retried}"
+            if status >= 500 or status in _RETRIED_STATUSES:
+                return f"{where} failed with status {status}{retried}"
+            return f"{where} rejected the request ({status}: {_api_message(err)})"
+        return f"unexpected OpenAI SDK error: {type(err).__name__}: {str(err)[:200]}"
+
+
+# --- request building ----------------------------------------------------------------------
+
+
+def json_instruction(name: str, description: str, schema: Mapping[str, object]) -> str:
+    """The last resort of `call_tool`: ask in words for the JSON the tool would get."""
+    props = schema.get("properties")
+    fields: list[str] = []
+    if isinstance(props, Mapping):
+        for key, prop in props.items():
+            kind = prop.get("type", "any") if isinstance(prop, Mapping) else "any"
+            choices = prop.get("enum") if isinstance(prop, Mapping) else None
+            one_of = f", one of {', '.join(map(str, choices))}" if isinstance(choices, list) else ""
+            fields.append(f"- {key} ({kind}{one_of})")
+    purpose = f" ({description})" if description else ""
+    return (
+        f"Answer with only a JSON object: the input of the function `{name}`{purpose}, "
+        "with these fields:\n"
+        + "\n".join(fields)
+        + "\nIt must match this JSON schema:\n"
+        + json.dumps(schema, ensure_ascii=False)
+        + "\nWrite nothing before or after the JSON object."
+    )
+
+
+def _messages_param(
+    system: Sequence[SystemBlock], turns: Sequence[ChatTurn]
+) -> list[ChatCompletionMessageParam]:
+    params: list[ChatCompletionMessageParam] = []
+    system_text = "\n\n".join(block.text for block in system if block.text)
+    if system_text:
+        params.append(ChatCompletionSystemMessageParam(role="system", content=system_text))
+    for turn in turns:
+        if turn.role == "user":
+            params.append(ChatCompletionUserMessageParam(role="user", content=turn.content))
+        else:
+            params.append(
+                ChatCompletionAssistantMessageParam(role="assistant", content=turn.content)
+            )
+    return params
+
+
+# --- answer parsing ----------------------------------------------------------------------
+
+
+def _first_message(completion: ChatCompletion, purpose: str, where: str) -> ChatCompletionMessage:
+    if not completion.choices:
+        raise LLMError(f"{where} answered the {purpose} call without a choice")
+    return completion.choices[0].message
+
+
+def _tool_input(completion: ChatCompletion, level: int, name: str) -> dict[str, Any] | None:
+    """The JSON object a level produced, or None when it produced none."""
+    if not completion.choices:
+        return None
+    message = completion.choices[0].message
+    if level == 1:
+        for call in message.tool_calls or []:
+            function = getattr(call, "function", None)
+            if function is not None and function.name == name:
+                return _as_object(function.arguments)
+        return None
+    return first_json_object(message.content or "")
+
+
+def _as_object(arguments: object) -> dict[str, Any] | None:
+    """Function arguments as a dict: a JSON string (the spec) or an object (some servers)."""
+    if isinstance(arguments, dict):
+        return arguments
+    if not isinstance(arguments, str):
+        return None
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def first_json_object(text: str) -> dict[str, Any] | None:
+    """The first JSON object in `text`: bare, in a ```json fence, or after some prose."""
+    decoder = json.JSONDecoder()
+    start = text.find("{")
+    while start != -1:
+        try:
+            value, _ = decoder.raw_decode(text, start)
+        except ValueError:
+            value = None
+        if isinstance(value, dict):
+            return value
+        start = text.find("{", start + 1)
+    return None
+
+
+def _usage(usage: CompletionUsage | None) -> Usage:
+    """OpenAI counts cached tokens inside `prompt_tokens`; we count them apart."""
+    if usage is None:
+        return Usage()
+    details = usage.prompt_tokens_details
+    cached = (details.cached_tokens if details is not None else None) or 0
+    return Usage(
+        input_tokens=max((usage.prompt_tokens or 0) - cached, 0),
+        output_tokens=usage.completion_tokens or 0,
+        cache_read_tokens=cached,
+        cache_write_tokens=0,
+    )
+
+
+# --- error inspection --------------------------------------------------------------------
+
+
+def _error_field(err: openai.APIStatusError, key: str) -> str | None:
+    """A field of the `{"error": {...}}` envelope (`code`, `param`, `type`, `message`)."""
+    body = err.body
+    if isinstance(body, Mapping) and isinstance(body.get("error"), Mapping):
+        body = body["error"]
+    if isinstance(body, Mapping):
+        value = body.get(key)
+        return str(value) if value is not None else None
+    return None
+
+
+def _api_message(err: openai.OpenAIError) -> str:
+    message = _error_field(err, "message") if isinstance(err, openai.APIStatusError) else None
+    return (message or str(err))[:200]
+
+
+def _refuses(err: openai.OpenAIError, feature: Feature) -> bool:
+    """A 400/422 about `feature` (by `param` or by wording): the server lacks it."""
+    if not isinstance(err, openai.APIStatusError) or err.status_code not in _REJECTED_STATUSES:
+        return False
+    param = (_error_field(err, "param") or "").lower()
+    if feature == "tools" and param.startswith(("tools", "tool_choice")):
+        return True
+    if feature == "response_format" and param.startswith("response_format"):
+        return True
+    message = _api_message(err).lower()
+    return any(word in message for word in _FEATURE_WORDS[feature])
+
+
+def _wants_max_completion_tokens(err: openai.APIStatusError) -> bool:
+    """OpenAI's answer to `max_tokens` for its reasoning models (400 unsupported_parameter)."""
+    if err.status_code not in _REJECTED_STATUSES:
+        return False
+    if _error_field(err, "param") == "max_tokens":
+        return True
+    message = _api_message(err)
+    return "max_tokens" in message and "max_completion_tokens" in message
+
+
+def _is_unknown_model(err: openai.NotFoundError, model: str) -> bool:
+    """A 404 about the model, not about the path (a server without `GET /models/{id}`)."""
+    return _error_field(err, "code") == "model_not_found" or model in _api_message(err)
+
+
+def connection_failure(err: BaseException) -> str | None:
+    """Why no connection could be made, if that is what happened ("connection refused").
+
+    Why not just the SDK's error class: its aiohttp transport reports a refused
+    connection as a connect *timeout*, which would send an operator looking for a slow
+    server instead of a wrong URL. The cause chain still holds the socket's own error.
+    """
+    seen: set[int] = set()
+    cause: BaseException | None = err
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(cause, socket.gaierror):
+            return "host name not found"
+        if isinstance(cause, ssl.SSLError):
+            return f"TLS error: {cause.reason or cause}"
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
+def _retry_after(err: openai.OpenAIError) -> float | None:
+    """Seconds a 429 asked us to wait (`retry-after-ms`, else `retry-after`), if it said."""
+    if not isinstance(err, openai.APIStatusError) or err.status_code != 429:
+        return None
+    headers = err.response.headers
+    for name, divisor in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value is None:
+            continue
+        try:
+            seconds = float(value) / divisor
+        except ValueError:
+            continue
+        if seconds >= 0:
+            return seconds
+    return None

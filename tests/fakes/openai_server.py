@@ -1,0 +1,1015 @@
+"""A loopback fake of the OpenAI Chat Completions API, and of the servers that imitate it.
+
+Why a server and not a mock: tests drive the real `openai.AsyncOpenAI` client, so its
+HTTP stack, auth header, retries (`retry-after-ms` / `retry-after`), timeouts and
+response parsing run exactly as in production. Why this strict: a fake kinder than the
+real API hides client bugs, so bodies are validated the way OpenAI validates them and
+every failure uses OpenAI's envelope `{"error": {"message", "type", "param", "code"}}`
+with the real status.
+
+It has the same public surface as `AnthropicFake` (`brain`, `requests`, `enqueue` with
+the same `Text` / `ToolUse` / `Fault` / `Delay` items, `latency`, `in_flight`,
+`max_in_flight`, `base_url`, `known_models`), so a test can be parametrized over both
+vendors. `base_url` ends in `/v1`, as OPENAI_BASE_URL does.
+
+How `POST /v1/chat/completions` is answered, in order:
+
+1. `server.latency` seconds pass.
+2. A missing or wrong key, when the server was given `api_key`, gets 401 (without an
+   `api_key` it takes any key or none, like Ollama). An invalid body gets 400, an
+   unknown model 404. None of these consume the script.
+3. What the configured server lacks gets 400, as local servers answer:
+   `rejects_tools`, `supports_response_format=False`, `rejects_max_tokens` (OpenAI's
+   reasoning models: `unsupported_parameter`, use `max_completion_tokens`).
+4. The next script item, else the deterministic `Brain` of `anthropic_server`. The
+   answer takes the form the request asked for: a forced function call becomes a
+   `tool_calls` message (unless `ignores_tool_choice`: then text; with
+   `malformed_arguments` the arguments are not valid JSON); a `response_format` JSON
+   schema becomes JSON content; a request whose system prompt asks for "only a JSON
+   object" and embeds the schema (what `providers.openai` sends as its last resort) is
+   answered as a small local model would, JSON in a ```json fence after a short
+   preface. So the brain's evidence answer can be had at every level of the client's
+   fallback chain.
+
+Usage follows OpenAI's automatic prompt caching: only prompts of at least 1,024 tokens
+are cached; the cached part is the longest prefix identical to a prompt sent before to
+the same model, counted in 128-token steps (1,024, 1,152, ...); tokens are estimated as
+ceil(chars / 4) of a canonical serialization (tools, then the response format, then the
+messages in order). `Text(usage=...)` overrides OpenAI usage fields (`prompt_tokens`,
+`completion_tokens`, `total_tokens`, `prompt_tokens_details`, ..., and `cached_tokens`
+for the one inside `prompt_tokens_details`); `None` sends an explicit null.
+
+Everything the client sent is in `server.requests`, every completion sent back in
+`server.responses`; `server.gate` (an unset `asyncio.Event`) holds chat requests after
+they are recorded, and `wait_for_requests(n)` waits for arrivals, so concurrency tests
+need no timing.
+
+`GET /v1/models` lists `known_models`; `GET /v1/models/{id}` answers for a known id and
+with the real 404 `model_not_found` envelope otherwise (`serves_model_lookup=False`
+answers 404 `{"detail": "Not Found"}` instead, like servers without that endpoint).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import re
+import time
+import uuid
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, Self
+from urllib.parse import unquote
+
+from aiohttp import web
+
+from tests.fakes.anthropic_server import (
+    Brain,
+    Delay,
+    Fault,
+    RecordedRequest,
+    ScriptItem,
+    Text,
+    ToolUse,
+    _content_text,
+)
+
+__all__ = [
+    "KNOWN_MODELS",
+    "Brain",
+    "Delay",
+    "Fault",
+    "OpenAIFake",
+    "OpenAIRequest",
+    "Text",
+    "ToolUse",
+]
+
+#: Model ids the fake knows: OpenAI's current chat models and two local (Ollama) names.
+KNOWN_MODELS = (
+    "gpt-4.1",
+    "gpt-4.1-mini",
+    "gpt-4.1-nano",
+    "gpt-4o",
+    "gpt-4o-mini",
+    "gpt-5",
+    "gpt-5-mini",
+    "gpt-5-nano",
+    "o3",
+    "o4-mini",
+    "llama3.1:8b",
+    "qwen2.5:7b",
+)
+
+#: Prompts shorter than this are never cached; longer ones in steps of CACHE_STEP.
+CACHE_MIN_TOKENS = 1024
+CACHE_STEP = 128
+
+_ROLES = ("system", "assistant", "user", "function", "tool", "developer")
+_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+_PARAMETERS = frozenset(
+    {
+        "messages",
+        "model",
+        "audio",
+        "frequency_penalty",
+        "function_call",
+        "functions",
+        "logit_bias",
+        "logprobs",
+        "max_completion_tokens",
+        "max_tokens",
+        "metadata",
+        "modalities",
+        "n",
+        "parallel_tool_calls",
+        "prediction",
+        "presence_penalty",
+        "prompt_cache_key",
+        "prompt_cache_retention",
+        "reasoning_effort",
+        "response_format",
+        "safety_identifier",
+        "seed",
+        "service_tier",
+        "stop",
+        "store",
+        "stream",
+        "stream_options",
+        "temperature",
+        "tool_choice",
+        "tools",
+        "top_logprobs",
+        "top_p",
+        "user",
+        "verbosity",
+        "web_search_options",
+    }
+)
+
+# type and message of a scripted fault, by status (code: `rate_limit_exceeded` for 429).
+_FAULTS: dict[int, tuple[str, str]] = {
+    400: ("invalid_request_error", "Scripted bad request."),
+    401: ("invalid_request_error", "Incorrect API key provided."),
+    403: ("request_forbidden", "Country, region, or territory not supported"),
+    404: ("invalid_request_error", "Scripted not found."),
+    409: ("invalid_request_error", "Scripted conflict."),
+    429: ("requests", "Rate limit reached for requests. Please try again later."),
+    500: ("server_error", "The server had an error while processing your request. Sorry!"),
+    502: ("server_error", "Bad gateway."),
+    503: ("server_error", "The engine is currently overloaded, please try again later."),
+}
+
+
+def _tokens(text: str) -> int:
+    """Roughly 4 characters per token, like English text."""
+    return math.ceil(len(text) / 4)
+
+
+# --- what the client sent ----------------------------------------------------------------
+
+Structure = Literal["tool", "response_format", "instruction"]
+_INSTRUCTION = re.compile(r"only a JSON object", re.IGNORECASE)
+
+
+def _embedded_request(text: str) -> tuple[str, dict[str, Any]] | None:
+    """(name, schema) when `text` asks for "only a JSON object" and embeds its schema."""
+    found = _INSTRUCTION.search(text)
+    if found is None:
+        return None
+    rest = text[found.end() :]
+    name = re.search(r"`([a-zA-Z0-9_-]{1,64})`", rest)
+    decoder = json.JSONDecoder()
+    start = rest.find("{")
+    while start != -1:
+        try:
+            value, _ = decoder.raw_decode(rest, start)
+        except ValueError:
+            value = None
+        if isinstance(value, dict) and "properties" in value:
+            return (name.group(1) if name else "answer"), value
+        start = rest.find("{", start + 1)
+    return None
+
+
+@dataclass
+class OpenAIRequest:
+    """One request as received, with the same properties as `RecordedRequest`.
+
+    `system_blocks` / `system_text` come from the system (and developer) messages, and
+    `messages` are the other ones, so tests read both vendors' requests alike. `tools`
+    lists function tools as `{"name", "description", "input_schema"}`. `tool_name` is
+    the name of the JSON answer asked for, however it was asked (forced or only tool,
+    `response_format` schema name, or the plain-text instruction); None for chat.
+    """
+
+    method: str
+    path: str
+    headers: dict[str, str]  # names lower-cased
+    body: dict[str, Any]
+
+    @property
+    def api_key(self) -> str | None:
+        auth = self.headers.get("authorization", "")
+        return auth[len("Bearer ") :] if auth.startswith("Bearer ") else None
+
+    @property
+    def all_messages(self) -> list[dict[str, Any]]:
+        return [m for m in self.body.get("messages") or [] if isinstance(m, dict)]
+
+    @property
+    def system_blocks(self) -> list[dict[str, Any]]:
+        return [
+            {"type": "text", "text": _content_text(m.get("content"))}
+            for m in self.all_messages
+            if m.get("role") in ("system", "developer")
+        ]
+
+    @property
+    def system_text(self) -> str:
+        return "\n\n".join(str(b["text"]) for b in self.system_blocks)
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        return [m for m in self.all_messages if m.get("role") not in ("system", "developer")]
+
+    @property
+    def user_text(self) -> str:
+        return "\n".join(
+            _content_text(m.get("content")) for m in self.messages if m.get("role") == "user"
+        )
+
+    @property
+    def last_user_text(self) -> str:
+        users = [m for m in self.messages if m.get("role") == "user"]
+        return _content_text(users[-1].get("content")) if users else ""
+
+    @property
+    def tools(self) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = []
+        for tool in self.body.get("tools") or []:
+            function = tool.get("function") if isinstance(tool, dict) else None
+            if isinstance(function, dict):
+                found.append(
+                    {
+                        "name": function.get("name"),
+                        "description": function.get("description", ""),
+                        "input_schema": function.get("parameters") or {},
+                    }
+                )
+        return found
+
+    @property
+    def structure(self) -> Structure | None:
+        """How a JSON answer was asked for: the three levels of `providers.openai`."""
+        if self.tools and self.body.get("tool_choice") != "none":
+            return "tool"
+        response_format = self.body.get("response_format")
+        if isinstance(response_format, dict) and response_format.get("type") == "json_schema":
+            return "response_format"
+        if _embedded_request(self.system_text + "\n" + self.user_text) is not None:
+            return "instruction"
+        return None
+
+    @property
+    def tool_name(self) -> str | None:
+        return self._asked()[0]
+
+    @property
+    def schema(self) -> dict[str, Any]:
+        return self._asked()[1]
+
+    def _asked(self) -> tuple[str | None, dict[str, Any]]:
+        structure = self.structure
+        if structure == "tool":
+            choice = self.body.get("tool_choice")
+            name = self.tools[0]["name"]
+            if isinstance(choice, dict) and isinstance(choice.get("function"), dict):
+                name = choice["function"].get("name")
+            schema: dict[str, Any] = next(
+                (t["input_schema"] for t in self.tools if t["name"] == name), {}
+            )
+            return str(name), schema
+        if structure == "response_format":
+            spec = self.body["response_format"].get("json_schema") or {}
+            return str(spec.get("name")), dict(spec.get("schema") or {})
+        if structure == "instruction":
+            embedded = _embedded_request(self.system_text + "\n" + self.user_text)
+            assert embedded is not None
+            return embedded
+        return None, {}
+
+    def brain_view(self, *, as_chat: bool = False) -> RecordedRequest:
+        """The same request in Anthropic's shape, which is what `Brain` reads."""
+        body: dict[str, Any] = {
+            "system": self.system_text,
+            "messages": [
+                {"role": m.get("role"), "content": _content_text(m.get("content"))}
+                for m in self.messages
+                if m.get("role") in ("user", "assistant")
+            ],
+        }
+        name, schema = self._asked()
+        if name is not None and not as_chat:
+            body["tools"] = [{"name": name, "input_schema": schema}]
+            body["tool_choice"] = {"type": "tool", "name": name}
+        return RecordedRequest(self.method, self.path, self.headers, body)
+
+
+# --- the server --------------------------------------------------------------------------
+
+
+class OpenAIFake:
+    """`async with OpenAIFake() as server:` listens on 127.0.0.1 (ephemeral port).
+
+    `api_key`: when set, requests must carry exactly this key (Bearer); when None any
+    key or none is accepted. The behaviour switches are plain attributes, so a test can
+    turn them on after start.
+    """
+
+    def __init__(
+        self,
+        *,
+        api_key: str | None = None,
+        latency: float = 0.0,
+        ignores_tool_choice: bool = False,
+        malformed_arguments: bool = False,
+        rejects_tools: bool = False,
+        supports_response_format: bool = True,
+        rejects_max_tokens: bool = False,
+        serves_model_lookup: bool = True,
+    ) -> None:
+        self.expected_api_key = api_key
+        self.known_models: set[str] = set(KNOWN_MODELS)
+        self.latency = latency
+        self.ignores_tool_choice = ignores_tool_choice
+        self.malformed_arguments = malformed_arguments
+        self.rejects_tools = rejects_tools
+        self.supports_response_format = supports_response_format
+        self.rejects_max_tokens = rejects_max_tokens
+        self.serves_model_lookup = serves_model_lookup
+        self.brain = Brain()
+        self.requests: list[OpenAIRequest] = []
+        # Every chat completion body sent back, in order (usage included).
+        self.responses: list[dict[str, Any]] = []
+        # When set to an unset Event, chat requests wait for it after being recorded, so
+        # a test can hold requests in flight without relying on timing.
+        self.gate: asyncio.Event | None = None
+        self._arrived = asyncio.Event()
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.base_url = ""
+        self._script: deque[ScriptItem] = deque()
+        # model -> canonical prompts of at least CACHE_MIN_TOKENS seen so far
+        self._cached_prompts: dict[str, list[str]] = {}
+        self._runner: web.AppRunner | None = None
+
+    def enqueue(self, *items: ScriptItem) -> None:
+        self._script.extend(items)
+
+    @property
+    def script_left(self) -> int:
+        return len(self._script)
+
+    @property
+    def chat_requests(self) -> list[OpenAIRequest]:
+        """The chat completion requests (not the Models API ones)."""
+        return [r for r in self.requests if r.path.endswith("/chat/completions")]
+
+    async def start(self) -> None:
+        app = web.Application(client_max_size=32 * 1024 * 1024)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/v1/models/{model_id:.+}", self._model)
+        app.router.add_route("*", "/{tail:.*}", self._invalid_url)
+        # handler_cancellation: a client that timed out and hung up stops its handler.
+        self._runner = web.AppRunner(
+            app, handler_cancellation=True, access_log=None, shutdown_timeout=0.5
+        )
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
+        host, port = self._runner.addresses[0][:2]
+        self.base_url = f"http://{host}:{port}/v1"
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # --- handlers ----------------------------------------------------------------------
+
+    def _record(self, request: web.Request, body: dict[str, Any]) -> OpenAIRequest:
+        recorded = OpenAIRequest(
+            method=request.method,
+            path=request.path,
+            headers={k.lower(): v for k, v in request.headers.items()},
+            body=body,
+        )
+        self.requests.append(recorded)
+        self._arrived.set()
+        return recorded
+
+    async def wait_for_requests(self, count: int) -> None:
+        """Return once `count` requests have arrived (an event, not a timed poll)."""
+        while len(self.requests) < count:
+            self._arrived.clear()
+            await self._arrived.wait()
+
+    def _auth_error(self, recorded: OpenAIRequest) -> web.Response | None:
+        if self.expected_api_key is None:
+            return None
+        key = recorded.api_key
+        if not key:
+            return _error(
+                401,
+                "You didn't provide an API key. You need to provide your API key in an "
+                "Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).",
+                "invalid_request_error",
+            )
+        if key != self.expected_api_key:
+            shown = f"{key[:3]}{'*' * 4}{key[-4:]}" if len(key) > 8 else "*" * len(key)
+            return _error(
+                401,
+                f"Incorrect API key provided: {shown}. You can find your API key at "
+                "https://platform.openai.com/account/api-keys.",
+                "invalid_request_error",
+                code="invalid_api_key",
+            )
+        return None
+
+    def _model_scripted(self) -> ScriptItem | None:
+        """A Fault or Delay at the head of the script is meant for whichever call comes
+        next, the Models API included; answers (Text, ToolUse) are left for chat."""
+        if self._script and isinstance(self._script[0], Fault | Delay):
+            return self._script.popleft()
+        return None
+
+    async def _models(self, request: web.Request) -> web.Response:
+        recorded = self._record(request, {})
+        denied = self._auth_error(recorded)
+        if denied is not None:
+            return denied
+        return web.json_response(
+            {"object": "list", "data": [_model_object(m) for m in sorted(self.known_models)]},
+            headers=_headers(),
+        )
+
+    async def _model(self, request: web.Request) -> web.Response:
+        recorded = self._record(request, {})
+        denied = self._auth_error(recorded)
+        if denied is not None:
+            return denied
+        item = self._model_scripted()
+        if isinstance(item, Delay):
+            await asyncio.sleep(item.seconds)
+            item = item.then
+        if isinstance(item, Fault):
+            return _fault(item)
+        if not self.serves_model_lookup:
+            return web.json_response({"detail": "Not Found"}, status=404)
+        model_id = unquote(request.match_info["model_id"])
+        if model_id not in self.known_models:
+            return _error(
+                404,
+                f"The model '{model_id}' does not exist",
+                "invalid_request_error",
+                param="model",
+                code="model_not_found",
+            )
+        return web.json_response(_model_object(model_id), headers=_headers())
+
+    async def _invalid_url(self, request: web.Request) -> web.Response:
+        self._record(request, {})
+        return _error(
+            404, f"Invalid URL ({request.method} {request.path})", "invalid_request_error"
+        )
+
+    async def _chat(self, request: web.Request) -> web.Response:
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            return await self._answer(request)
+        finally:
+            self.in_flight -= 1
+
+    async def _answer(self, request: web.Request) -> web.Response:
+        raw = await request.read()
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = None
+        recorded = self._record(request, body if isinstance(body, dict) else {})
+        if self.gate is not None:
+            await self.gate.wait()
+        if self.latency:
+            await asyncio.sleep(self.latency)
+
+        denied = self._auth_error(recorded)
+        if denied is not None:
+            return denied
+        if not isinstance(body, dict):
+            return _error(
+                400,
+                "We could not parse the JSON body of your request. (HINT: This likely means "
+                "you aren't using your HTTP library correctly. The OpenAI API expects a JSON "
+                "payload, but what was sent was not valid JSON.)",
+                "invalid_request_error",
+            )
+        problem = _invalid(body)
+        if problem is not None:
+            return _error(
+                400, problem[0], "invalid_request_error", param=problem[1], code=problem[2]
+            )
+        model = body["model"]
+        if model not in self.known_models:
+            return _error(
+                404,
+                f"The model `{model}` does not exist or you do not have access to it.",
+                "invalid_request_error",
+                code="model_not_found",
+            )
+        lacking = self._lacking(body)
+        if lacking is not None:
+            return lacking
+
+        item = self._script.popleft() if self._script else None
+        if isinstance(item, Delay):
+            await asyncio.sleep(item.seconds)
+            item = item.then
+        if item is None:
+            item = self.brain.answer(recorded.brain_view())
+        if isinstance(item, Fault):
+            return _fault(item)
+        completion = self._completion(recorded, item)
+        self.responses.append(completion)
+        return web.json_response(completion, headers=_headers())
+
+    def _lacking(self, body: dict[str, Any]) -> web.Response | None:
+        """The 400s of a server that lacks a feature the request uses."""
+        model = body["model"]
+        if self.rejects_max_tokens and "max_tokens" in body:
+            return _error(
+                400,
+                "Unsupported parameter: 'max_tokens' is not supported with this model. "
+                "Use 'max_completion_tokens' instead.",
+                "invalid_request_error",
+                param="max_tokens",
+                code="unsupported_parameter",
+            )
+        if self.rejects_tools and body.get("tools"):
+            return _error(400, f"{model} does not support tools", "invalid_request_error")
+        response_format = body.get("response_format")
+        if (
+            not self.supports_response_format
+            and isinstance(response_format, dict)
+            and response_format.get("type") != "text"
+        ):
+            kind = response_format.get("type")
+            return _error(
+                400,
+                f"Invalid parameter: 'response_format' of type '{kind}' is not supported "
+                "with this model.",
+                "invalid_request_error",
+                param="response_format",
+            )
+        return None
+
+    # --- answers -----------------------------------------------------------------------
+
+    def _completion(self, request: OpenAIRequest, item: Text | ToolUse) -> dict[str, Any]:
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": None,
+            "refusal": None,
+            "annotations": [],
+        }
+        finish = "stop"
+        overrides: dict[str, int | None] = {}
+        structure = request.structure
+        if isinstance(item, Text):
+            parts = [item.text] if isinstance(item.text, str) else list(item.text)
+            message["content"] = "".join(parts)
+            overrides = dict(item.usage or {})
+        elif structure == "tool" and self.ignores_tool_choice:
+            chat = self.brain.answer(request.brain_view(as_chat=True))
+            message["content"] = chat.text if isinstance(chat, Text) else ""
+        elif structure == "tool":
+            arguments = json.dumps(item.input)
+            if self.malformed_arguments:
+                arguments = arguments[:-1]  # cut short, as a model out of patience does
+            message["tool_calls"] = [
+                {
+                    "id": "call_" + uuid.uuid4().hex[:24],
+                    "type": "function",
+                    "function": {"name": request.tool_name, "arguments": arguments},
+                }
+            ]
+            finish = "tool_calls"
+        elif structure == "instruction":
+            message["content"] = (
+                "Here is the JSON you asked for:\n```json\n"
+                + json.dumps(item.input, indent=2)
+                + "\n```"
+            )
+        else:
+            message["content"] = json.dumps(item.input)
+        output = message["content"] or json.dumps(message.get("tool_calls"))
+        return {
+            "id": "chatcmpl-" + uuid.uuid4().hex[:24],
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": request.body["model"],
+            "choices": [
+                {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
+            ],
+            "usage": self._usage(request, output, overrides),
+            "service_tier": "default",
+            "system_fingerprint": "fp_fake",
+        }
+
+    def _usage(
+        self, request: OpenAIRequest, output: str, overrides: Mapping[str, int | None]
+    ) -> dict[str, Any]:
+        canonical = _canonical(request.body)
+        prompt = max(_tokens(canonical), 1)
+        cached = self._cached_tokens(str(request.body["model"]), canonical, prompt)
+        completion = max(_tokens(output), 1)
+        usage: dict[str, Any] = {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": cached, "audio_tokens": 0},
+            "completion_tokens_details": {
+                "reasoning_tokens": 0,
+                "audio_tokens": 0,
+                "accepted_prediction_tokens": 0,
+                "rejected_prediction_tokens": 0,
+            },
+        }
+        for key, value in overrides.items():
+            if key == "cached_tokens":
+                if isinstance(usage["prompt_tokens_details"], dict):
+                    usage["prompt_tokens_details"]["cached_tokens"] = value
+            else:
+                usage[key] = value
+        return usage
+
+    def _cached_tokens(self, model: str, canonical: str, prompt_tokens: int) -> int:
+        """OpenAI's rule: 0 under 1,024 tokens, else the longest prefix shared with an
+        earlier prompt to this model, in whole 128-token steps from 1,024."""
+        if prompt_tokens < CACHE_MIN_TOKENS:
+            return 0
+        seen = self._cached_prompts.setdefault(model, [])
+        shared_chars = max((_shared_prefix(canonical, before) for before in seen), default=0)
+        if canonical not in seen:
+            seen.append(canonical)
+        shared = shared_chars // 4  # tokens wholly inside the shared prefix
+        if shared < CACHE_MIN_TOKENS:
+            return 0
+        return CACHE_MIN_TOKENS + (shared - CACHE_MIN_TOKENS) // CACHE_STEP * CACHE_STEP
+
+
+def _canonical(body: Mapping[str, Any]) -> str:
+    """What the fake counts and caches: tools, response format, then messages in order."""
+    parts = [
+        json.dumps(tool, sort_keys=True, separators=(",", ":")) for tool in body.get("tools") or []
+    ]
+    if isinstance(body.get("response_format"), dict):
+        parts.append(json.dumps(body["response_format"], sort_keys=True, separators=(",", ":")))
+    for message in body.get("messages") or []:
+        text = _content_text(message.get("content"))
+        calls = message.get("tool_calls")
+        if calls:
+            text += json.dumps(calls, sort_keys=True, separators=(",", ":"))
+        parts.append(f"<|{message.get('role')}|>{text}")
+    return "\n".join(parts)
+
+
+def _shared_prefix(a: str, b: str) -> int:
+    """Length of the longest common prefix (binary search over C-speed comparisons)."""
+    low, high = 0, min(len(a), len(b))
+    while low < high:
+        mid = (low + high + 1) // 2
+        if a[:mid] == b[:mid]:
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
+# --- validation ----------------------------------------------------------------------------
+
+Problem = tuple[str, str | None, str | None]  # message, param, code
+
+
+def _type_name(value: object) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a decimal"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if value is None:
+        return "null"
+    return "an object"
+
+
+def _missing(param: str) -> Problem:
+    return f"Missing required parameter: '{param}'.", param, "missing_required_parameter"
+
+
+def _wrong_type(param: str, expected: str, value: object) -> Problem:
+    return (
+        f"Invalid type for '{param}': expected {expected}, but got {_type_name(value)} instead.",
+        param,
+        "invalid_type",
+    )
+
+
+def _bad_value(param: str, value: object, allowed: tuple[str, ...]) -> Problem:
+    quoted = [f"'{a}'" for a in allowed]
+    listed = (
+        ", ".join(quoted[:-1]) + f", and {quoted[-1]}" if len(quoted) > 2 else " and ".join(quoted)
+    )
+    return f"Invalid value: '{value}'. Supported values are: {listed}.", param, "invalid_value"
+
+
+def _invalid(body: dict[str, Any]) -> Problem | None:
+    """The checks OpenAI makes that a client bug would trip."""
+    unknown = sorted(set(body) - _PARAMETERS)
+    if unknown:
+        return f"Unrecognized request argument supplied: {unknown[0]}", None, None
+    if not isinstance(body.get("model"), str) or not body["model"]:
+        return "you must provide a model parameter", None, None
+    if body.get("stream"):
+        return "this fake does not stream; the client must not ask it to", "stream", None
+    problem = _invalid_messages(body.get("messages"))
+    if problem is None:
+        for param in ("max_tokens", "max_completion_tokens"):
+            problem = problem or _invalid_limit(body, param)
+    problem = problem or _invalid_tools(body)
+    return problem or _invalid_response_format(body)
+
+
+def _invalid_messages(messages: object) -> Problem | None:
+    if messages is None:
+        return _missing("messages")
+    if not isinstance(messages, list):
+        return _wrong_type("messages", "an array of objects", messages)
+    if not messages:
+        return (
+            "Invalid 'messages': empty array. Expected an array with minimum length 1, "
+            "but got an empty array instead.",
+            "messages",
+            "empty_array",
+        )
+    for i, message in enumerate(messages):
+        where = f"messages[{i}]"
+        if not isinstance(message, dict):
+            return _wrong_type(where, "an object", message)
+        role = message.get("role")
+        if role is None:
+            return _missing(f"{where}.role")
+        if role not in _ROLES:
+            return _bad_value(f"{where}.role", role, _ROLES)
+        content = message.get("content")
+        if content is None:
+            if role == "assistant" and message.get("tool_calls"):
+                continue
+            return _missing(f"{where}.content")
+        if not isinstance(content, str | list):
+            return _wrong_type(f"{where}.content", "one of a string or array of objects", content)
+        if role == "tool" and not message.get("tool_call_id"):
+            return _missing(f"{where}.tool_call_id")
+    return None
+
+
+def _invalid_limit(body: dict[str, Any], param: str) -> Problem | None:
+    if param not in body or body[param] is None:
+        return None
+    value = body[param]
+    if not isinstance(value, int) or isinstance(value, bool):
+        return _wrong_type(param, "an integer", value)
+    if value < 1:
+        return (
+            f"Invalid '{param}': integer below minimum value. Expected a value >= 1, "
+            f"but got {value} instead.",
+            param,
+            "integer_below_min_value",
+        )
+    return None
+
+
+def _invalid_schema(schema: object, where: str, owner: str) -> Problem | None:
+    if not isinstance(schema, dict):
+        return _wrong_type(where, "an object", schema)
+    if schema.get("type") != "object":
+        return (
+            f"Invalid schema for {owner}: schema must be a JSON Schema of 'type: \"object\"', "
+            f"got 'type: \"{schema.get('type')}\"'.",
+            where,
+            "invalid_function_parameters" if "function" in owner else "invalid_json_schema",
+        )
+    return None
+
+
+def _invalid_tools(body: dict[str, Any]) -> Problem | None:
+    tools = body.get("tools")
+    names: list[str] = []
+    if tools is not None:
+        if not isinstance(tools, list):
+            return _wrong_type("tools", "an array of objects", tools)
+        if not tools:
+            return (
+                "Invalid 'tools': empty array. Expected an array with minimum length 1, "
+                "but got an empty array instead.",
+                "tools",
+                "empty_array",
+            )
+        for i, tool in enumerate(tools):
+            where = f"tools[{i}]"
+            if not isinstance(tool, dict):
+                return _wrong_type(where, "an object", tool)
+            if tool.get("type") != "function":
+                return _bad_value(f"{where}.type", tool.get("type"), ("function", "custom"))
+            function = tool.get("function")
+            if not isinstance(function, dict):
+                return _missing(f"{where}.function")
+            name = function.get("name")
+            if not isinstance(name, str):
+                return _missing(f"{where}.function.name")
+            if not _NAME.match(name):
+                return (
+                    f"Invalid '{where}.function.name': string does not match pattern. "
+                    "Expected a string that matches the pattern '^[a-zA-Z0-9_-]+$'.",
+                    f"{where}.function.name",
+                    "invalid_value",
+                )
+            if "parameters" in function:
+                problem = _invalid_schema(
+                    function["parameters"], f"{where}.function.parameters", f"function '{name}'"
+                )
+                if problem:
+                    return problem
+            names.append(name)
+    choice = body.get("tool_choice")
+    if choice is None:
+        return None
+    if tools is None:
+        return (
+            "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' "
+            "are specified.",
+            "tool_choice",
+            None,
+        )
+    if isinstance(choice, str):
+        if choice not in ("none", "auto", "required"):
+            return _bad_value("tool_choice", choice, ("none", "auto", "required"))
+        return None
+    if not isinstance(choice, dict):
+        return _wrong_type("tool_choice", "one of a string or an object", choice)
+    if choice.get("type") != "function":
+        return _bad_value("tool_choice.type", choice.get("type"), ("function",))
+    function = choice.get("function")
+    if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+        return _missing("tool_choice.function.name")
+    if function["name"] not in names:
+        return (
+            f"Invalid value for 'tool_choice': function '{function['name']}' not found in 'tools'.",
+            "tool_choice",
+            None,
+        )
+    return None
+
+
+def _invalid_response_format(body: dict[str, Any]) -> Problem | None:
+    response_format = body.get("response_format")
+    if response_format is None:
+        return None
+    if not isinstance(response_format, dict):
+        return _wrong_type("response_format", "an object", response_format)
+    kind = response_format.get("type")
+    if kind is None:
+        return _missing("response_format.type")
+    if kind not in ("text", "json_object", "json_schema"):
+        return _bad_value("response_format.type", kind, ("text", "json_object", "json_schema"))
+    if kind == "json_object":
+        text = json.dumps(body.get("messages")).lower()
+        if "json" not in text:
+            return (
+                "'messages' must contain the word 'json' in some form, to use "
+                "'response_format' of type 'json_object'.",
+                "messages",
+                None,
+            )
+    if kind != "json_schema":
+        return None
+    spec = response_format.get("json_schema")
+    if not isinstance(spec, dict):
+        return _missing("response_format.json_schema")
+    name = spec.get("name")
+    if not isinstance(name, str):
+        return _missing("response_format.json_schema.name")
+    if not _NAME.match(name):
+        return (
+            "Invalid 'response_format.json_schema.name': string does not match pattern. "
+            "Expected a string that matches the pattern '^[a-zA-Z0-9_-]+$'.",
+            "response_format.json_schema.name",
+            "invalid_value",
+        )
+    if "schema" in spec:
+        problem = _invalid_schema(
+            spec["schema"], "response_format.json_schema.schema", f"response_format '{name}'"
+        )
+        if problem:
+            return problem
+        if spec.get("strict"):
+            return _not_strict(spec["schema"], name)
+    return None
+
+
+def _not_strict(schema: dict[str, Any], name: str, path: str = "()") -> Problem | None:
+    """Structured Outputs' strict mode: every object closed and every property required."""
+    if schema.get("type") == "object":
+        props = schema.get("properties") or {}
+        if schema.get("additionalProperties") is not False:
+            return (
+                f"Invalid schema for response_format '{name}': In context={path}, "
+                "'additionalProperties' is required to be supplied and to be false.",
+                "response_format",
+                "invalid_json_schema",
+            )
+        missing = sorted(set(props) - set(schema.get("required") or []))
+        if missing:
+            return (
+                f"Invalid schema for response_format '{name}': In context={path}, 'required' "
+                f"is required to be supplied and to be an array including every key in "
+                f"properties. Missing '{missing[0]}'.",
+                "response_format",
+                "invalid_json_schema",
+            )
+        for key, prop in props.items():
+            if isinstance(prop, dict):
+                problem = _not_strict(prop, name, f"('properties', '{key}')")
+                if problem:
+                    return problem
+    items = schema.get("items")
+    if isinstance(items, dict):
+        return _not_strict(items, name, f"{path}, 'items'")
+    return None
+
+
+# --- responses -------------------------------------------------------------------------
+
+
+def _headers(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    return {
+        "x-request-id": "req_" + uuid.uuid4().hex[:24],
+        "openai-version": "2020-10-01",
+        **(extra or {}),
+    }
+
+
+def _model_object(model_id: str) -> dict[str, Any]:
+    owner = "library" if ":" in model_id else "openai"
+    return {"id": model_id, "object": "model", "created": 1_744_000_000, "owned_by": owner}
+
+
+def _error(
+    status: int,
+    message: str,
+    error_type: str,
+    *,
+    param: str | None = None,
+    code: str | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> web.Response:
+    body = {"error": {"message": message, "type": error_type, "param": param, "code": code}}
+    return web.json_response(body, status=status, headers=_headers(headers))
+
+
+def _fault(fault: Fault) -> web.Response:
+    headers: dict[str, str] = {}
+    if fault.retry_after_ms is not None:
+        # OpenAI sends seconds; Azure and the SDK also know milliseconds. Send both.
+        headers["retry-after-ms"] = str(fault.retry_after_ms)
+        headers["retry-after"] = str(math.ceil(fault.retry_after_ms / 1000))
+    error_type, message = _FAULTS.get(
+        fault.status, ("server_error" if fault.status >= 500 else "invalid_request_error", "")
+    )
+    message = message or f"Scripted fault {fault.status} from the fake server."
+    code = {401: "invalid_api_key", 429: "rate_limit_exceeded"}.get(fault.status)
+    return _error(fault.status, message, error_type, code=code, headers=headers)
