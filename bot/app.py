@@ -21,8 +21,9 @@ from bot.registry import CommunityRegistry
 from bot.runtime import Runtime
 from bot.scheduler import ReflectionScheduler
 from bot.settings import Settings
-from sonality.agent import SonalityAgent
 from providers.anthropic import AnthropicLLM
+from providers.openai import OpenAILLM
+from sonality.agent import SonalityAgent
 from sonality.llm import LLMClient
 from sonality.memory.embed_lane import EmbeddingLane
 from sonality.memory.embedding import default_embedding_function
@@ -33,8 +34,23 @@ from storage import Database
 log = logging.getLogger(__name__)
 
 
-def build_llm(settings: Settings) -> AnthropicLLM:
-    if settings.anthropic_api_key is None:
+def build_llm(settings: Settings) -> AnthropicLLM | OpenAILLM:
+    """The one shared client of the vendor SONALITY_LLM_PROVIDER names.
+
+    Anthropic cannot work without a key; an OpenAI-compatible server may need none
+    (Ollama), and one that does answers 401, which the start-up check reports.
+    """
+    if settings.llm_provider == "openai":
+        key = settings.openai_api_key
+        return OpenAILLM(
+            api_key=key.get_secret_value() if key is not None else "",
+            base_url=settings.openai_base_url,
+            default_model=settings.model,
+            max_retries=settings.llm_max_retries,
+            timeout=settings.llm_timeout_seconds,
+            max_concurrency=settings.max_concurrent_llm,
+        )
+    if settings.anthropic_api_key is None or not settings.anthropic_api_key.get_secret_value():
         raise StartupError("Set ANTHROPIC_API_KEY (environment or .env) to run the bot.")
     return AnthropicLLM(
         api_key=settings.anthropic_api_key.get_secret_value(),
