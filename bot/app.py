@@ -17,6 +17,7 @@ from typing import Any
 from bot.budget import BudgetLedger, MeteredLLM
 from bot.interface import Adapter, StartupError
 from bot.messages import Community
+from bot.preflight import check_models
 from bot.registry import CommunityRegistry
 from bot.runtime import Runtime
 from bot.scheduler import ReflectionScheduler
@@ -155,6 +156,7 @@ def _adapters(settings: Settings, runtime: Runtime) -> list[Adapter]:
 
 async def run_bot(settings: Settings) -> int:
     """Run until SIGINT/SIGTERM (or end of input in the terminal); returns an exit code."""
+    await check_models(settings)  # a wrong key, model or URL stops us here, in one line
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

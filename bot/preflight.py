@@ -1,0 +1,170 @@
+"""The start-up model check: one cheap request per configured model, before any platform.
+
+Why: a rejected key, a misspelt model or a wrong URL otherwise shows up only when the
+first member writes, as a notice in the chat and a log line nobody reads, and on
+Discord or Slack the bot looks alive meanwhile. Checked first, the bot refuses to start
+with ONE line naming the setting to fix.
+
+Why a fault of the moment only warns: a 429, a 5xx or Anthropic's 529 says nothing about
+the configuration, and a bot that will not start during a vendor's bad minute is worse
+than one that starts and retries per message.
+
+The check uses its own short-lived SDK client with one retry and a short timeout, so a
+dead endpoint costs seconds, not the minutes the chat client would patiently wait.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import anthropic
+import openai
+
+from bot.interface import StartupError
+from bot.settings import Settings
+from providers.openai import OPENAI_API_URL, OpenAILLM, connection_failure
+
+log = logging.getLogger(__name__)
+
+CHECK_TIMEOUT_SECONDS = 10.0
+CHECK_RETRIES = 1
+ANTHROPIC_API_URL = "https://api.anthropic.com"
+
+APIStatusError = anthropic.APIStatusError | openai.APIStatusError
+APIConnectionError = anthropic.APIConnectionError | openai.APIConnectionError
+APITimeoutError = anthropic.APITimeoutError | openai.APITimeoutError
+
+
+@dataclass(frozen=True)
+class _Endpoint:
+    """What the one-line messages name: the settings an operator would edit."""
+
+    key_setting: str
+    url_setting: str
+    url: str | None  # as configured; None: the vendor's own
+    default_url: str
+    has_key: bool
+
+    @property
+    def where(self) -> str:
+        return self.url or self.default_url
+
+    @property
+    def url_named(self) -> str:
+        if self.url:
+            return f"{self.url_setting}={self.url}"
+        return f"{self.default_url} ({self.url_setting} unset)"
+
+
+async def check_models(settings: Settings) -> None:
+    """Raise `StartupError` if the key, a model or the endpoint is wrong; log a WARNING
+    and return if the endpoint only failed for the moment."""
+    models: dict[str, list[str]] = {}
+    models.setdefault(settings.model, []).append("SONALITY_MODEL")
+    models.setdefault(settings.ess_model, []).append("SONALITY_ESS_MODEL")
+    if settings.llm_provider == "openai":
+        await _check_openai(settings, models)
+    else:
+        await _check_anthropic(settings, models)
+
+
+async def _check_anthropic(settings: Settings, models: dict[str, list[str]]) -> None:
+    key = settings.anthropic_api_key.get_secret_value() if settings.anthropic_api_key else ""
+    if not key:
+        return  # `build_llm` refuses to start without one, naming ANTHROPIC_API_KEY
+    endpoint = _Endpoint(
+        key_setting="ANTHROPIC_API_KEY",
+        url_setting="ANTHROPIC_BASE_URL",
+        url=settings.anthropic_base_url,
+        default_url=ANTHROPIC_API_URL,
+        has_key=True,
+    )
+    async with anthropic.AsyncAnthropic(
+        api_key=key,
+        base_url=settings.anthropic_base_url,
+        max_retries=CHECK_RETRIES,
+        timeout=CHECK_TIMEOUT_SECONDS,
+    ) as client:
+        for model, names in models.items():
+            try:
+                await client.models.retrieve(model)
+            except anthropic.AnthropicError as err:
+                _judge(err, endpoint, model, names)
+
+
+async def _check_openai(settings: Settings, models: dict[str, list[str]]) -> None:
+    key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else ""
+    client = OpenAILLM(
+        api_key=key,
+        base_url=settings.openai_base_url,
+        default_model=settings.model,
+        max_retries=CHECK_RETRIES,
+        timeout=CHECK_TIMEOUT_SECONDS,
+        max_concurrency=1,
+    )
+    endpoint = _Endpoint(
+        key_setting="OPENAI_API_KEY",
+        url_setting="OPENAI_BASE_URL",
+        url=settings.openai_base_url,
+        default_url=OPENAI_API_URL,
+        has_key=client.has_key,
+    )
+    try:
+        for model, names in models.items():
+            try:
+                await client.check_model(model)
+            except openai.OpenAIError as err:
+                _judge(err, endpoint, model, names)
+    finally:
+        await client.aclose()
+
+
+def _judge(err: Exception, endpoint: _Endpoint, model: str, names: list[str]) -> None:
+    """Raise `StartupError` for what the operator must fix; warn about the rest."""
+    setting = f"{names[0]}={model}" + (f" (also {', '.join(names[1:])})" if names[1:] else "")
+    refused = connection_failure(err)
+    if refused is not None or (
+        isinstance(err, APIConnectionError) and not isinstance(err, APITimeoutError)
+    ):
+        why = refused or "connection error"
+        raise StartupError(f"could not reach {endpoint.url_named} ({why})")
+    if isinstance(err, APIStatusError):
+        status = err.status_code
+        if status in (401, 403):
+            if not endpoint.has_key:
+                raise StartupError(
+                    f"{endpoint.where} wants an API key ({status}): set {endpoint.key_setting}"
+                )
+            key = endpoint.key_setting
+            raise StartupError(f"{key} was rejected by {endpoint.where} ({status})")
+        if status == 404 and _about_model(err, model):
+            raise StartupError(
+                f"{setting} is not a model this endpoint knows ({endpoint.where}, 404)"
+            )
+    log.warning(
+        "could not check model %s at %s (%s); starting anyway",
+        model,
+        endpoint.where,
+        _short(err),
+    )
+
+
+def _about_model(err: APIStatusError, model: str) -> bool:
+    """A 404 that names the model, not one for a path a proxy does not serve."""
+    body = err.body
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        body = body["error"]
+    if isinstance(body, dict):
+        if body.get("code") == "model_not_found":
+            return True
+        return model in str(body.get("message", ""))
+    return False
+
+
+def _short(err: Exception) -> str:
+    if isinstance(err, APITimeoutError):
+        return f"no answer within {CHECK_TIMEOUT_SECONDS:g}s"
+    if isinstance(err, APIStatusError):
+        return f"status {err.status_code}"
+    return f"{type(err).__name__}: {str(err)[:120]}"
