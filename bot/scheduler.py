@@ -19,6 +19,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from bot.messages import Community
 from bot.runtime import Runtime
+from sonality.agent import SonalityAgent
 from sonality.store import utcnow
 
 log = logging.getLogger(__name__)
@@ -41,6 +42,8 @@ class ReflectionScheduler:
         self.idle_trigger = IntervalTrigger(seconds=settings.idle_check_seconds, timezone=self.tz)
         self._scheduler: AsyncIOScheduler | None = None
         self._running: set[str] = set()
+        # Community -> the last message time its idle reflection was tried for.
+        self._idle_tried: dict[str, datetime] = {}
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -92,7 +95,12 @@ class ReflectionScheduler:
             last = self.runtime.last_message_at.get(community_id)
             if last is None or now - last < quiet_for or not agent.sponge.pending_insights:
                 continue
-            if await self._reflect(community_id, "idle", now):
+            # One try per quiet spell: a reflection that failed (the model down, the
+            # limit reached) waits for new conversation instead of paying every minute.
+            if self._idle_tried.get(community_id) == last:
+                continue
+            self._idle_tried[community_id] = last
+            if await self._reflect(community_id, "idle", now, agent):
                 done.append(community_id)
         return done
 
@@ -122,7 +130,11 @@ class ReflectionScheduler:
             log.info("new day: resumed learning in %d community(ies)", len(woken))
         return woken
 
-    async def _reflect(self, community_id: str, trigger: str, now: datetime) -> bool:
+    async def _reflect(
+        self, community_id: str, trigger: str, now: datetime, agent: SonalityAgent | None = None
+    ) -> bool:
+        """Reflect one community. A loaded agent is used as it is: looking it up through
+        the registry would count as use and keep an idle community from being evicted."""
         if community_id in self._running:
             log.info("%s reflection for %s skipped: one is running", trigger, community_id)
             return False
@@ -133,7 +145,10 @@ class ReflectionScheduler:
             return False
         self._running.add(community_id)
         try:
-            agent = await self.runtime.registry.agent_for(Community(id=community_id))
+            if agent is None:
+                agent = self.runtime.registry.get(community_id)
+            if agent is None:
+                agent = await self.runtime.registry.agent_for(Community(id=community_id))
             await agent.drain()
             outcome = await agent.reflect_now(trigger)
             await self.runtime.db.mark_reflected(community_id, now)

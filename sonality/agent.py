@@ -28,7 +28,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from sonality import config
-from sonality.ess import ESSResult, classify, safe_default_ess
+from sonality.ess import ESSResult, classify
 from sonality.llm import ChatTurn, LLMClient, LLMError, SystemBlock
 from sonality.memory.embed_lane import EmbeddingLane
 from sonality.memory.episodes import EpisodeMemory
@@ -48,6 +48,7 @@ from sonality.prompts import (
 )
 from sonality.store import (
     EPISODIC,
+    MAX_LEARNING_ATTEMPTS,
     SEMANTIC,
     AuditEvent,
     Episode,
@@ -68,6 +69,11 @@ EPISODE_BATCH = 20
 #: The background writer waits for this many episodes or this many seconds.
 EPISODE_FLUSH_AT = 8
 EPISODE_FLUSH_DELAY = 10.0
+#: Learning that waits for the model retries after this long, doubling up to the cap
+#: (a provider's own `retry_after`, e.g. a spending limit's midnight, is capped too, so
+#: a raised limit or a recovered provider is noticed within minutes).
+LEARNING_RETRY_FIRST = 1.0
+LEARNING_RETRY_CAP = 300.0
 
 
 class RollbackError(ValueError):
@@ -124,6 +130,12 @@ class SonalityAgent:
         self._lock = asyncio.Lock()
         self._queue: asyncio.Queue[InteractionRecord] = asyncio.Queue()
         self._worker: asyncio.Task[None] | None = None
+        # Set while the head of the queue waits for the model; `resume_learning` wakes it.
+        self._held = asyncio.Event()
+        self._learning: InteractionRecord | None = None
+        self._resume = asyncio.Event()
+        # ESS results of interactions whose learning waits, so a retry does not pay twice.
+        self._classified: dict[str, ESSResult] = {}
         self._closed = False
         # Committed episodes not yet in Chroma (write-behind; durable in the store).
         self._unwritten: list[Episode] = []
@@ -187,14 +199,30 @@ class SonalityAgent:
             )
 
     async def drain(self) -> None:
-        """Wait until every queued interaction is post-processed and its memory written."""
-        await self._queue.join()
+        """Wait until every queued interaction is post-processed and its memory written,
+        or until learning is held waiting for the model (then what is done is flushed)."""
+        join = asyncio.ensure_future(self._queue.join())
+        held = asyncio.ensure_future(self._held.wait())
+        try:
+            await asyncio.wait({join, held}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in (join, held):
+                waiter.cancel()
         await self.flush_episodes()
+
+    @property
+    def learning_held(self) -> bool:
+        """True while the oldest unlearned interaction waits for the model."""
+        return self._held.is_set()
+
+    def resume_learning(self) -> None:
+        """Retry held learning now (a spending limit was raised, a new day began)."""
+        self._resume.set()
 
     @property
     def backlog(self) -> int:
         """Interactions answered but not yet post-processed."""
-        return self._queue.qsize() + (1 if self._lock.locked() else 0)
+        return self._queue.qsize() + (1 if self._learning is not None else 0)
 
     async def close(self, grace_seconds: float = 10.0) -> None:
         """Finish queued post-processing (bounded), then stop the worker.
@@ -312,21 +340,73 @@ class SonalityAgent:
     async def _work(self) -> None:
         while True:
             record = await self._queue.get()
+            self._learning = record
+            try:
+                await self._learn(record)
+            finally:
+                self._learning = None
+                self._vectors.pop(record.id, None)
+                self._classified.pop(record.id, None)
+                self._queue.task_done()
+
+    async def _learn(self, record: InteractionRecord) -> None:
+        """Post-process one interaction; nothing after it runs until it is done.
+
+        The model being unavailable (an outage, a spending limit) is not the
+        interaction's fault: it is retried, in order, until the model answers, so no
+        evidence is lost and no later message is learned before it. Any other failure
+        counts as an attempt, and the store parks the interaction after a few.
+        """
+        delay = LEARNING_RETRY_FIRST
+        while True:
             usage: list[UsageRecord] = []  # filled by each LLM call of the attempt
             try:
                 async with self._lock:
                     await self._post_process(record, usage)
+                return
             except asyncio.CancelledError:
                 raise
+            except LLMError as exc:
+                wait = exc.retry_after if exc.retry_after is not None else delay
+                wait = min(max(wait, LEARNING_RETRY_FIRST), LEARNING_RETRY_CAP)
+                log.warning(
+                    "%s: learning of %s waits %.0fs for the model (%s)",
+                    self.label,
+                    record.id,
+                    wait,
+                    exc,
+                )
+                await self._record_spent(usage)
+                await self._hold(wait)
             except Exception as exc:
                 log.exception("%s: post-processing of %s failed", self.label, record.id)
                 try:
-                    await self.store.mark_interaction_failed(record.id, repr(exc), usage)
+                    attempts = await self.store.mark_interaction_failed(record.id, repr(exc), usage)
                 except Exception:
                     log.exception("%s: could not record the failure", self.label)
-            finally:
-                self._vectors.pop(record.id, None)
-                self._queue.task_done()
+                    return
+                if attempts >= MAX_LEARNING_ATTEMPTS:
+                    log.error(
+                        "%s: gave up on %s after %d attempts", self.label, record.id, attempts
+                    )
+                    return
+                await self._hold(delay)
+            delay = min(delay * 2, LEARNING_RETRY_CAP)
+
+    async def _hold(self, seconds: float) -> None:
+        self._resume.clear()
+        self._held.set()
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._resume.wait(), seconds)
+        finally:
+            self._held.clear()
+
+    async def _record_spent(self, usage: list[UsageRecord]) -> None:
+        try:
+            await self.store.record_usage(usage)
+        except Exception:
+            log.exception("%s: could not record the tokens of a held attempt", self.label)
 
     async def _post_process(self, record: InteractionRecord, usage: list[UsageRecord]) -> None:
         """Seed stages 3-6 for one interaction, committed as one new version.
@@ -337,7 +417,7 @@ class SonalityAgent:
         state = self.sponge.model_copy(deep=True)
         events: list[AuditEvent] = []
 
-        ess = await self._classify_ess(record.message, state.snapshot, usage)
+        ess = await self._classify_ess(record, state.snapshot, usage)
         state.interaction_count += 1
         episodes = [
             Episode(
@@ -459,34 +539,36 @@ class SonalityAgent:
         self.sponge = state
 
     async def _classify_ess(
-        self, user_message: str, snapshot: str, usage: list[UsageRecord]
+        self, record: InteractionRecord, snapshot: str, usage: list[UsageRecord]
     ) -> ESSResult:
-        """ESS of the user's words alone; an LLM fault yields the safe defaults."""
-        try:
-            return await classify(
-                self.client, user_message, snapshot, model=self.ess_model, usage_sink=usage
-            )
-        except LLMError as exc:
-            log.warning("%s: ESS unavailable (%s); using safe defaults", self.label, exc)
-            return safe_default_ess(user_message)
+        """ESS of the user's words alone.
+
+        A malformed answer ends in the safe defaults inside `classify`; the model being
+        unreachable raises `LLMError`, and the learning waits and retries, because a
+        strong argument scored while the provider was down must not count as none.
+        """
+        known = self._classified.get(record.id)
+        if known is not None:
+            return known
+        ess = await classify(
+            self.client, record.message, snapshot, model=self.ess_model, usage_sink=usage
+        )
+        self._classified[record.id] = ess
+        return ess
 
     async def _extract_insight(
         self, ess: ESSResult, record: InteractionRecord, usage: list[UsageRecord]
     ) -> str | None:
         if ess.score <= config.ESS_THRESHOLD:
             return None
-        try:
-            return await extract_insight(
-                self.client,
-                ess,
-                record.message,
-                record.reply,
-                model=self.ess_model,
-                usage_sink=usage,
-            )
-        except LLMError as exc:
-            log.warning("%s: insight extraction skipped (%s)", self.label, exc)
-            return None
+        return await extract_insight(
+            self.client,
+            ess,
+            record.message,
+            record.reply,
+            model=self.ess_model,
+            usage_sink=usage,
+        )
 
     @staticmethod
     def _update_topics(state: SpongeState, ess: ESSResult) -> None:
@@ -607,21 +689,24 @@ class SonalityAgent:
         usage.append(UsageRecord(purpose="reflection", model=result.model, usage=result.usage))
         candidate = _fit_snapshot(result.text.strip())
         accepted = validate_snapshot(state.snapshot, candidate)
+        # Insights are consumed by every reflection that ran, accepted or not: left
+        # pending, one rejected rewrite would make every later trigger (the idle job
+        # among them) pay for the same reflection again. They live on as semantic
+        # memories, retrieved before episodes.
+        episodes.extend(
+            Episode(
+                id=f"insight-{state.interaction_count}-{index}",
+                user_message=insight,
+                ess_score=1.0,
+                summary=insight,
+                interaction=state.interaction_count,
+                memory_type=SEMANTIC,
+            )
+            for index, insight in enumerate(state.pending_insights)
+        )
+        state.pending_insights.clear()
         if accepted:
             state.snapshot = candidate
-            # Consolidated insights become semantic memories, retrieved before episodes.
-            episodes.extend(
-                Episode(
-                    id=f"insight-{state.interaction_count}-{index}",
-                    user_message=insight,
-                    ess_score=1.0,
-                    summary=insight,
-                    interaction=state.interaction_count,
-                    memory_type=SEMANTIC,
-                )
-                for index, insight in enumerate(state.pending_insights)
-            )
-            state.pending_insights.clear()
         else:
             log.warning(
                 "%s: reflection rejected (%d -> %d chars); snapshot kept",

@@ -67,6 +67,10 @@ class UsageRecord(BaseModel):
     created_at: datetime = Field(default_factory=utcnow)
 
 
+#: Attempts at learning one interaction that failed for a reason other than the model
+#: being unavailable; after this many the store parks it (status 'failed').
+MAX_LEARNING_ATTEMPTS = 3
+
 EPISODIC = "episodic"
 SEMANTIC = "semantic"
 

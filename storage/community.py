@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from sonality.llm import Usage
 from sonality.memory.sponge import SpongeState
 from sonality.store import (
+    MAX_LEARNING_ATTEMPTS,
     Episode,
     InteractionRecord,
     Speaker,
@@ -46,7 +47,7 @@ from storage.models import (
     VersionConflictError,
 )
 
-MAX_INTERACTION_ATTEMPTS = 3
+MAX_INTERACTION_ATTEMPTS = MAX_LEARNING_ATTEMPTS
 """Failed post-processing attempts after which an interaction is parked as 'failed'.
 
 A message that crashes post-processing every time (a poison message) must not block

@@ -1,4 +1,9 @@
-"""Shared fixtures: the real runtime, real SDK, real Chroma + embeddings, fake LLM server."""
+"""Shared fixtures: the real runtime, real SDK, real Chroma + embeddings, fake LLM server.
+
+A test that takes `llm_server` runs once per vendor (Anthropic, then OpenAI), with `llm`
+and `runtime` built for that vendor; a test that takes `anthropic_server` instead runs
+against Anthropic only.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +12,21 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import pytest_asyncio
 
 from bot.app import open_runtime
 from bot.messages import CommandRequest, CommandResult, Community, IncomingMessage, Reply, User
 from bot.runtime import Runtime
 from bot.settings import Settings
-from tests.fakes.anthropic_fixtures import anthropic_server, llm  # noqa: F401
+from providers.anthropic import AnthropicLLM
+from providers.openai import OpenAILLM
+from tests.fakes.anthropic_fixtures import anthropic_server, client_for  # noqa: F401
+from tests.fakes.anthropic_server import AnthropicFake
+from tests.fakes.openai_fixtures import openai_client_for, openai_server  # noqa: F401
+from tests.fakes.openai_server import OpenAIFake
+
+LLMFake = AnthropicFake | OpenAIFake
 
 MODEL_CACHE = Path(__file__).resolve().parents[2] / ".cache" / "test-models"
 A = Community(id="test:alpha", name="Alpha")
@@ -22,20 +35,53 @@ ALICE = User(id="u-alice", name="Alice")
 BOB = User(id="u-bob", name="Bob")
 
 
-def make_settings(data_dir: Path, **overrides: Any) -> Settings:
+def make_settings(data_dir: Path, *, llm: object = None, **overrides: Any) -> Settings:
+    """Test settings; with an OpenAI `llm`, the provider (and so the default models) is
+    OpenAI's, as the fake OpenAI server knows only its vendor's models."""
     values: dict[str, Any] = {
         "SONALITY_DATA_DIR": str(data_dir),
         "SONALITY_MODEL_CACHE_DIR": str(MODEL_CACHE),
         "SONALITY_RATE_LIMIT_MESSAGES": 10_000,
         "SONALITY_NIGHTLY_JITTER_SECONDS": 0,
     }
+    if isinstance(llm, OpenAILLM):
+        values["SONALITY_LLM_PROVIDER"] = "openai"
     values.update(overrides)
     return Settings(_env_file=None, **values)  # type: ignore[call-arg]
 
 
+@pytest.fixture(params=["anthropic", "openai"])
+def llm_server(request: pytest.FixtureRequest) -> LLMFake:
+    """Each vendor's loopback fake in turn (for Anthropic, `anthropic_server` itself)."""
+    fake: LLMFake = request.getfixturevalue(f"{request.param}_server")
+    return fake
+
+
+@pytest.fixture
+def llm_target(request: pytest.FixtureRequest) -> LLMFake:
+    """The fake `llm` talks to: the test's `llm_server` if it takes one, else Anthropic's."""
+    name = "llm_server" if "llm_server" in request.fixturenames else "anthropic_server"
+    fake: LLMFake = request.getfixturevalue(name)
+    return fake
+
+
 @pytest_asyncio.fixture
-async def runtime(tmp_path: Path, llm: Any) -> AsyncIterator[Runtime]:  # noqa: F811
-    async with open_runtime(make_settings(tmp_path / "data"), llm=llm) as rt:
+async def llm(llm_target: LLMFake) -> AsyncIterator[AnthropicLLM | OpenAILLM]:
+    """The real SDK client of `llm_target`'s vendor, closed after the test."""
+    client: AnthropicLLM | OpenAILLM = (
+        openai_client_for(llm_target)
+        if isinstance(llm_target, OpenAIFake)
+        else client_for(llm_target)
+    )
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+@pytest_asyncio.fixture
+async def runtime(tmp_path: Path, llm: AnthropicLLM | OpenAILLM) -> AsyncIterator[Runtime]:
+    async with open_runtime(make_settings(tmp_path / "data", llm=llm), llm=llm) as rt:
         yield rt
 
 

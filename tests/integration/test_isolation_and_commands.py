@@ -31,18 +31,18 @@ async def teach_canary(runtime: Runtime) -> None:
     assert "canary_zebra_crossings" in agent.sponge.opinion_vectors
 
 
-async def test_two_communities_never_share_beliefs_episodes_or_buffers(runtime, anthropic_server):
-    anthropic_server.brain.ess_rule(**CANARY)
+async def test_two_communities_never_share_beliefs_episodes_or_buffers(runtime, llm_server):
+    llm_server.brain.ess_rule(**CANARY)
     await teach_canary(runtime)
     await say(runtime, "Tell me about zebra crossings and road safety.", community=B)
 
-    b_reply = chat_requests(anthropic_server)[-1]
+    b_reply = chat_requests(llm_server)[-1]
     assert "canary_zebra" not in b_reply.system_text
     assert "road-safety audit" not in b_reply.system_text
     assert len(b_reply.messages) == 1  # Alice's buffer in A did not follow her to B
     # Same question in A does retrieve A's memory (so the check above can fail).
     await say(runtime, "Tell me about zebra crossings and road safety.", community=A)
-    a_reply = chat_requests(anthropic_server)[-1]
+    a_reply = chat_requests(llm_server)[-1]
     assert "road-safety audit" in a_reply.system_text
 
     beliefs_b = await command(runtime, "beliefs", community=B)
@@ -59,8 +59,8 @@ async def test_two_communities_never_share_beliefs_episodes_or_buffers(runtime, 
         assert info is not None and info.name == community.name
 
 
-async def test_read_only_commands(runtime, anthropic_server):
-    anthropic_server.brain.ess_rule(**CANARY)
+async def test_read_only_commands(runtime, llm_server):
+    llm_server.brain.ess_rule(**CANARY)
     await teach_canary(runtime)
 
     beliefs = await command(runtime, "beliefs", moderator=False)
@@ -96,8 +96,8 @@ async def test_read_only_commands(runtime, anthropic_server):
     assert not unknown.ok
 
 
-async def test_non_moderator_rollback_is_refused_and_logged(runtime, anthropic_server):
-    anthropic_server.brain.ess_rule(**CANARY)
+async def test_non_moderator_rollback_is_refused_and_logged(runtime, llm_server):
+    llm_server.brain.ess_rule(**CANARY)
     await teach_canary(runtime)
     store = runtime.db.community(A.id)
     before = await store.latest_version()
@@ -114,8 +114,8 @@ async def test_non_moderator_rollback_is_refused_and_logged(runtime, anthropic_s
     assert not reflect.ok
 
 
-async def test_rollback_to_seed_and_undo(runtime, anthropic_server):
-    anthropic_server.brain.ess_rule(**CANARY)
+async def test_rollback_to_seed_and_undo(runtime, llm_server):
+    llm_server.brain.ess_rule(**CANARY)
     await teach_canary(runtime)
     agent = runtime.registry.get(A.id)
     assert agent.sponge.version == 4
@@ -143,8 +143,8 @@ async def test_rollback_to_seed_and_undo(runtime, anthropic_server):
     assert {a.allowed for a in actions} == {True}
 
 
-async def test_autocomplete_versions_and_topics(runtime, anthropic_server):
-    anthropic_server.brain.ess_rule(**CANARY)
+async def test_autocomplete_versions_and_topics(runtime, llm_server):
+    llm_server.brain.ess_rule(**CANARY)
     await teach_canary(runtime)
     versions = await runtime.complete(A, "version", "")
     assert versions[:2] == ["4", "3"] and "0" in versions

@@ -1,4 +1,6 @@
-"""The learning pipeline end to end: runtime → engine → real SDK → loopback Anthropic.
+"""The learning pipeline end to end: runtime → engine → real SDK → loopback LLM server.
+
+Tests taking `llm_server` run once with Anthropic's SDK and fake, once with OpenAI's.
 
 Only strong, directional evidence may move an opinion, and only after the cooling
 period; reflection runs on its two triggers and is validated; LLM faults change nothing.
@@ -23,7 +25,7 @@ from sonality.memory.process import MemoryProcess
 from sonality.memory.sponge import SEED_SNAPSHOT, SpongeState
 from sonality.store import Episode, StateCommit
 from storage.community import CommunityStore
-from tests.fakes.anthropic_server import Fault, Text, ToolUse
+from tests.fakes.anthropic_server import AnthropicFake, Fault, Text, ToolUse
 from tests.integration.conftest import (
     ALICE,
     BOB,
@@ -37,14 +39,14 @@ from tests.integration.conftest import (
 )
 
 
-async def bob_asks_about_atomic_plants(runtime: Any, anthropic_server: Any) -> None:
+async def bob_asks_about_atomic_plants(runtime: Any, llm_server: Any) -> None:
     """Another user asks about the topic in other words: he gets an answer whose prompt
     recalled the nuclear argument made earlier."""
     reply = await runtime.handle(
         IncomingMessage(community=A, channel_id="c1", user=BOB, text="Are atomic plants safe?")
     )
     assert reply is not None and reply.kind is ReplyKind.ANSWER
-    prompt = chat_requests(anthropic_server)[-1].system_text
+    prompt = chat_requests(llm_server)[-1].system_text
     assert "<relevant_memories>" in prompt and NUCLEAR["summary"] in prompt
 
 
@@ -64,8 +66,8 @@ STRONG_ARGUMENT = (
 )
 
 
-async def test_casual_chat_and_social_pressure_change_no_opinion(runtime, anthropic_server):
-    anthropic_server.brain.ess_rule(
+async def test_casual_chat_and_social_pressure_change_no_opinion(runtime, llm_server):
+    llm_server.brain.ess_rule(
         contains="everyone knows",
         score=0.1,
         direction="opposes",
@@ -89,13 +91,13 @@ async def test_casual_chat_and_social_pressure_change_no_opinion(runtime, anthro
     assert state.pending_insights == []  # no insight below the ESS threshold
     assert state.behavioral_signature.topic_engagement["nuclear_energy"] == 3
     # The ESS classifier saw the user's words only, never the agent's reply.
-    assert len(ess_requests(anthropic_server)) == 5
-    for req in ess_requests(anthropic_server):
+    assert len(ess_requests(llm_server)) == 5
+    for req in ess_requests(llm_server):
         assert "[reply]" not in req.user_text
 
 
-async def test_strong_argument_stages_then_commits_after_cooling(runtime, anthropic_server):
-    anthropic_server.brain.ess_rule(**NUCLEAR)
+async def test_strong_argument_stages_then_commits_after_cooling(runtime, llm_server):
+    llm_server.brain.ess_rule(**NUCLEAR)
     await say(runtime, STRONG_ARGUMENT)
     agent = runtime.registry.get(A.id)
     state = agent.sponge
@@ -128,7 +130,7 @@ async def test_strong_argument_stages_then_commits_after_cooling(runtime, anthro
     assert len(events) == 4
 
 
-async def test_reflection_runs_every_20_interactions(runtime, anthropic_server):
+async def test_reflection_runs_every_20_interactions(runtime, llm_server):
     for i in range(19):
         await say(runtime, f"small talk number {i}")
     store = runtime.db.community(A.id)
@@ -141,8 +143,8 @@ async def test_reflection_runs_every_20_interactions(runtime, anthropic_server):
     assert runtime.registry.get(A.id).sponge.last_reflection_at == 20
 
 
-async def test_early_reflection_on_cumulative_shift(runtime, anthropic_server):
-    anthropic_server.brain.ess_rule(
+async def test_early_reflection_on_cumulative_shift(runtime, llm_server):
+    llm_server.brain.ess_rule(
         contains="meta-analysis",
         score=0.9,
         direction="supports",
@@ -168,8 +170,8 @@ async def test_early_reflection_on_cumulative_shift(runtime, anthropic_server):
     assert state.last_reflection_at == 14
 
 
-async def test_reflection_that_shrinks_the_snapshot_is_rejected(runtime, anthropic_server):
-    anthropic_server.brain.reply_rule(
+async def test_reflection_that_shrinks_the_snapshot_is_rejected(runtime, llm_server):
+    llm_server.brain.reply_rule(
         contains="current_self_description", text="I am now a much shorter self, sadly."
     )
     await say(runtime, "hello there")
@@ -182,20 +184,20 @@ async def test_reflection_that_shrinks_the_snapshot_is_rejected(runtime, anthrop
     assert events[0].payload["new_chars"] < 0.6 * events[0].payload["old_chars"]
 
 
-async def test_reflection_that_keeps_enough_is_accepted(runtime, anthropic_server):
+async def test_reflection_that_keeps_enough_is_accepted(runtime, llm_server):
     new_self = SEED_SNAPSHOT + " Lately I have grown fond of careful arguments about energy."
-    anthropic_server.brain.reply_rule(contains="current_self_description", text=new_self)
+    llm_server.brain.reply_rule(contains="current_self_description", text=new_self)
     await say(runtime, "hello there")
     result = await command(runtime, "reflect")
     assert result.ok, result.text
     assert runtime.registry.get(A.id).sponge.snapshot == new_self
 
 
-async def test_llm_fault_on_reply_leaves_state_unchanged(runtime, anthropic_server):
+async def test_llm_fault_on_reply_leaves_state_unchanged(runtime, llm_server):
     await say(runtime, "first message")
     store = runtime.db.community(A.id)
     before = await store.latest_version()
-    anthropic_server.enqueue(*[Fault(status=500, retry_after_ms=5)] * 3)
+    llm_server.enqueue(*[Fault(status=500, retry_after_ms=5)] * 3)
     reply = await say(runtime, "second message")
     assert reply is not None
     assert reply.kind is ReplyKind.NOTICE
@@ -207,94 +209,101 @@ async def test_llm_fault_on_reply_leaves_state_unchanged(runtime, anthropic_serv
     assert [content for _, content in turns if content == "second message"] == []
 
 
-async def test_overloaded_then_recovered_reply_arrives(runtime, anthropic_server):
-    anthropic_server.enqueue(Fault(status=529, retry_after_ms=5), Text("Back on my feet."))
+async def test_overloaded_then_recovered_reply_arrives(runtime, llm_server):
+    llm_server.enqueue(Fault(status=529, retry_after_ms=5), Text("Back on my feet."))
     reply = await say(runtime, "are you there?")
     assert reply is not None and reply.text == "Back on my feet."
 
 
-async def test_llm_fault_on_ess_uses_safe_defaults(runtime, anthropic_server):
-    anthropic_server.brain.ess_rule(**NUCLEAR)
-    anthropic_server.enqueue(Text("A fine reply."), *[Fault(status=500, retry_after_ms=5)] * 3)
+async def test_llm_fault_on_ess_holds_learning_instead_of_using_defaults(runtime, llm_server):
+    """Safe defaults are for malformed answers; an outage keeps the evidence for later."""
+    llm_server.brain.ess_rule(**NUCLEAR)
+    llm_server.enqueue(Text("A fine reply."), *[Fault(status=500, retry_after_ms=5)] * 3)
     reply = await say(runtime, STRONG_ARGUMENT)
     assert reply is not None and reply.text == "A fine reply."
-    state = runtime.registry.get(A.id).sponge
-    assert state.interaction_count == 1
-    assert state.staged_opinion_updates == []  # defaults never move opinions
-    events = await runtime.db.community(A.id).audit_events(kind="ess")
-    assert events[0].payload["used_defaults"] is True
-    assert events[0].payload["score"] == 0.0
+    agent = runtime.registry.get(A.id)
+    assert agent.learning_held and agent.sponge.interaction_count == 0
+    assert await runtime.db.community(A.id).audit_events(kind="ess") == []
+    agent.resume_learning()
+    assert await eventually(lambda: agent.sponge.interaction_count == 1, 10)
+    assert len(agent.sponge.staged_opinion_updates) == 1
 
 
-async def test_malformed_ess_tool_input_is_retried(runtime, anthropic_server):
-    anthropic_server.brain.ess_rule(**NUCLEAR)
-    anthropic_server.enqueue(
+async def test_malformed_ess_tool_input_is_retried(runtime, llm_server):
+    llm_server.brain.ess_rule(**NUCLEAR)
+    llm_server.enqueue(
         Text("ok"),
         ToolUse({"score": "very high", "topics": "nuclear"}),  # wrong types, missing fields
     )
     await say(runtime, STRONG_ARGUMENT)
-    assert len(ess_requests(anthropic_server)) == 2
+    assert len(ess_requests(llm_server)) == 2
     state = runtime.registry.get(A.id).sponge
     assert len(state.staged_opinion_updates) == 1
 
 
-async def test_empty_long_and_flooding_messages(tmp_path, llm, anthropic_server):
-    settings = make_settings(tmp_path / "data", SONALITY_RATE_LIMIT_MESSAGES=2)
+async def test_empty_long_and_flooding_messages(tmp_path, llm, llm_server):
+    settings = make_settings(tmp_path / "data", llm=llm, SONALITY_RATE_LIMIT_MESSAGES=2)
     async with open_runtime(settings, llm=llm) as runtime:
         assert await say(runtime, "   ") is None
-        assert anthropic_server.requests == []
+        assert llm_server.requests == []
         long_text = "word " * 1500  # 7,500 characters
         reply = await say(runtime, long_text)
         assert reply is not None and reply.truncated
         assert "first 4,000 characters" in reply.text
-        sent = chat_requests(anthropic_server)[-1].last_user_text
+        sent = chat_requests(llm_server)[-1].last_user_text
         assert len(sent) <= 4000
         reply = await say(runtime, "second")
         assert reply is not None and reply.kind is ReplyKind.ANSWER
         flood = await say(runtime, "third")
         assert flood is not None and flood.text == SLOW_DOWN
         assert await say(runtime, "fourth") is None
-        assert len(chat_requests(anthropic_server)) == 2
+        assert len(chat_requests(llm_server)) == 2
         # Another user is not affected by Alice's flood.
         other = await say(runtime, "hi", user=BOB)
         assert other is not None and other.kind is ReplyKind.ANSWER
 
 
-async def test_conversation_buffer_per_user_survives_restart(tmp_path, llm, anthropic_server):
-    settings = make_settings(tmp_path / "data")
+async def test_conversation_buffer_per_user_survives_restart(tmp_path, llm, llm_server):
+    settings = make_settings(tmp_path / "data", llm=llm)
     async with open_runtime(settings, llm=llm) as runtime:
         await say(runtime, "My favourite tea is oolong.")
         await say(runtime, "What is my favourite tea?")
-        second = chat_requests(anthropic_server)[-1]
+        second = chat_requests(llm_server)[-1]
         assert [m["role"] for m in second.messages] == ["user", "assistant", "user"]
         assert "oolong" in second.messages[0]["content"]
         await say(runtime, "hello", user=BOB)
-        assert len(chat_requests(anthropic_server)[-1].messages) == 1
+        assert len(chat_requests(llm_server)[-1].messages) == 1
     async with open_runtime(settings, llm=llm) as runtime:
         await say(runtime, "Remind me?")
-        after_restart = chat_requests(anthropic_server)[-1]
+        after_restart = chat_requests(llm_server)[-1]
         assert "oolong" in after_restart.messages[0]["content"]
         assert len(after_restart.messages) == 5
 
 
-async def test_reply_prompt_has_cached_identity_and_retrieved_memories(runtime, anthropic_server):
-    anthropic_server.brain.ess_rule(**NUCLEAR)
+async def test_reply_prompt_has_cached_identity_and_retrieved_memories(runtime, llm_server):
+    llm_server.brain.ess_rule(**NUCLEAR)
     await say(runtime, STRONG_ARGUMENT)
     await say(runtime, "Tell me about sourdough bread.")
-    unrelated = chat_requests(anthropic_server)[-1]
+    unrelated = chat_requests(llm_server)[-1]
     assert "<relevant_memories>" not in unrelated.system_text  # below min_relevance
     await say(runtime, "How dangerous are atomic power plants?")
-    req = chat_requests(anthropic_server)[-1]
+    req = chat_requests(llm_server)[-1]
     blocks = req.system_blocks
-    assert blocks[0].get("cache_control") == {"type": "ephemeral"}
-    assert "<core_identity>" in blocks[0]["text"]
-    assert all("cache_control" not in b for b in blocks[1:])
+    if isinstance(llm_server, AnthropicFake):  # Anthropic-only: caching is marked by us
+        assert blocks[0].get("cache_control") == {"type": "ephemeral"}
+        assert "<core_identity>" in blocks[0]["text"]
+        assert all("cache_control" not in b for b in blocks[1:])
+    else:  # OpenAI caches the longest repeated prefix: the identity must lead
+        assert "cache_control" not in str(req.body)
+        assert req.system_text.index("<core_identity>") < req.system_text.index(
+            "<personality_state>"
+        )
     # The semantic match came from real embeddings: "atomic energy" found the nuclear episode.
     assert "reactor fleet data" in req.system_text
     assert "<relevant_memories>" in req.system_text
 
 
-async def test_token_usage_is_recorded_per_community(runtime, anthropic_server):
+async def test_token_usage_is_recorded_per_community(runtime, llm_server):
     await say(runtime, "hello")
     totals = await runtime.db.usage_totals(A.id)
     assert totals.input_tokens > 0 and totals.output_tokens > 0
@@ -302,7 +311,7 @@ async def test_token_usage_is_recorded_per_community(runtime, anthropic_server):
     assert other.input_tokens == 0
 
 
-async def test_a_failed_learning_attempt_still_counts_its_tokens(runtime, anthropic_server, caplog):
+async def test_a_failed_learning_attempt_still_counts_its_tokens(runtime, llm_server, caplog):
     """The ESS call is made and paid for, then the commit fails: the attempt is counted
     as failed, the ESS tokens are in the community's spend, and nothing was committed."""
     agent = await runtime.registry.agent_for(A)  # loaded (seed version committed) first
@@ -322,16 +331,16 @@ async def test_a_failed_learning_attempt_still_counts_its_tokens(runtime, anthro
     assert "post-processing of" in caplog.text and "disk full" in caplog.text
     totals = await runtime.db.usage_totals(A.id)
     assert totals.by_role["evidence"].input_tokens > 0
-    assert len(ess_requests(anthropic_server)) == 1
+    assert len(ess_requests(llm_server)) == 1
     assert agent.sponge.interaction_count == 0
     assert await runtime.db.community(A.id).pending_count() == 1  # replayed on next start
 
 
 async def test_episode_vector_is_the_reply_paths_embedding_of_the_message(
-    runtime, anthropic_server
+    runtime, llm_server
 ):
     """The message is embedded once; its episode is found by that exact message."""
-    anthropic_server.brain.ess_rule(**NUCLEAR)
+    llm_server.brain.ess_rule(**NUCLEAR)
     await say(runtime, STRONG_ARGUMENT)
     agent = runtime.registry.get(A.id)
     exact = agent.episodes.retrieve(STRONG_ARGUMENT, min_relevance=0.99)
@@ -341,14 +350,14 @@ async def test_episode_vector_is_the_reply_paths_embedding_of_the_message(
 
 
 async def test_a_memory_store_fault_does_not_cost_the_reply(
-    tmp_path, llm, anthropic_server, caplog
+    tmp_path, llm, llm_server, caplog
 ):
     """Chroma failing a query (a real error seen under load) degrades to no memories.
     Chroma runs in this process here (SONALITY_MEMORY_PROCESS=false), so the fault can be
     put into it."""
-    settings = make_settings(tmp_path / "data", SONALITY_MEMORY_PROCESS=False)
+    settings = make_settings(tmp_path / "data", llm=llm, SONALITY_MEMORY_PROCESS=False)
     async with open_runtime(settings, llm=llm) as runtime:
-        anthropic_server.brain.ess_rule(**NUCLEAR)
+        llm_server.brain.ess_rule(**NUCLEAR)
         await say(runtime, STRONG_ARGUMENT)
         agent = runtime.registry.get(A.id)
         assert agent is not None
@@ -369,25 +378,25 @@ async def test_a_memory_store_fault_does_not_cost_the_reply(
             )
         await runtime.drain()
         assert reply is not None and reply.kind is ReplyKind.ANSWER
-        assert "<relevant_memories>" not in chat_requests(anthropic_server)[-1].system_text
+        assert "<relevant_memories>" not in chat_requests(llm_server)[-1].system_text
         assert "memory retrieval failed" in caplog.text
         assert agent.sponge.interaction_count == 2  # learning still happened
 
 
-async def test_memories_are_recalled_through_the_memory_process(tmp_path, llm, anthropic_server):
+async def test_memories_are_recalled_through_the_memory_process(tmp_path, llm, llm_server):
     """SONALITY_MEMORY_PROCESS=true: Chroma lives in another process, and the argument
     stored there is recalled by meaning for another user's question."""
-    settings = make_settings(tmp_path / "data", SONALITY_MEMORY_PROCESS=True)
+    settings = make_settings(tmp_path / "data", llm=llm, SONALITY_MEMORY_PROCESS=True)
     async with open_runtime(settings, llm=llm) as runtime:
         assert isinstance(runtime.memory, MemoryProcess)
         assert runtime.memory.pid != os.getpid()
-        anthropic_server.brain.ess_rule(**NUCLEAR)
+        llm_server.brain.ess_rule(**NUCLEAR)
         await say(runtime, STRONG_ARGUMENT)
         agent = runtime.registry.get(A.id)
         assert agent is not None
         await agent.flush_episodes()
         assert agent.episodes.count() == 1
-        await bob_asks_about_atomic_plants(runtime, anthropic_server)
+        await bob_asks_about_atomic_plants(runtime, llm_server)
 
 
 async def test_a_memory_process_that_cannot_start_is_one_clear_startup_error(
@@ -404,13 +413,13 @@ async def test_a_memory_process_that_cannot_start_is_one_clear_startup_error(
 
 
 async def test_a_killed_memory_process_is_replaced_and_nothing_is_lost(
-    tmp_path, llm, anthropic_server, caplog
+    tmp_path, llm, llm_server, caplog
 ):
     """The memory process dies (kill -9): the next message starts a new one, which finds
     every memory on disk, and the reply still recalls the argument made before."""
-    settings = make_settings(tmp_path / "data", SONALITY_MEMORY_PROCESS=True)
+    settings = make_settings(tmp_path / "data", llm=llm, SONALITY_MEMORY_PROCESS=True)
     async with open_runtime(settings, llm=llm) as runtime:
-        anthropic_server.brain.ess_rule(**NUCLEAR)
+        llm_server.brain.ess_rule(**NUCLEAR)
         await say(runtime, STRONG_ARGUMENT)
         agent = runtime.registry.get(A.id)
         assert agent is not None
@@ -422,7 +431,7 @@ async def test_a_killed_memory_process_is_replaced_and_nothing_is_lost(
         os.kill(dead, signal.SIGKILL)
         await asyncio.to_thread(psutil.Process(dead).wait, 10)
 
-        await bob_asks_about_atomic_plants(runtime, anthropic_server)
+        await bob_asks_about_atomic_plants(runtime, llm_server)
         assert memory.restarts == 1 and memory.pid != dead
         assert f"memory process {dead} is gone" in caplog.text
         await runtime.drain()
@@ -430,10 +439,10 @@ async def test_a_killed_memory_process_is_replaced_and_nothing_is_lost(
         assert agent.episodes.count() == 2  # the new process stores as well
 
 
-async def test_memories_waiting_for_a_batched_write_are_still_recalled(runtime, anthropic_server):
+async def test_memories_waiting_for_a_batched_write_are_still_recalled(runtime, llm_server):
     """Episodes reach Chroma in batches; until then retrieval ranks them in memory, so
     another user's question already finds the argument made a moment ago."""
-    anthropic_server.brain.ess_rule(**NUCLEAR)
+    llm_server.brain.ess_rule(**NUCLEAR)
     await runtime.handle(
         IncomingMessage(community=A, channel_id="c1", user=ALICE, text=STRONG_ARGUMENT)
     )
@@ -442,7 +451,7 @@ async def test_memories_waiting_for_a_batched_write_are_still_recalled(runtime, 
     assert await eventually(lambda: agent.sponge.interaction_count == 1, seconds=5)
     assert agent.episodes.count() == 0  # committed, not yet written to Chroma
 
-    await bob_asks_about_atomic_plants(runtime, anthropic_server)
+    await bob_asks_about_atomic_plants(runtime, llm_server)
 
     await runtime.drain()  # drain forces the batch out
     assert agent.episodes.count() == 2

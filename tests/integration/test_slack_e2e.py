@@ -25,8 +25,8 @@ from bot.app import open_runtime
 from bot.messages import LLM_DOWN, Community
 from bot.runtime import Runtime
 from bot.settings import Settings
-from sonality.agent import SonalityAgent
 from providers.anthropic import AnthropicLLM
+from sonality.agent import SonalityAgent
 from tests.fakes.anthropic_server import AnthropicFake, Delay, Fault
 from tests.fakes.slack_server import FakeSlack, post_signed
 from tests.integration.conftest import chat_requests, make_settings
