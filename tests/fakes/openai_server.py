@@ -33,11 +33,14 @@ How `POST /v1/chat/completions` is answered, in order:
 
 Usage follows OpenAI's automatic prompt caching: only prompts of at least 1,024 tokens
 are cached; the cached part is the longest prefix identical to a prompt sent before to
-the same model, counted in 128-token steps (1,024, 1,152, ...); tokens are estimated as
-ceil(chars / 4) of a canonical serialization (tools, then the response format, then the
-messages in order). `Text(usage=...)` overrides OpenAI usage fields (`prompt_tokens`,
-`completion_tokens`, `total_tokens`, `prompt_tokens_details`, ..., and `cached_tokens`
-for the one inside `prompt_tokens_details`); `None` sends an explicit null.
+the same model and still alive, counted in 128-token steps (1,024, 1,152, ...); a cached
+prompt lives 5 minutes after its last use (the short end of OpenAI's "5 to 10 minutes of
+inactivity"; 24 hours with `prompt_cache_retention: "24h"`), on `server.clock`'s scale;
+tokens are estimated as ceil(chars / 4) of a canonical serialization (tools, then the
+response format, then the messages in order). `Text(usage=...)` overrides OpenAI usage
+fields (`prompt_tokens`, `completion_tokens`, `total_tokens`, `prompt_tokens_details`,
+..., and `cached_tokens` for the one inside `prompt_tokens_details`); `None` sends an
+explicit null.
 
 Everything the client sent is in `server.requests`, every completion sent back in
 `server.responses`; `server.gate` (an unset `asyncio.Event`) holds chat requests after
@@ -106,6 +109,8 @@ KNOWN_MODELS = (
 #: Prompts shorter than this are never cached; longer ones in steps of CACHE_STEP.
 CACHE_MIN_TOKENS = 1024
 CACHE_STEP = 128
+#: How long a cached prompt lives after its last use, by `prompt_cache_retention`.
+CACHE_TTL_SECONDS: dict[str | None, float] = {None: 300.0, "in_memory": 300.0, "24h": 86_400.0}
 
 _ROLES = ("system", "assistant", "user", "function", "tool", "developer")
 _NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
@@ -362,8 +367,9 @@ class OpenAIFake:
         self.max_in_flight = 0
         self.base_url = ""
         self._script: deque[ScriptItem] = deque()
-        # model -> canonical prompts of at least CACHE_MIN_TOKENS seen so far
-        self._cached_prompts: dict[str, list[str]] = {}
+        # model -> canonical prompt (of at least CACHE_MIN_TOKENS) -> when it expires
+        self._cached_prompts: dict[str, dict[str, float]] = {}
+        self.clock = time.monotonic
         self._runner: web.AppRunner | None = None
 
     def enqueue(self, *items: ScriptItem) -> None:
@@ -641,7 +647,10 @@ class OpenAIFake:
     ) -> dict[str, Any]:
         canonical = _canonical(request.body)
         prompt = max(_tokens(canonical), 1)
-        cached = self._cached_tokens(str(request.body["model"]), canonical, prompt)
+        retention = CACHE_TTL_SECONDS.get(str(request.body.get("prompt_cache_retention")))
+        cached = self._cached_tokens(
+            str(request.body["model"]), canonical, prompt, retention or CACHE_TTL_SECONDS[None]
+        )
         completion = max(_tokens(output), 1)
         usage: dict[str, Any] = {
             "prompt_tokens": prompt,
@@ -663,19 +672,29 @@ class OpenAIFake:
                 usage[key] = value
         return usage
 
-    def _cached_tokens(self, model: str, canonical: str, prompt_tokens: int) -> int:
+    def _cached_tokens(self, model: str, canonical: str, prompt_tokens: int, ttl: float) -> int:
         """OpenAI's rule: 0 under 1,024 tokens, else the longest prefix shared with an
-        earlier prompt to this model, in whole 128-token steps from 1,024."""
+        earlier prompt to this model that has not expired, in whole 128-token steps
+        from 1,024. The prompts that served the hit, and this one, live on."""
         if prompt_tokens < CACHE_MIN_TOKENS:
             return 0
-        seen = self._cached_prompts.setdefault(model, [])
-        shared_chars = max((_shared_prefix(canonical, before) for before in seen), default=0)
-        if canonical not in seen:
-            seen.append(canonical)
-        shared = shared_chars // 4  # tokens wholly inside the shared prefix
-        if shared < CACHE_MIN_TOKENS:
-            return 0
-        return CACHE_MIN_TOKENS + (shared - CACHE_MIN_TOKENS) // CACHE_STEP * CACHE_STEP
+        now = self.clock()
+        alive = {
+            before: expires
+            for before, expires in self._cached_prompts.get(model, {}).items()
+            if expires > now
+        }
+        overlap = {before: _shared_prefix(canonical, before) for before in alive}
+        tokens = max(overlap.values(), default=0) // 4  # tokens wholly inside the prefix
+        cached = 0
+        if tokens >= CACHE_MIN_TOKENS:
+            cached = CACHE_MIN_TOKENS + (tokens - CACHE_MIN_TOKENS) // CACHE_STEP * CACHE_STEP
+            for before, chars in overlap.items():
+                if chars // 4 >= cached:  # a hit keeps what served it alive
+                    alive[before] = max(alive[before], now + ttl)
+        alive[canonical] = max(alive.get(canonical, 0.0), now + ttl)
+        self._cached_prompts[model] = alive
+        return cached
 
 
 def _canonical(body: Mapping[str, Any]) -> str:

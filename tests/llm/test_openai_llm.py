@@ -600,6 +600,24 @@ async def test_a_long_prompt_sharing_under_1024_tokens_gets_nothing_cached(
     assert result.usage.input_tokens > 1024
 
 
+async def test_a_cached_prefix_expires_after_five_idle_minutes(
+    openai_server: OpenAIFake, openai_llm: OpenAILLM
+) -> None:
+    now = [0.0]
+    openai_server.clock = lambda: now[0]
+
+    async def cached_after(seconds: float, text: str) -> int:
+        now[0] += seconds
+        turn = [ChatTurn(role="user", content=text)]
+        result = await openai_llm.reply(system=LONG_SYSTEM, messages=turn, max_tokens=20)
+        return result.usage.cache_read_tokens
+
+    assert await cached_after(0, "one") == 0
+    assert await cached_after(299, "two") > 0  # alive, and the hit keeps it alive
+    assert await cached_after(299, "three") > 0
+    assert await cached_after(301, "four") == 0  # five idle minutes: gone
+
+
 # --- concurrency -------------------------------------------------------------------------
 
 
