@@ -336,9 +336,7 @@ async def test_a_failed_learning_attempt_still_counts_its_tokens(runtime, llm_se
     assert await runtime.db.community(A.id).pending_count() == 1  # replayed on next start
 
 
-async def test_episode_vector_is_the_reply_paths_embedding_of_the_message(
-    runtime, llm_server
-):
+async def test_episode_vector_is_the_reply_paths_embedding_of_the_message(runtime, llm_server):
     """The message is embedded once; its episode is found by that exact message."""
     llm_server.brain.ess_rule(**NUCLEAR)
     await say(runtime, STRONG_ARGUMENT)
@@ -349,9 +347,7 @@ async def test_episode_vector_is_the_reply_paths_embedding_of_the_message(
     assert by_summary == []  # the vector is the message's, not the summary's
 
 
-async def test_a_memory_store_fault_does_not_cost_the_reply(
-    tmp_path, llm, llm_server, caplog
-):
+async def test_a_memory_store_fault_does_not_cost_the_reply(tmp_path, llm, llm_server, caplog):
     """Chroma failing a query (a real error seen under load) degrades to no memories.
     Chroma runs in this process here (SONALITY_MEMORY_PROCESS=false), so the fault can be
     put into it."""
