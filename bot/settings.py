@@ -1,15 +1,18 @@
 """Typed settings, read once at start from the environment (and `.env`).
 
-Engine constants (`SONALITY_ESS_THRESHOLD`, ...) live in `sonality.config` as the seed
-specifies; this is everything the bot around the engine needs.
+This is the one place every setting is checked, the engine's tunables included:
+`sonality.config` reads the same variables for seed compatibility but only falls back
+to defaults on bad values, so `python -m bot` validates here first, refuses a bad value
+in one line (`bot/startup.py`) and then hands the engine what passed.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Self
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from providers import DEFAULT_MODELS, Provider
@@ -19,7 +22,14 @@ from sonality import config as engine_config
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
-        env_file=".env", env_file_encoding="utf-8", extra="ignore", populate_by_name=True
+        env_file=".env",
+        env_file_encoding="utf-8",
+        extra="ignore",
+        populate_by_name=True,
+        # `SONALITY_X=` in .env means "the default", as in .env.example's blank lines.
+        env_ignore_empty=True,
+        # inf passes ge/gt checks (an endless timeout) and nan fails them confusingly.
+        allow_inf_nan=False,
     )
 
     # --- LLM -------------------------------------------------------------------
@@ -40,6 +50,26 @@ class Settings(BaseSettings):
     max_concurrent_llm: int = Field(default=16, ge=1, alias="SONALITY_MAX_CONCURRENT_LLM")
     llm_max_retries: int = Field(default=3, ge=0, alias="SONALITY_LLM_MAX_RETRIES")
     llm_timeout_seconds: float = Field(default=60.0, gt=0, alias="SONALITY_LLM_TIMEOUT_SECONDS")
+
+    # --- engine (handed to `sonality.config` at start) ---------------------------------
+    ess_threshold: float = Field(default=0.3, ge=0, le=1, alias="SONALITY_ESS_THRESHOLD")
+    bootstrap_dampening_until: int = Field(
+        default=10, ge=0, alias="SONALITY_BOOTSTRAP_DAMPENING_UNTIL"
+    )
+    opinion_cooling_period: int = Field(default=3, ge=0, alias="SONALITY_OPINION_COOLING_PERIOD")
+    semantic_retrieval_count: int = Field(
+        default=2,
+        ge=0,
+        le=engine_config.MAX_RETRIEVAL_COUNT,
+        alias="SONALITY_SEMANTIC_RETRIEVAL_COUNT",
+    )
+    episodic_retrieval_count: int = Field(
+        default=3,
+        ge=0,
+        le=engine_config.MAX_RETRIEVAL_COUNT,
+        alias="SONALITY_EPISODIC_RETRIEVAL_COUNT",
+    )
+    reflection_every: int = Field(default=20, ge=1, alias="SONALITY_REFLECTION_EVERY")
 
     # --- storage ---------------------------------------------------------------
     data_dir: Path = Field(default=Path("data"), alias="SONALITY_DATA_DIR")
@@ -70,7 +100,9 @@ class Settings(BaseSettings):
     idle_check_seconds: float = Field(default=60.0, gt=0, alias="SONALITY_IDLE_CHECK_SECONDS")
 
     # --- terminal ------------------------------------------------------------------
-    terminal_user: str = Field(default="you", alias="SONALITY_TERMINAL_USER")
+    terminal_user: str = Field(
+        default="you", min_length=1, max_length=64, alias="SONALITY_TERMINAL_USER"
+    )
 
     # --- Discord -----------------------------------------------------------------------
     discord_token: SecretStr | None = Field(default=None, alias="DISCORD_TOKEN")
@@ -95,7 +127,23 @@ class Settings(BaseSettings):
     slack_moderator_ids: str = Field(default="", alias="SLACK_MODERATOR_IDS")
     slack_allow_dms: bool = Field(default=False, alias="SLACK_ALLOW_DMS")
 
-    log_level: str = Field(default=engine_config.LOG_LEVEL, alias="SONALITY_LOG_LEVEL")
+    log_level: str = Field(default="INFO", alias="SONALITY_LOG_LEVEL")
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_timezone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError("must be an IANA time zone such as UTC or Europe/Berlin") from None
+        return value
+
+    @field_validator("log_level")
+    @classmethod
+    def _known_log_level(cls, value: str) -> str:
+        if value.strip().upper() not in engine_config.LOG_LEVELS:
+            raise ValueError(f"must be one of {', '.join(engine_config.LOG_LEVELS)}")
+        return value.strip().upper()
 
     @model_validator(mode="after")
     def _provider_defaults(self) -> Self:

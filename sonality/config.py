@@ -3,10 +3,24 @@
 Values are read once at import (after loading `.env`), so a process has one consistent
 configuration; tests that need other values pass them explicitly where functions
 accept them.
+
+Why reading never fails here: code written against the seed imports this module and
+reads `ESS_THRESHOLD` and friends directly, so a typo in `.env` must not turn every
+import into a traceback. A value that is unparsable, not finite or outside what the
+engine can work with is replaced by the seed default. Checking and *reporting* bad
+values is the host's job: `python -m bot` validates every setting first (refusing a
+bad one in one line) and then hands the validated values over with `configure()`.
+
+Why `configure()` instead of the host assigning attributes: it is the one place that
+knows which constants are tunable and keeps the derived ones (the total retrieval
+count) consistent; an unknown name is a programming error, not a silent new global.
+The engine reads these as `config.NAME` at call time, so a value set before the first
+message is the value used.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -15,18 +29,33 @@ from dotenv import find_dotenv, load_dotenv
 # The working directory's .env, like the bot's settings (not one found next to this file).
 load_dotenv(find_dotenv(usecwd=True))
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
 
 def _env_str(name: str, default: str) -> str:
     """Blank counts as unset, so a `.env` line like `SONALITY_MODEL=` keeps the default."""
     return os.environ.get(name, "").strip() or default
 
 
-def _env_float(name: str, default: float) -> float:
-    return float(_env_str(name, str(default)))
+def _env_float(name: str, default: float, low: float, high: float) -> float:
+    try:
+        value = float(_env_str(name, str(default)))
+    except ValueError:
+        return default
+    return value if math.isfinite(value) and low <= value <= high else default
 
 
-def _env_int(name: str, default: int) -> int:
-    return int(_env_str(name, str(default)))
+def _env_int(name: str, default: int, low: int, high: int | None = None) -> int:
+    try:
+        value = int(_env_str(name, str(default)))
+    except ValueError:
+        return default
+    return value if value >= low and (high is None or value <= high) else default
+
+
+def _env_log_level(name: str, default: str) -> str:
+    value = _env_str(name, default).upper()
+    return value if value in LOG_LEVELS else default
 
 
 # --- paths (the seed's single-user file layout; the bot keeps versions in SQLite) -------
@@ -44,18 +73,20 @@ DEFAULT_ESS_MODEL = "claude-haiku-4-5"
 ESS_MODEL = _env_str("SONALITY_ESS_MODEL", DEFAULT_ESS_MODEL)
 
 # --- parameters -----------------------------------------------------------------------
-LOG_LEVEL = _env_str("SONALITY_LOG_LEVEL", "INFO")
-ESS_THRESHOLD = _env_float("SONALITY_ESS_THRESHOLD", 0.3)
+# More memories than this per prompt would crowd out the conversation itself.
+MAX_RETRIEVAL_COUNT = 50
+LOG_LEVEL = _env_log_level("SONALITY_LOG_LEVEL", "INFO")
+ESS_THRESHOLD = _env_float("SONALITY_ESS_THRESHOLD", 0.3, 0.0, 1.0)
 SPONGE_MAX_TOKENS = 500
 OPINION_BASE_RATE = 0.1
 BELIEF_DECAY_RATE = 0.15
-BOOTSTRAP_DAMPENING_UNTIL = _env_int("SONALITY_BOOTSTRAP_DAMPENING_UNTIL", 10)
-OPINION_COOLING_PERIOD = _env_int("SONALITY_OPINION_COOLING_PERIOD", 3)
-SEMANTIC_RETRIEVAL_COUNT = _env_int("SONALITY_SEMANTIC_RETRIEVAL_COUNT", 2)
-EPISODIC_RETRIEVAL_COUNT = _env_int("SONALITY_EPISODIC_RETRIEVAL_COUNT", 3)
+BOOTSTRAP_DAMPENING_UNTIL = _env_int("SONALITY_BOOTSTRAP_DAMPENING_UNTIL", 10, 0)
+OPINION_COOLING_PERIOD = _env_int("SONALITY_OPINION_COOLING_PERIOD", 3, 0)
+SEMANTIC_RETRIEVAL_COUNT = _env_int("SONALITY_SEMANTIC_RETRIEVAL_COUNT", 2, 0, MAX_RETRIEVAL_COUNT)
+EPISODIC_RETRIEVAL_COUNT = _env_int("SONALITY_EPISODIC_RETRIEVAL_COUNT", 3, 0, MAX_RETRIEVAL_COUNT)
 EPISODE_RETRIEVAL_COUNT = SEMANTIC_RETRIEVAL_COUNT + EPISODIC_RETRIEVAL_COUNT
 MAX_CONVERSATION_CHARS = 100_000
-REFLECTION_EVERY = _env_int("SONALITY_REFLECTION_EVERY", 20)
+REFLECTION_EVERY = _env_int("SONALITY_REFLECTION_EVERY", 20, 1)
 REFLECTION_SHIFT_THRESHOLD = 0.1
 
 # --- engine internals named by the seed -------------------------------------------------
@@ -63,3 +94,46 @@ MAX_ESS_RETRIES = 2
 MAX_RECENT_SHIFTS = 10
 RESPONSE_MAX_TOKENS = 2048
 MIN_EPISODE_RELEVANCE = 0.3
+
+
+def configure(
+    *,
+    model: str | None = None,
+    ess_model: str | None = None,
+    log_level: str | None = None,
+    ess_threshold: float | None = None,
+    bootstrap_dampening_until: int | None = None,
+    opinion_cooling_period: int | None = None,
+    semantic_retrieval_count: int | None = None,
+    episodic_retrieval_count: int | None = None,
+    reflection_every: int | None = None,
+) -> None:
+    """Install values the host has already validated (None keeps the current one).
+
+    It still refuses what the engine cannot work with, all before changing anything,
+    so a host that skipped its own checks gets a ValueError rather than an engine that
+    silently stops learning.
+    """
+    numbers: dict[str, tuple[float | None, float, float]] = {
+        "ESS_THRESHOLD": (ess_threshold, 0.0, 1.0),
+        "BOOTSTRAP_DAMPENING_UNTIL": (bootstrap_dampening_until, 0, math.inf),
+        "OPINION_COOLING_PERIOD": (opinion_cooling_period, 0, math.inf),
+        "SEMANTIC_RETRIEVAL_COUNT": (semantic_retrieval_count, 0, MAX_RETRIEVAL_COUNT),
+        "EPISODIC_RETRIEVAL_COUNT": (episodic_retrieval_count, 0, MAX_RETRIEVAL_COUNT),
+        "REFLECTION_EVERY": (reflection_every, 1, math.inf),
+    }
+    for name, (value, low, high) in numbers.items():
+        if value is not None and not (math.isfinite(value) and low <= value <= high):
+            raise ValueError(f"{name} must be between {low} and {high}, not {value}")
+    if log_level is not None and log_level.upper() not in LOG_LEVELS:
+        raise ValueError(f"LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, not {log_level}")
+    values: dict[str, object] = {n: v for n, (v, _, _) in numbers.items() if v is not None}
+    if model:
+        values["MODEL"] = model
+    if ess_model:
+        values["ESS_MODEL"] = ess_model
+    if log_level is not None:
+        values["LOG_LEVEL"] = log_level.upper()
+    globals().update(values)
+    global EPISODE_RETRIEVAL_COUNT
+    EPISODE_RETRIEVAL_COUNT = SEMANTIC_RETRIEVAL_COUNT + EPISODIC_RETRIEVAL_COUNT

@@ -10,7 +10,8 @@ sentence that waits for the next reflection instead of rewriting the snapshot at
 
 from __future__ import annotations
 
-from sonality.config import BOOTSTRAP_DAMPENING_UNTIL, OPINION_BASE_RATE, SPONGE_MAX_TOKENS
+from sonality import config
+from sonality.config import OPINION_BASE_RATE, SPONGE_MAX_TOKENS
 from sonality.ess import ESSResult
 from sonality.llm import ChatTurn, LLMClient, SystemBlock
 from sonality.memory.sponge import SpongeState
@@ -38,7 +39,9 @@ def compute_magnitude(ess: ESSResult, sponge: SpongeState) -> float:
     counting for nothing while still favouring new ones; halving during the first
     interactions keeps the earliest speakers from shaping the personality too much.
     """
-    dampening = BOOTSTRAP_DAMPENING if sponge.interaction_count < BOOTSTRAP_DAMPENING_UNTIL else 1.0
+    # Read at call time: the host may have configured it after this module was imported.
+    young = sponge.interaction_count < config.BOOTSTRAP_DAMPENING_UNTIL
+    dampening = BOOTSTRAP_DAMPENING if young else 1.0
     return OPINION_BASE_RATE * ess.score * max(ess.novelty, NOVELTY_FLOOR) * dampening
 
 

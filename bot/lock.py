@@ -1,0 +1,76 @@
+"""One bot process per data directory.
+
+Why: two processes on one data directory would both replay the same unfinished
+interactions, write the same personality versions and open the same Chroma files, and
+nothing in SQLite or Chroma would stop them. An exclusive `flock` on a file in the data
+directory, held for the life of the process, does: the kernel drops it when the process
+ends however it ends (even SIGKILL), so a stale lock file never blocks a restart. The
+file records the holder's pid so the refusal can say who is in the way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+from bot.interface import StartupError
+
+LOCK_FILE = "sonality.lock"
+
+
+class DataDirLock:
+    def __init__(self, path: Path, fd: int) -> None:
+        self.path = path
+        self._fd: int | None = fd
+
+    @classmethod
+    def acquire(cls, data_dir: Path) -> Self:
+        """Take the lock or raise `StartupError` naming the process that holds it."""
+        path = data_dir / LOCK_FILE
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StartupError(f"cannot create the lock file {path} ({exc.strerror})") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _read_pid(fd)
+            os.close(fd)
+            who = f"another Sonality Bot (pid {holder})" if holder else "another Sonality Bot"
+            raise StartupError(
+                f"{who} is already running with SONALITY_DATA_DIR={data_dir}; "
+                "stop it first or give this one another data directory"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        return cls(path, fd)
+
+    def release(self) -> None:
+        """Let the next process in; the file stays (removing it would race a newcomer)."""
+        if self._fd is None:
+            return
+        with contextlib.suppress(OSError):
+            os.ftruncate(self._fd, 0)
+        os.close(self._fd)  # closing the descriptor drops the flock
+        self._fd = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()
+
+
+def _read_pid(fd: int) -> int | None:
+    with contextlib.suppress(OSError, ValueError):
+        return int(os.pread(fd, 32, 0).decode().strip())
+    return None

@@ -1,0 +1,233 @@
+"""Everything `python -m bot` checks and prepares before the bot itself starts.
+
+Why one module: a newcomer's first mistake is a setting, and every such mistake must
+end the same way, with ONE line naming the variable, the value and what is allowed,
+and exit code 2, never a traceback. The order matters and is kept here in one place:
+settings first (nothing touched yet), then the data directory, then the lock on it
+(before anything opens the database or writes the log), then logging, and only then
+the engine's configuration and the bot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import sys
+import tempfile
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+from pydantic import SecretStr, ValidationError
+from pydantic.fields import FieldInfo
+from pydantic_settings import SettingsError
+
+from bot.interface import StartupError
+from bot.lock import DataDirLock
+from bot.settings import Settings
+from sonality import config as engine_config
+
+#: Longest value echoed back in an error line (a pasted JSON blob would drown it).
+MAX_SHOWN_VALUE = 60
+
+
+class SettingError(StartupError):
+    """A setting the operator must fix, already worded as the one line to print."""
+
+
+def run() -> int:
+    """Start the bot as configured; the exit code (2: the operator must fix something)."""
+    try:
+        settings = load_settings()
+        require_llm_key(settings)
+        prepare_data_dir(settings.data_dir)
+        lock = DataDirLock.acquire(settings.data_dir)
+    except StartupError as exc:
+        return _refuse(exc)
+    with lock:
+        configure_logging(settings)
+        configure_engine(settings)
+        from bot.app import run_bot  # heavy (Chroma, SDKs): only once the checks passed
+
+        try:
+            return asyncio.run(run_bot(settings))
+        except StartupError as exc:
+            return _refuse(exc)
+        except KeyboardInterrupt:
+            return 130
+
+
+def _refuse(exc: StartupError) -> int:
+    text = " ".join(str(exc).split())  # one line, whatever the message held
+    print(text if text.startswith("error: ") else f"error: {text}", file=sys.stderr, flush=True)
+    return 2
+
+
+def load_settings() -> Settings:
+    """`Settings()` from the environment and `.env`, or a `SettingError` naming the first
+    bad value (and how many more there are)."""
+    try:
+        return Settings()
+    except ValidationError as exc:
+        raise SettingError(describe_errors(exc)) from None
+    except SettingsError as exc:  # a value pydantic-settings could not even parse (JSON)
+        raise SettingError(_describe_source_error(exc)) from None
+
+
+def describe_errors(exc: ValidationError) -> str:
+    errors = exc.errors()
+    first = errors[0]
+    line = _describe(first)
+    if len(errors) > 1:
+        line += f" (and {len(errors) - 1} more bad setting(s))"
+    return line
+
+
+def _describe(error: Any) -> str:
+    loc = error.get("loc") or ()
+    if not loc:
+        return f"error: invalid settings: {error.get('msg', '')}"
+    variable = str(loc[0])
+    field = _field_for(variable)
+    shown = _shown_value(error.get("input"), field)
+    return f"error: {variable}={shown} is not allowed: {_allowed(error, field)}"
+
+
+def _field_for(variable: str) -> FieldInfo | None:
+    for name, field in Settings.model_fields.items():
+        if variable in (name, field.alias):
+            return field
+    return None
+
+
+def _shown_value(value: Any, field: FieldInfo | None) -> str:
+    if field is not None and SecretStr in _plain_types(field.annotation):
+        return "(hidden)"
+    text = " ".join(str(value).split()) if isinstance(value, str) else repr(value)
+    return text if len(text) <= MAX_SHOWN_VALUE else text[: MAX_SHOWN_VALUE - 1] + "…"
+
+
+def _plain_types(annotation: Any) -> tuple[Any, ...]:
+    """`float | None` -> (float,); `Literal[...]` stays as it is."""
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        return tuple(a for a in typing.get_args(annotation) if a is not type(None))
+    return (annotation,)
+
+
+def _allowed(error: Any, field: FieldInfo | None) -> str:
+    """What the variable accepts, in words, from the field's own type and bounds."""
+    if error.get("type") == "value_error":  # one of our validators: its message says it
+        return str(error.get("ctx", {}).get("error", error.get("msg", "")))
+    if field is None:
+        return _lower_first(str(error.get("msg", "invalid value")))
+    kinds = _plain_types(field.annotation)
+    kind = kinds[0] if len(kinds) == 1 else None
+    if typing.get_origin(kind) is typing.Literal:
+        return "must be one of " + ", ".join(str(v) for v in typing.get_args(kind))
+    if kind is bool:
+        return "must be true or false"
+    if kind is int or kind is float:
+        noun = "a whole number" if kind is int else "a number"
+        return f"must be {noun}{_bounds(field)}"
+    return _lower_first(str(error.get("msg", "invalid value")))
+
+
+def _bounds(field: FieldInfo) -> str:
+    """The field's ge/gt/le/lt constraints (annotated-types objects in its metadata)."""
+    low = high = None
+    low_open = high_open = False
+    for rule in field.metadata:
+        if getattr(rule, "ge", None) is not None:
+            low = rule.ge
+        elif getattr(rule, "gt", None) is not None:
+            low, low_open = rule.gt, True
+        if getattr(rule, "le", None) is not None:
+            high = rule.le
+        elif getattr(rule, "lt", None) is not None:
+            high, high_open = rule.lt, True
+    if low is not None and high is not None and not (low_open or high_open):
+        return f" between {low:g} and {high:g}"
+    parts = []
+    if low is not None:
+        parts.append(f"greater than {low:g}" if low_open else f"at least {low:g}")
+    if high is not None:
+        parts.append(f"less than {high:g}" if high_open else f"at most {high:g}")
+    return (", " + " and ".join(parts)) if parts else ""
+
+
+def _lower_first(text: str) -> str:
+    return text[:1].lower() + text[1:]
+
+
+def _describe_source_error(exc: SettingsError) -> str:
+    match = re.search(r'field "([^"]+)"', str(exc))
+    field = Settings.model_fields.get(match.group(1)) if match else None
+    variable = field.alias if field is not None and field.alias else "a setting"
+    return f"error: {variable} is not allowed: must be valid JSON ({exc})"
+
+
+def require_llm_key(settings: Settings) -> None:
+    """Only Anthropic cannot work without a key; an OpenAI-compatible server may take
+    none (Ollama), and one that wants one answers 401, which the start-up check names."""
+    if settings.llm_provider != "anthropic":
+        return
+    key = settings.anthropic_api_key
+    if key is None or not key.get_secret_value().strip():
+        raise SettingError(
+            "error: set ANTHROPIC_API_KEY (in the environment or in .env) to run the bot "
+            "with SONALITY_LLM_PROVIDER=anthropic (the default), or set "
+            "SONALITY_LLM_PROVIDER=openai for an OpenAI-compatible server."
+        )
+
+
+def prepare_data_dir(path: Path) -> None:
+    """Create the data directory if missing and prove it is writable, so a wrong path
+    is named now rather than as a traceback from SQLite or Chroma later."""
+    where = f"SONALITY_DATA_DIR={path}"
+    if path.exists() and not path.is_dir():
+        raise SettingError(f"error: {where} is not allowed: it is a file, not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SettingError(
+            f"error: {where} is not allowed: the directory cannot be created ({exc.strerror})"
+        ) from None
+    try:
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as exc:
+        raise SettingError(
+            f"error: {where} is not allowed: the directory is not writable ({exc.strerror})"
+        ) from None
+
+
+def configure_logging(settings: Settings) -> None:
+    interactive_terminal = not (settings.discord_enabled or settings.slack_enabled)
+    handlers: list[logging.Handler] = [logging.FileHandler(settings.data_dir / "sonality.log")]
+    stderr = logging.StreamHandler()
+    # In the terminal community, chat owns the screen: only problems go to stderr.
+    stderr.setLevel(logging.WARNING if interactive_terminal else settings.log_level)
+    handlers.append(stderr)
+    logging.basicConfig(
+        level=settings.log_level,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        handlers=handlers,
+    )
+
+
+def configure_engine(settings: Settings) -> None:
+    """Hand the engine the values validated above, replacing what `sonality.config`
+    read from the environment at import (it may have fallen back to defaults)."""
+    engine_config.configure(
+        model=settings.model,
+        ess_model=settings.ess_model,
+        log_level=settings.log_level,
+        ess_threshold=settings.ess_threshold,
+        bootstrap_dampening_until=settings.bootstrap_dampening_until,
+        opinion_cooling_period=settings.opinion_cooling_period,
+        semantic_retrieval_count=settings.semantic_retrieval_count,
+        episodic_retrieval_count=settings.episodic_retrieval_count,
+        reflection_every=settings.reflection_every,
+    )
