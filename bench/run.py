@@ -13,6 +13,9 @@ Figures:
      3b with SONALITY_CHROMA_MAX_OPEN=128, 3c with SONALITY_MEMORY_PROCESS=true
   4. 1,000 known communities, 100 active: memory of all the bot's processes
      (PSS; target < 500 MB)
+  5. cost per message against the caching-honest fake, with the default models and
+     with one model for everything (see bench/cost.py; targets ≤ 1.3× the bare reply
+     call and ≤ 1,500 Sonnet-input-token equivalents)
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
+from bench.cost import describe, measure_cost
 from bot.app import open_runtime
 from bot.messages import Community, IncomingMessage, User
 from bot.runtime import Runtime
@@ -43,7 +47,7 @@ from sonality.llm import ChatTurn, LLMClient, SystemBlock, TextResult, ToolResul
 from sonality.memory.embedding import default_embedding_function
 from sonality.memory.episodes import Episode, EpisodeStore
 from sonality.memory.sponge import SEED_SNAPSHOT, SpongeState
-from sonality.prompts import build_system_blocks
+from sonality.prompts import build_message_turn, build_system_blocks
 from sonality.store import StateCommit
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -270,13 +274,18 @@ async def figure_reply_ratio(work: Path, episodes: int, latency: float, n: int) 
     with llm_server(latency) as url:
         async with bot(data, url, cap=16) as (runtime, llm):
             await seed_state(runtime, community, episodes)
-            system = build_system_blocks(SEED_SNAPSHOT, ["a memory " * 20] * 5, "Style: x")
+            system = build_system_blocks(SEED_SNAPSHOT)
             bare = []
             for i in range(10):
                 start = time.perf_counter()
                 await llm.reply(
                     system=system,
-                    messages=[ChatTurn(role="user", content=f"ping {i}")],
+                    messages=[
+                        ChatTurn(
+                            role="user",
+                            content=build_message_turn(f"ping {i}", "User", ["a memory " * 20] * 5),
+                        )
+                    ],
                     max_tokens=256,
                 )
                 bare.append(time.perf_counter() - start)
@@ -483,9 +492,30 @@ def figure_memory(work: Path, known: int, active: int) -> None:
 
 
 # --------------------------------------------------------------------------- main
+async def figure_cost(work: Path) -> None:
+    workload = "60 messages, 4 members: chat, arguments, pressure; Anthropic caching rules"
+    sonnet = {"SONALITY_ESS_MODEL": "claude-sonnet-4-6"}
+    runs: list[tuple[str, bool, dict[str, str]]] = [
+        ("defaults: claude-sonnet-4-6 + claude-haiku-4-5", False, {}),
+        ("one model: claude-sonnet-4-6 for everything", False, sonnet),
+        ("defaults, 100-token replies", True, {}),
+        ("one model, 100-token replies", True, sonnet),
+    ]
+    for index, (label, long_replies, extra) in enumerate(runs):
+        figures = await measure_cost(work / f"cost-{index}", long_replies, **extra)
+        ok = figures.ratio <= 1.3 and figures.sonnet_equivalents <= 1500
+        report(
+            f"5. cost per message ({label})",
+            describe(figures),
+            workload + (", replies of about 100 tokens" if long_replies else ""),
+            "≤ 1.3× and ≤ 1,500",
+            ok if not extra else None,
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--only", default="1,2,3,4", help="comma-separated figure numbers")
+    parser.add_argument("--only", default="1,2,3,4,5", help="comma-separated figure numbers")
     parser.add_argument("--episodes", type=int, default=10_000)
     parser.add_argument("--latency", type=float, default=0.5, help="LLM latency for figure 1")
     parser.add_argument("--messages", type=int, default=200, help="messages for figure 2")
@@ -519,6 +549,8 @@ def main() -> None:
             asyncio.run(figure_throughput(work, 100, 0.2, 32, args.seconds, None, process=True))
         if 4 in wanted:
             figure_memory(work, args.known, args.active)
+        if 5 in wanted:
+            asyncio.run(figure_cost(work))
 
 
 if __name__ == "__main__":

@@ -42,6 +42,9 @@ class IncomingMessage(BaseModel):
     user: User
     text: str
     addressed: bool = True  # @mention, reply to the bot, DM, or terminal line
+    # The operator at the bot's own terminal: not a member to protect the bot from, so
+    # never flood-limited. Only the terminal adapter sets it.
+    trusted: bool = False
 
 
 class ReplyKind(StrEnum):

@@ -9,7 +9,8 @@ engine needs and the SDK cannot know:
   process and shares it between all communities, so a busy guild cannot open unbounded
   parallel requests (a slot is held through the SDK's retry sleeps, which is the
   backpressure we want while rate limited);
-* prompt caching of the static system prefix (`SystemBlock.cache`);
+* prompt caching where it pays: a `cache_control` mark only where the engine marked a
+  stable prefix (`SystemBlock.cache`, `ChatTurn.cache`) and it reaches the model's minimum;
 * every SDK failure becomes `LLMError` with a short, human reason, so the engine has a
   single error type to handle and operators can read the log line.
 """
@@ -17,6 +18,7 @@ engine needs and the SDK cannot know:
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Sequence
 from typing import Any, cast
@@ -141,13 +143,16 @@ class AnthropicLLM(LLMClient):
     ) -> Message:
         """One Messages API call inside a concurrency slot; SDK errors become LLMError."""
         model = model or self.default_model
+        cached_system, cached_turns = _breakpoints(
+            model, tools if isinstance(tools, list) else [], system, messages
+        )
         async with self._slots:
             try:
                 return await self._client.messages.create(
                     model=model,
                     max_tokens=max_tokens,
-                    system=_system_param(system) or anthropic.omit,
-                    messages=_messages_param(messages),
+                    system=_system_param(system, cached_system) or anthropic.omit,
+                    messages=_messages_param(messages, cached_turns),
                     tools=tools,
                     tool_choice=tool_choice,
                 )
@@ -187,23 +192,77 @@ class AnthropicLLM(LLMClient):
         return f"unexpected Anthropic SDK error: {type(err).__name__}: {str(err)[:200]}"
 
 
-def _system_param(blocks: Sequence[SystemBlock]) -> list[TextBlockParam]:
+#: Shortest prefix Anthropic will cache, per model, in tokens (Anthropic's prompt-caching
+#: documentation, read 2026-11). Keys are model-id prefixes; unlisted models need 1,024.
+CACHE_MINIMUM_TOKENS: dict[str, int] = {
+    "claude-opus-4-6": 4096,
+    "claude-opus-4-5": 4096,
+    "claude-haiku-4-5": 4096,
+    "claude-3-5-haiku": 2048,
+    "claude-3-haiku": 2048,
+}
+DEFAULT_CACHE_MINIMUM = 1024
+#: The API refuses a request with more blocks marked for caching than this.
+MAX_CACHE_BREAKPOINTS = 4
+#: A generous estimate (English runs nearer 4): a prefix that may reach the minimum is
+#: marked, since a mark on a prefix that falls short costs nothing.
+CHARS_PER_TOKEN = 3.5
+
+
+def cache_minimum(model: str) -> int:
+    best = max((k for k in CACHE_MINIMUM_TOKENS if model.startswith(k)), key=len, default=None)
+    return CACHE_MINIMUM_TOKENS[best] if best is not None else DEFAULT_CACHE_MINIMUM
+
+
+def _breakpoints(
+    model: str,
+    tools: Sequence[Any],
+    system: Sequence[SystemBlock],
+    turns: Sequence[ChatTurn],
+) -> tuple[set[int], set[int]]:
+    """Which system blocks and which turns get `cache_control`.
+
+    The engine marks where a stable prefix ends; a mark is kept only where the prefix
+    (tools, then system, then messages, as Anthropic orders it) is long enough for the
+    model's minimum, and only the last four, which cover the most.
+    """
+    minimum = cache_minimum(model)
+    chars = sum(len(json.dumps(tool)) for tool in tools)
+    marks: list[tuple[str, int]] = []
+    for index, block in enumerate(system):
+        chars += len(block.text)
+        if block.cache and chars / CHARS_PER_TOKEN >= minimum:
+            marks.append(("system", index))
+    for index, turn in enumerate(turns):
+        chars += len(turn.content)
+        if turn.cache and chars / CHARS_PER_TOKEN >= minimum:
+            marks.append(("turn", index))
+    kept = marks[-MAX_CACHE_BREAKPOINTS:]
+    return {i for kind, i in kept if kind == "system"}, {i for kind, i in kept if kind == "turn"}
+
+
+def _system_param(blocks: Sequence[SystemBlock], cached: set[int]) -> list[TextBlockParam]:
     params: list[TextBlockParam] = []
-    for block in blocks:
+    for index, block in enumerate(blocks):
         param: TextBlockParam = {"type": "text", "text": block.text}
-        if block.cache:
+        if index in cached:
             param["cache_control"] = {"type": "ephemeral"}
         params.append(param)
     return params
 
 
-def _messages_param(turns: Sequence[ChatTurn]) -> list[MessageParam]:
+def _messages_param(turns: Sequence[ChatTurn], cached: set[int]) -> list[MessageParam]:
     params: list[MessageParam] = []
-    for turn in turns:
+    for index, turn in enumerate(turns):
+        content: str | list[TextBlockParam] = turn.content
+        if index in cached:
+            content = [
+                {"type": "text", "text": turn.content, "cache_control": {"type": "ephemeral"}}
+            ]
         if turn.role == "user":
-            params.append(UserMessageParam(role="user", content=turn.content))
+            params.append(UserMessageParam(role="user", content=content))
         else:
-            params.append(AssistantMessageParam(role="assistant", content=turn.content))
+            params.append(AssistantMessageParam(role="assistant", content=content))
     return params
 
 

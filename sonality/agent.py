@@ -43,6 +43,7 @@ from sonality.priority import ReplyPriority
 from sonality.prompts import (
     CORE_IDENTITY,
     REFLECTION_PROMPT,
+    build_message_turn,
     build_system_blocks,
     escape_prompt_text,
 )
@@ -72,6 +73,8 @@ EPISODE_FLUSH_DELAY = 10.0
 #: Learning that waits for the model retries after this long, doubling up to the cap
 #: (a provider's own `retry_after`, e.g. a spending limit's midnight, is capped too, so
 #: a raised limit or a recovered provider is noticed within minutes).
+#: Beliefs (strongest first) shown to the ESS call for judging novelty.
+VIEWS_FOR_ESS = 8
 LEARNING_RETRY_FIRST = 1.0
 LEARNING_RETRY_CAP = 300.0
 
@@ -270,10 +273,16 @@ class SonalityAgent:
                 (vector, memories), history = await asyncio.gather(retrieval, conversation)
             else:
                 (vector, memories), history = await retrieval, conversation
-        system = build_system_blocks(
-            self.sponge.snapshot, memories, self._build_structured_traits(self.sponge)
-        )
-        messages = _truncate_conversation([*history, ChatTurn(role="user", content=user_message)])
+        # Stable first (rules, then the narrative, which changes only by reflection),
+        # then the speaker's earlier turns (cached up to the last one), then this
+        # message with its memories and the traits, which move with every commit.
+        system = build_system_blocks(self.sponge.snapshot)
+        traits = self._build_structured_traits(self.sponge)
+        turn = build_message_turn(user_message, speaker.name, memories, traits)
+        earlier = [t.model_copy(update={"cache": False}) for t in history]
+        if earlier:
+            earlier[-1] = earlier[-1].model_copy(update={"cache": True})
+        messages = _truncate_conversation([*earlier, ChatTurn(role="user", content=turn)])
         result = await self.client.reply(
             system=system,
             messages=messages,
@@ -417,7 +426,7 @@ class SonalityAgent:
         state = self.sponge.model_copy(deep=True)
         events: list[AuditEvent] = []
 
-        ess = await self._classify_ess(record, state.snapshot, usage)
+        ess = await self._classify_ess(record, _views(state), usage)
         state.interaction_count += 1
         episodes = [
             Episode(
@@ -539,7 +548,7 @@ class SonalityAgent:
         self.sponge = state
 
     async def _classify_ess(
-        self, record: InteractionRecord, snapshot: str, usage: list[UsageRecord]
+        self, record: InteractionRecord, views: str, usage: list[UsageRecord]
     ) -> ESSResult:
         """ESS of the user's words alone.
 
@@ -551,7 +560,7 @@ class SonalityAgent:
         if known is not None:
             return known
         ess = await classify(
-            self.client, record.message, snapshot, model=self.ess_model, usage_sink=usage
+            self.client, record.message, views, model=self.ess_model, usage_sink=usage
         )
         self._classified[record.id] = ess
         return ess
@@ -787,18 +796,17 @@ class SonalityAgent:
     # ------------------------------------------------------------------ traits
     @staticmethod
     def _build_structured_traits(state: SpongeState) -> str:
-        """The compact numeric summary that goes into every prompt (seed format)."""
+        """The compact numeric summary of the personality (seed format, plus the moves
+        still cooling)."""
         lines = [f"Style: {state.tone}"]
         engagement = state.behavioral_signature.topic_engagement
         if engagement:
             top = sorted(engagement.items(), key=lambda kv: (-kv[1], kv[0]))[:5]
             lines.append("Top topics: " + ", ".join(f"{t}({n})" for t, n in top))
         if state.opinion_vectors:
-            strongest = sorted(state.opinion_vectors.items(), key=lambda kv: (-abs(kv[1]), kv[0]))[
-                :5
-            ]
+            ranked = sorted(state.opinion_vectors.items(), key=lambda kv: (-abs(kv[1]), kv[0]))
             parts = []
-            for topic, value in strongest:
+            for topic, value in ranked[:5]:
                 meta = state.belief_meta.get(topic)
                 conf = meta.confidence if meta else 0.0
                 parts.append(f"{topic}={value:+.2f} c={conf:.1f}")
@@ -813,6 +821,15 @@ class SonalityAgent:
 
 
 # ---------------------------------------------------------------------- helpers
+def _views(state: SpongeState) -> str:
+    """What ESS compares a message with to judge its novelty: the committed beliefs.
+
+    The seed sends the whole narrative; the beliefs are what novelty is about, and they
+    stay short while a mature narrative runs to 500 tokens on every message's ESS call.
+    """
+    return state.belief_summary(limit=VIEWS_FOR_ESS) or "No settled views yet."
+
+
 def _truncate_conversation(turns: list[ChatTurn]) -> list[ChatTurn]:
     """Drop the oldest turns beyond MAX_CONVERSATION_CHARS; never the current message."""
     total = sum(len(t.content) for t in turns)

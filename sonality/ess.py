@@ -24,7 +24,7 @@ from pydantic.dataclasses import dataclass
 
 from sonality.config import MAX_ESS_RETRIES
 from sonality.llm import ChatTurn, LLMClient, SystemBlock
-from sonality.prompts import ESS_CLASSIFICATION_PROMPT, ESS_SYSTEM_PROMPT, escape_prompt_text
+from sonality.prompts import ESS_GUIDE, ESS_MESSAGE_PROMPT, ESS_SYSTEM_PROMPT, escape_prompt_text
 from sonality.store import UsageRecord
 
 log = logging.getLogger(__name__)
@@ -84,27 +84,18 @@ class ESSResult:
     used_defaults: bool = False
 
 
+# Field meanings are in the prompt's guide; the schema carries only the types and values.
 _ESS_PROPERTIES: dict[str, Any] = {
-    "score": {
-        "type": "number",
-        "description": "Overall strength of the argument, from 0.0 to 1.0.",
-    },
+    "score": {"type": "number"},
     "reasoning_type": {"type": "string", "enum": [m.value for m in ReasoningType]},
     "source_reliability": {
         "type": "string",
         "enum": [m.value for m in SourceReliability],
     },
     "internal_consistency": {"type": "boolean"},
-    "novelty": {
-        "type": "number",
-        "description": "How new the argument is relative to the agent's views, 0.0-1.0.",
-    },
-    "topics": {
-        "type": "array",
-        "items": {"type": "string"},
-        "description": "One to three short snake_case topic labels.",
-    },
-    "summary": {"type": "string", "description": "One neutral sentence."},
+    "novelty": {"type": "number"},
+    "topics": {"type": "array", "items": {"type": "string"}},
+    "summary": {"type": "string"},
     "opinion_direction": {
         "type": "string",
         "enum": [m.value for m in OpinionDirection],
@@ -227,16 +218,20 @@ async def classify(
 ) -> ESSResult:
     """Score the evidence in `user_message` (and only that message).
 
-    Makes one forced `classify_evidence` call, plus up to MAX_ESS_RETRIES more when
+    `sponge_snapshot` is the agent's current views as text, used only to judge novelty
+    (the seed's name; the agent passes its committed beliefs). Makes one forced
+    `classify_evidence` call, plus up to MAX_ESS_RETRIES more when
     the answer fails validation; after that, returns `safe_default_ess`. Every call's
     token usage is appended to `usage_sink`. `LLMError` is not caught: whether a
     provider outage should fall back to defaults is the caller's decision.
     """
-    prompt = ESS_CLASSIFICATION_PROMPT.format(
+    prompt = ESS_MESSAGE_PROMPT.format(
         user_message=escape_prompt_text(user_message),
         sponge_snapshot=escape_prompt_text(sponge_snapshot),
     )
-    system = [SystemBlock(text=ESS_SYSTEM_PROMPT)]
+    # The tool schema and the guide never change: together they are the cacheable
+    # prefix (the provider marks it when it reaches the model's minimum).
+    system = [SystemBlock(text=ESS_SYSTEM_PROMPT + "\n\n" + ESS_GUIDE, cache=True)]
     problems: list[str] = []
 
     for attempt in range(1 + MAX_ESS_RETRIES):

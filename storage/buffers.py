@@ -76,8 +76,15 @@ class BufferStore(SqlBase):
         max_turns: int,
         max_chars: int,
         not_older_than: datetime | None = None,
+        step_pairs: int = 1,
     ) -> list[tuple[Role, str]]:
         """The newest whole exchanges that fit, oldest first, as (role, content).
+
+        `step_pairs` > 1 moves the window's start in steps of that many exchanges
+        instead of one at a time, so the same earlier turns open the conversation for
+        several messages in a row and a vendor's prompt cache keeps matching them; the
+        window then holds between `max_turns // 2 - step_pairs + 1` and `max_turns // 2`
+        exchanges.
 
         `max_turns` counts messages (a user turn and an assistant turn are two, as in
         `ChatTurn`), so an odd limit rounds down to whole pairs. `max_chars` bounds the
@@ -103,6 +110,10 @@ class BufferStore(SqlBase):
         pairs: dict[int, dict[str, str]] = {}
         for exchange, role, content in rows:
             pairs.setdefault(int(exchange), {})[str(role)] = str(content)
+        if rows and step_pairs > 1:
+            over = int(rows[0][0]) - max_pairs  # rows[0] is of the newest exchange
+            cut = -(-over // step_pairs) * step_pairs if over > 0 else 0
+            pairs = {e: pair for e, pair in pairs.items() if e > cut}
 
         chosen: list[tuple[Role, str]] = []  # newest pair first, reversed at the end
         used = 0

@@ -20,15 +20,26 @@ How a request is answered, in order:
 
 Everything the client sent is in `server.requests` (headers + JSON body), and
 `server.max_in_flight` is the peak number of requests being handled at once.
+
+Prompt caching follows Anthropic's documented rules, because a kinder fake once made
+the bot report cache hits production never got: the cacheable prefix runs in the order
+tools, system, messages up to a block marked `cache_control` (at most 4 such blocks,
+more is a 400); a prefix shorter than the model's minimum is never cached; a read needs
+an identical prefix written before by the same model and still alive (5 minutes,
+refreshed on every hit; `"ttl": "1h"` for an hour), found at a breakpoint or up to 20
+blocks before one; a write covers what lies between the read and the last breakpoint.
+Tokens are estimated as one per 4 characters of each block.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import html
 import json
 import math
 import re
+import time
 import uuid
 from collections import deque
 from collections.abc import Sequence
@@ -103,6 +114,26 @@ ERROR_TYPES = {
     504: "timeout_error",
     529: "overloaded_error",
 }
+
+
+#: Shortest cacheable prefix per model, in tokens (Anthropic's prompt-caching docs,
+#: read 2026-11). Keys are model-id prefixes; models not listed need 1,024.
+CACHE_MINIMUM_TOKENS = {
+    "claude-opus-4-6": 4096,
+    "claude-opus-4-5": 4096,
+    "claude-haiku-4-5": 4096,
+    "claude-3-5-haiku": 2048,
+    "claude-3-haiku": 2048,
+}
+DEFAULT_CACHE_MINIMUM = 1024
+MAX_CACHE_BREAKPOINTS = 4
+CACHE_LOOKBACK_BLOCKS = 20
+CACHE_TTL_SECONDS = {"5m": 300.0, "1h": 3600.0}
+
+
+def cache_minimum(model: str) -> int:
+    best = max((k for k in CACHE_MINIMUM_TOKENS if model.startswith(k)), key=len, default=None)
+    return CACHE_MINIMUM_TOKENS[best] if best else DEFAULT_CACHE_MINIMUM
 
 
 # --- what the client sent ----------------------------------------------------------------
@@ -229,7 +260,8 @@ class Brain:
       Only the fields the request's `input_schema` declares are sent.
     * Other tool calls: a default per schema property (first enum value, 0, false, [], "").
     * Text calls: the first `reply_rule` whose `contains` occurs in the last user message
-      (or in the system prompt with `in_system=True`); else, if the request contains a
+      (its `<message>` section when it has one; or in the system prompt with
+      `in_system=True`); else, if the request contains a
       `<current_self_description>` section (the reflection prompt), the first 2000 chars
       of that section, so reflection keeps the snapshot as it was; else `"[reply] "` +
       the first 200 chars of the last user message.
@@ -316,7 +348,11 @@ class Brain:
         }
 
     def _reply_text(self, request: RecordedRequest) -> str:
+        # What the member said: the `<message>` section of the turn when it has one
+        # (the turn may also carry memories as context), else the whole turn.
         last_user = request.last_user_text
+        said = _tagged(last_user, "message")
+        last_user = last_user if said is None else said
         for rule in self.reply_rules:
             haystack = request.system_text if rule.in_system else last_user
             if rule.contains.lower() in haystack.lower():
@@ -356,7 +392,9 @@ class AnthropicFake:
         self.max_in_flight = 0
         self.base_url = ""
         self._script: deque[ScriptItem] = deque()
-        self._cached_prefixes: set[str] = set()
+        # Prefix hash -> when that cache entry expires (on `clock`'s scale).
+        self._cache: dict[str, float] = {}
+        self.clock = time.monotonic
         self._runner: web.AppRunner | None = None
 
     def enqueue(self, *items: ScriptItem) -> None:
@@ -405,9 +443,9 @@ class AnthropicFake:
         key = recorded.api_key
         if not key or (self.expected_api_key is not None and key != self.expected_api_key):
             return _error(401, "authentication_error", "invalid x-api-key")
-        item = self._script.popleft() if self._script else None
-        if isinstance(item, Fault):
-            return _fault(item)
+        # Only a scripted fault is for this endpoint; answers stay for the Messages API.
+        if self._script and isinstance(self._script[0], Fault):
+            return _fault(self._script.popleft())
         model_id = request.match_info["model_id"]
         if model_id not in self.known_models:
             return _error(404, "not_found_error", f"model: {model_id}")
@@ -489,27 +527,12 @@ class AnthropicFake:
         }
 
     def _usage(self, request: RecordedRequest, output: str) -> dict[str, Any]:
-        tools = json.dumps(request.tools) if request.tools else ""
-        blocks = request.system_blocks
-        cached_upto = max(
-            (i + 1 for i, b in enumerate(blocks) if b.get("cache_control")), default=0
-        )
-        prefix = tools + "".join(str(b.get("text", "")) for b in blocks[:cached_upto])
-        rest = "".join(str(b.get("text", "")) for b in blocks[cached_upto:])
-        rest += "".join(_content_text(m.get("content")) for m in request.messages)
-        created = read = 0
-        if cached_upto:
-            cache_key = f"{request.body.get('model')}\0{prefix}"
-            if cache_key in self._cached_prefixes:
-                read = _tokens(prefix)
-            else:
-                created = _tokens(prefix)
-                self._cached_prefixes.add(cache_key)
-            rest_tokens = _tokens(rest)
-        else:
-            rest_tokens = _tokens(prefix + rest)
+        blocks = _prompt_blocks(request)
+        total = sum(tokens for _, tokens, _ in blocks)
+        model = str(request.body.get("model"))
+        read, created = self._cache_lookup(model, blocks)
         return {
-            "input_tokens": max(rest_tokens, 1),
+            "input_tokens": max(total - read - created, 1),
             "output_tokens": max(_tokens(output), 1),
             "cache_creation_input_tokens": created,
             "cache_read_input_tokens": read,
@@ -519,6 +542,74 @@ class AnthropicFake:
             },
             "service_tier": "standard",
         }
+
+    def _cache_lookup(
+        self, model: str, blocks: list[tuple[str, int, str | None]]
+    ) -> tuple[int, int]:
+        """(tokens read from the cache, tokens written to it) for one request."""
+        breakpoints = [i for i, (_, _, ttl) in enumerate(blocks) if ttl is not None]
+        if not breakpoints:
+            return 0, 0
+        now = self.clock()
+        digest = hashlib.sha256(model.encode())
+        keys: list[str] = []
+        ends: list[int] = []
+        running = 0
+        for text, tokens, _ in blocks:
+            digest.update(b"\0" + text.encode())
+            keys.append(digest.copy().hexdigest())
+            running += tokens
+            ends.append(running)
+        hit = -1
+        for point in breakpoints:
+            for index in range(point, max(-1, point - CACHE_LOOKBACK_BLOCKS - 1), -1):
+                expires = self._cache.get(keys[index])
+                if expires is not None and expires > now:
+                    hit = max(hit, index)
+                    break
+        read = ends[hit] if hit >= 0 else 0
+        minimum = cache_minimum(model)
+        written = -1
+        for point in breakpoints:
+            ttl = CACHE_TTL_SECONDS[blocks[point][2] or "5m"]
+            if point >= hit and ends[point] >= minimum:
+                self._cache[keys[point]] = max(self._cache.get(keys[point], 0.0), now + ttl)
+                if point > hit:
+                    written = point
+        if hit >= 0:
+            self._cache[keys[hit]] = max(self._cache[keys[hit]], now + CACHE_TTL_SECONDS["5m"])
+        created = ends[written] - read if written >= 0 else 0
+        return read, created
+
+
+def _prompt_blocks(request: RecordedRequest) -> list[tuple[str, int, str | None]]:
+    """The prompt as the cache sees it: (identity text, tokens, cache ttl or None) per
+    block, in the order tools, system, messages."""
+    blocks: list[tuple[str, int, str | None]] = []
+
+    def add(identity: str, text: str, marker: Any) -> None:
+        ttl = None
+        if isinstance(marker, dict):
+            ttl = str(marker.get("ttl") or "5m")
+        blocks.append((identity, _tokens(text), ttl))
+
+    for tool in request.tools:
+        text = json.dumps({k: v for k, v in tool.items() if k != "cache_control"})
+        add("tool:" + text, text, tool.get("cache_control"))
+    for block in request.system_blocks:
+        text = str(block.get("text", ""))
+        add("system:" + text, text, block.get("cache_control"))
+    for message in request.messages:
+        role = str(message.get("role"))
+        content = message.get("content")
+        if isinstance(content, str):
+            add(f"{role}:" + content, content, None)
+            continue
+        for block in content if isinstance(content, list) else []:
+            if isinstance(block, dict):
+                text = str(block.get("text", ""))
+                add(f"{role}:" + text, text, block.get("cache_control"))
+    return blocks
 
 
 def _id(prefix: str) -> str:
@@ -534,6 +625,12 @@ def _invalid(body: dict[str, Any]) -> str | None:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         return "messages: at least one message is required"
+    marked = sum(1 for block in _prompt_blocks(RecordedRequest("", "", {}, body)) if block[2])
+    if marked > MAX_CACHE_BREAKPOINTS:
+        return (
+            f"A maximum of {MAX_CACHE_BREAKPOINTS} blocks with cache_control may be "
+            f"provided. Found {marked}."
+        )
     choice = body.get("tool_choice")
     if isinstance(choice, dict) and choice.get("type") == "tool":
         names = [t.get("name") for t in body.get("tools") or [] if isinstance(t, dict)]

@@ -90,6 +90,14 @@ def chat_requests(server: Any) -> list[Any]:
     return [r for r in server.requests if "<personality_state>" in r.system_text]
 
 
+def prompt_of(request: Any) -> str:
+    """Everything a chat request showed the model: system prompt and every turn (the
+    memories travel in the newest turn, after the cached conversation)."""
+    return (
+        str(request.system_text) + "\n" + "\n".join(str(m.get("content")) for m in request.messages)
+    )
+
+
 def ess_requests(server: Any) -> list[Any]:
     return [r for r in server.requests if r.tool_name == "classify_evidence"]
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from bot.runtime import Runtime
 from sonality.memory.sponge import SEED_SNAPSHOT
-from tests.integration.conftest import ALICE, BOB, A, B, chat_requests, command, say
+from tests.integration.conftest import ALICE, BOB, A, B, chat_requests, command, prompt_of, say
 
 CANARY: dict[str, Any] = dict(
     contains="road-safety audit",
@@ -37,13 +37,13 @@ async def test_two_communities_never_share_beliefs_episodes_or_buffers(runtime, 
     await say(runtime, "Tell me about zebra crossings and road safety.", community=B)
 
     b_reply = chat_requests(llm_server)[-1]
-    assert "canary_zebra" not in b_reply.system_text
-    assert "road-safety audit" not in b_reply.system_text
+    assert "canary_zebra" not in prompt_of(b_reply)
+    assert "road-safety audit" not in prompt_of(b_reply)
     assert len(b_reply.messages) == 1  # Alice's buffer in A did not follow her to B
     # Same question in A does retrieve A's memory (so the check above can fail).
     await say(runtime, "Tell me about zebra crossings and road safety.", community=A)
     a_reply = chat_requests(llm_server)[-1]
-    assert "road-safety audit" in a_reply.system_text
+    assert "road-safety audit" in prompt_of(a_reply)
 
     beliefs_b = await command(runtime, "beliefs", community=B)
     assert "canary" not in beliefs_b.text

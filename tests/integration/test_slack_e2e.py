@@ -29,7 +29,7 @@ from providers.anthropic import AnthropicLLM
 from sonality.agent import SonalityAgent
 from tests.fakes.anthropic_server import AnthropicFake, Delay, Fault
 from tests.fakes.slack_server import FakeSlack, post_signed
-from tests.integration.conftest import chat_requests, make_settings
+from tests.integration.conftest import chat_requests, make_settings, prompt_of
 from tests.integration.test_isolation_and_commands import CANARY, CANARY_TEXT
 from tests.slack.conftest import (  # noqa: F401  (fixtures "fake", "http")
     APP_TOKEN,
@@ -162,7 +162,7 @@ async def test_http_two_workspaces_one_token_keep_separate_personalities(
     await bot.teach_canary(anthropic_server)
     await bot.mention("<@UBOT> Tell me about zebra crossings.", team="T2", user="U2")
     assert set(bot.runtime.registry.loaded()) == {T1, T2}
-    t2_prompt = chat_requests(anthropic_server)[-1].system_text
+    t2_prompt = prompt_of(chat_requests(anthropic_server)[-1])
     assert "road-safety audit" not in t2_prompt and TOPIC not in t2_prompt
 
     in_t1 = await bot.command("beliefs", team="T1")

@@ -8,6 +8,7 @@ surface as `LLMError`.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import socket
 import time
@@ -83,26 +84,97 @@ async def test_reply_joins_text_blocks_and_maps_usage(
     assert "temperature" not in body and "tools" not in body
 
 
-async def test_cache_control_only_on_cached_blocks_and_cache_usage(
+LONG = "static identity " * 300  # 4,800 characters: over Sonnet's 1,024-token minimum
+
+
+async def test_cache_control_only_where_the_prefix_reaches_the_minimum(
     anthropic_server: AnthropicFake,
     llm: AnthropicLLM,
 ) -> None:
-    system = [SystemBlock(text="static identity " * 20, cache=True), SystemBlock(text="state")]
+    system = [SystemBlock(text=LONG, cache=True), SystemBlock(text="state")]
     first = await llm.reply(system=system, messages=HELLO, max_tokens=50)
     second = await llm.reply(system=system, messages=HELLO, max_tokens=50)
 
     sent = anthropic_server.requests[0].body["system"]
-    assert sent[0] == {
-        "type": "text",
-        "text": "static identity " * 20,
-        "cache_control": {"type": "ephemeral"},
-    }
+    assert sent[0] == {"type": "text", "text": LONG, "cache_control": {"type": "ephemeral"}}
     assert sent[1] == {"type": "text", "text": "state"}
     # The fake reports the cached prefix as written once, then read.
-    assert first.usage.cache_write_tokens > 0 and first.usage.cache_read_tokens == 0
-    assert second.usage.cache_read_tokens == first.usage.cache_write_tokens
-    assert second.usage.cache_write_tokens == 0
+    assert first.usage.cache_write_tokens == 1200 and first.usage.cache_read_tokens == 0
+    assert second.usage.cache_read_tokens == 1200 and second.usage.cache_write_tokens == 0
     assert first.text == "[reply] Hello there"
+
+
+async def test_a_short_prefix_is_not_marked_and_never_reads_the_cache(
+    anthropic_server: AnthropicFake,
+    llm: AnthropicLLM,
+) -> None:
+    system = [SystemBlock(text="static identity " * 20, cache=True), SystemBlock(text="state")]
+    for _ in range(3):
+        result = await llm.reply(system=system, messages=HELLO, max_tokens=50)
+        assert result.usage.cache_read_tokens == 0 and result.usage.cache_write_tokens == 0
+    assert "cache_control" not in anthropic_server.requests[0].body["system"][0]
+
+
+async def test_the_fake_never_caches_below_the_models_minimum(
+    anthropic_server: AnthropicFake,
+) -> None:
+    """The fake itself, with a mark the provider would not send: Haiku 4.5 needs 4,096
+    tokens, so 1,200 marked tokens are processed uncached, however often they repeat."""
+    async with anthropic.AsyncAnthropic(
+        api_key=FAKE_API_KEY, base_url=anthropic_server.base_url
+    ) as client:
+        for _ in range(2):
+            message = await client.messages.create(
+                model="claude-haiku-4-5",
+                max_tokens=20,
+                system=[{"type": "text", "text": LONG, "cache_control": {"type": "ephemeral"}}],
+                messages=[{"role": "user", "content": "hi"}],
+            )
+            assert message.usage.cache_read_input_tokens == 0
+            assert message.usage.cache_creation_input_tokens == 0
+            assert message.usage.input_tokens == 1201
+
+
+async def test_a_growing_conversation_reads_the_previous_prefix(
+    anthropic_server: AnthropicFake,
+    llm: AnthropicLLM,
+) -> None:
+    """Each request marks its last earlier turn; the next one, one exchange longer,
+    reads what the previous one wrote and writes only the new exchange."""
+    system = [SystemBlock(text=LONG, cache=True)]
+    turns: list[ChatTurn] = []
+    usages = []
+    for i in range(3):
+        earlier = [t.model_copy(update={"cache": j == len(turns) - 1}) for j, t in enumerate(turns)]
+        message = ChatTurn(role="user", content=f"question {i} " * 10)
+        result = await llm.reply(system=system, messages=[*earlier, message], max_tokens=50)
+        usages.append(result.usage)
+        turns += [message, ChatTurn(role="assistant", content=result.text)]
+    assert usages[0].cache_write_tokens == 1200  # no earlier turns yet: the system prompt
+    for before, after in itertools.pairwise(usages):
+        assert after.cache_read_tokens == before.cache_read_tokens + before.cache_write_tokens
+        assert 0 < after.cache_write_tokens < 100  # one exchange, not the whole prefix
+    assert anthropic_server.requests[2].body["messages"][-2]["content"][0]["cache_control"]
+
+
+async def test_more_than_four_cache_marks_are_refused_like_the_real_api(
+    anthropic_server: AnthropicFake,
+) -> None:
+    block: anthropic.types.TextBlockParam = {
+        "type": "text",
+        "text": "x",
+        "cache_control": {"type": "ephemeral"},
+    }
+    async with anthropic.AsyncAnthropic(
+        api_key=FAKE_API_KEY, base_url=anthropic_server.base_url, max_retries=0
+    ) as client:
+        with pytest.raises(anthropic.BadRequestError, match="maximum of 4 blocks"):
+            await client.messages.create(
+                model=DEFAULT_MODEL,
+                max_tokens=20,
+                system=[block] * 5,
+                messages=[{"role": "user", "content": "hi"}],
+            )
 
 
 async def test_call_tool_forces_the_tool_and_returns_its_input(

@@ -70,3 +70,16 @@ async def test_rows_per_user_capped_on_append(db: Database) -> None:
 async def test_users_have_separate_buffers(db: Database) -> None:
     await db.append_exchange(C, "u1", "mine", "ok", at(0))
     assert await db.recent_turns(C, "u2", 100, 10_000) == []
+
+
+async def test_a_stepped_window_keeps_its_start_for_several_messages(db: Database) -> None:
+    """With 6 pairs and steps of 3, the oldest kept exchange changes every 3 messages,
+    so the same earlier turns open the prompt (and stay cached) meanwhile."""
+    starts = []
+    for n in range(1, 13):
+        await db.append_exchange(C, "u1", f"q{n}", f"a{n}", at(n))
+        turns = await db.recent_turns(C, "u1", max_turns=12, max_chars=10_000, step_pairs=3)
+        assert 4 <= len(turns) // 2 <= 6 or n < 4
+        assert turns[-2:] == [("user", f"q{n}"), ("assistant", f"a{n}")]
+        starts.append(turns[0][1])
+    assert starts == ["q1"] * 6 + ["q4"] * 3 + ["q7"] * 3
