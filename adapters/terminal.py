@@ -2,30 +2,68 @@
 
 It exists so anyone with an API key can watch the personality work without a Discord
 or Slack app: chat as several people (`/as NAME`), then inspect or roll back with the
-same `/sonality` commands moderators use (the terminal user is a moderator). With stdin
-not a terminal it reads one message per line and prints one reply per line, so it can
-be scripted; the status line then goes to stderr.
+same `/sonality` commands moderators use (the terminal user is a moderator, and is not
+flood-limited: the operator is not a member the bot needs protecting from).
+
+Two ways of reading input:
+
+- At a terminal (stdin and stdout both TTYs), prompt_toolkit's `PromptSession`: the
+  arrow keys edit the line, Up and Down walk a history kept in the data directory, and
+  Ctrl-C / Ctrl-D leave. Why prompt_toolkit rather than `readline`: `prompt_async`
+  runs on the bot's own event loop, so the learning, the scheduler and the platforms
+  keep running while the operator types, and it restores the terminal when the bot is
+  stopped mid-prompt. `readline` only edits inside a blocking `input()`, which would
+  need a thread that cannot be interrupted (Ctrl-C would wait for Enter), and it is
+  missing from some Python builds altogether.
+- Otherwise (scripted), one message per line in and exactly ONE line out per input
+  line, command output included, newlines written as a literal `\\n`; the status line
+  goes to stderr.
+
+Input is untrusted even here: bytes that are not UTF-8 are replaced rather than passed
+on (they would fail later, in JSON or SQLite), and names are cleaned and cut, so a bad
+line gets a short answer and the bot keeps running.
 """
 
 from __future__ import annotations
 
 import asyncio
+import io
+import logging
+import re
 import shlex
 import sys
 import threading
+import unicodedata
+from pathlib import Path
 from typing import TextIO
 
 from bot.interface import ChatRuntime
-from bot.messages import CommandRequest, Community, IncomingMessage, ReplyKind, User
+from bot.messages import (
+    INTERNAL_ERROR,
+    CommandRequest,
+    Community,
+    IncomingMessage,
+    ReplyKind,
+    User,
+)
 from bot.settings import Settings
+
+log = logging.getLogger(__name__)
 
 COMMUNITY = Community(id="terminal:local", name="terminal")
 BANNER = (
     "Sonality terminal community. Type a message and press Enter.\n"
     "  /as NAME              speak as someone else\n"
     "  /sonality help        moderator commands (you are a moderator here)\n"
+    "  //text                send a message that starts with /\n"
     "  /quit                 leave (Ctrl-D works too)"
 )
+#: Longest name `/as` accepts; longer ones are cut (platform names are about this long).
+MAX_NAME_CHARS = 64
+HISTORY_FILE = "terminal_history"
+# A first word like `/foo` or `/sonalty` is a command; `/r/python` or `/ 2` is not.
+COMMAND_WORD = re.compile(r"/[A-Za-z][\w-]*")
+UNKNOWN_COMMAND = "unknown command {word}, try /sonality help"
 
 
 class TerminalAdapter:
@@ -43,13 +81,53 @@ class TerminalAdapter:
         self.stdin = stdin or sys.stdin
         self.stdout = stdout or sys.stdout
         self.stderr = stderr or sys.stderr
-        self.user = User(id=_user_id(settings.terminal_user), name=settings.terminal_user)
+        if isinstance(self.stdout, io.TextIOWrapper):
+            # A character the terminal's encoding lacks becomes "?", not a traceback.
+            self.stdout.reconfigure(errors="replace")
+        name = clean_name(settings.terminal_user) or "you"
+        self.user = User(id=_user_id(name), name=name)
         self.interactive = self.stdin.isatty()
+        # Line editing needs a terminal on both ends; with output piped, plain lines.
+        self.editing = self.interactive and self.stdout.isatty()
+        self.history_path = settings.data_dir / HISTORY_FILE
         self._closed = False
 
     async def start(self) -> None:
         if self.interactive:
             self._print(BANNER)
+        if self.editing:
+            await self._edit_lines()
+        else:
+            await self._plain_lines()
+
+    async def _edit_lines(self) -> None:
+        from prompt_toolkit import PromptSession
+        from prompt_toolkit.history import FileHistory
+        from prompt_toolkit.input import create_input
+        from prompt_toolkit.output import create_output
+
+        session: PromptSession[str] = PromptSession(
+            history=FileHistory(str(_private_file(self.history_path))),
+            input=create_input(self.stdin),
+            output=create_output(self.stdout),
+        )
+        while not self._closed:
+            try:
+                line = await session.prompt_async(
+                    f"{self.user.name}> ",
+                    # SIGINT from outside stops the bot through its own handler; Ctrl-C
+                    # typed at the prompt arrives as a key and ends the prompt below.
+                    handle_sigint=False,
+                    # Keep the bot's loop error handling: prompt_toolkit's would pause
+                    # for Enter on any background error.
+                    set_exception_handler=False,
+                )
+            except (EOFError, KeyboardInterrupt):  # Ctrl-D, Ctrl-C
+                break
+            if not await self.handle_line(line):
+                break
+
+    async def _plain_lines(self) -> None:
         lines = self._read_lines()
         while not self._closed:
             if self.interactive:
@@ -57,24 +135,28 @@ class TerminalAdapter:
             line = await lines.get()
             if line is None:  # end of input
                 break
-            if not await self.handle_line(line.rstrip("\n")):
+            if not await self.handle_line(line.rstrip("\r\n")):
                 break
 
     def _read_lines(self) -> asyncio.Queue[str | None]:
-        """Lines from stdin, read on a daemon thread.
+        """Lines from stdin, read on a daemon thread, as bytes decoded leniently.
 
         A blocking readline in the loop's executor would keep the process alive after
         Ctrl-C until the user pressed Enter; a daemon thread never blocks shutdown.
+        Bytes are read rather than text so that invalid UTF-8 becomes U+FFFD instead of
+        ending the input (a decoding error) or smuggling surrogates into the engine.
         """
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[str | None] = asyncio.Queue()
+        binary = getattr(self.stdin, "buffer", None)
 
         def reader() -> None:
             while True:
                 try:
-                    line = self.stdin.readline()
+                    raw = binary.readline() if binary is not None else self.stdin.readline()
                 except (OSError, ValueError):
-                    line = ""
+                    raw = ""
+                line = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
                 try:
                     loop.call_soon_threadsafe(queue.put_nowait, line or None)
                 except RuntimeError:  # the loop is gone: we are shutting down
@@ -89,37 +171,62 @@ class TerminalAdapter:
         self._closed = True
 
     async def handle_line(self, line: str) -> bool:
-        """Process one input line; False means the user asked to quit."""
-        text = line.strip()
+        """Process one input line; False means the user asked to quit.
+
+        Nothing typed may end the session: a failure is logged and answered in one line.
+        """
+        try:
+            return await self._handle_line(clean_text(line).strip())
+        except Exception:
+            log.exception("terminal line failed")
+            self._answer(f"(notice) {INTERNAL_ERROR}")
+            return True
+
+    async def _handle_line(self, text: str) -> bool:
         if not text:
             return True
-        if text in {"/quit", "/exit"}:
+        if text.startswith("//"):  # an escaped slash: a message, not a command
+            await self._message(text[1:])
+            return True
+        word = text.split(maxsplit=1)[0]
+        if not COMMAND_WORD.fullmatch(word):
+            await self._message(text)
+            return True
+        if word in {"/quit", "/exit"}:
             return False
-        if text == "/as" or text.startswith("/as "):
-            name = text[3:].strip()
-            if not name:
-                self._print("usage: /as NAME")
-            else:
-                self.user = User(id=_user_id(name), name=name)
-                self._print(f"(now speaking as {name})")
-            return True
-        if text.startswith("/sonality"):
+        if word == "/as":
+            self._switch_user(text[len(word) :])
+        elif word == "/help":
+            self._answer(BANNER)
+        elif word == "/sonality":
             await self._command(text)
-            return True
+        else:
+            self._answer(UNKNOWN_COMMAND.format(word=word))
+        return True
+
+    def _switch_user(self, raw: str) -> None:
+        name = clean_name(raw)
+        if not name:
+            self._answer("usage: /as NAME")
+            return
+        self.user = User(id=_user_id(name), name=name)
+        cut = clean_name(raw, limit=None) != name
+        note = f"; names are cut to {MAX_NAME_CHARS} characters" if cut else ""
+        self._answer(f"(now speaking as {name}{note})")
+
+    async def _message(self, text: str) -> None:
         message = IncomingMessage(
-            community=COMMUNITY, channel_id="terminal", user=self.user, text=text
+            community=COMMUNITY, channel_id="terminal", user=self.user, text=text, trusted=True
         )
         reply = await self.runtime.handle(message)
         if reply is None:
-            return True
+            if not self.interactive:  # keep one answer line per input line
+                self._answer("(no reply)")
+            return
         prefix = "" if reply.kind is ReplyKind.ANSWER else "(notice) "
-        if self.interactive:
-            self._print(f"sonality> {prefix}{reply.text}")
-        else:  # one line per reply: newlines become a literal backslash-n
-            self._print(prefix + reply.text.replace("\\", "\\\\").replace("\n", "\\n"))
+        self._answer(prefix + reply.text, speaker="sonality> ")
         if reply.kind is ReplyKind.ANSWER:
             await self._status()
-        return True
 
     async def _command(self, text: str) -> None:
         try:
@@ -137,7 +244,7 @@ class TerminalAdapter:
         )
         result = await self.runtime.run_command(request)
         header = f"[{result.title}]\n" if result.title and self.interactive else ""
-        self._print(header + result.text)
+        self._answer(header + result.text)
 
     async def _status(self) -> None:
         """ESS, version and staged count once this message's learning has finished."""
@@ -151,12 +258,42 @@ class TerminalAdapter:
         else:
             print(line, file=self.stderr, flush=True)
 
+    def _answer(self, text: str, speaker: str = "") -> None:
+        """One answer: as it is at a terminal, as exactly one line when scripted."""
+        if self.interactive:
+            self._print(speaker + text)
+        else:  # newlines become a literal backslash-n (and backslashes are doubled)
+            self._print(text.replace("\\", "\\\\").replace("\r", "").replace("\n", "\\n"))
+
     def _print(self, text: str) -> None:
         print(text, file=self.stdout, flush=True)
 
     def _write(self, text: str) -> None:
         self.stdout.write(text)
         self.stdout.flush()
+
+
+def clean_text(text: str) -> str:
+    """Text as valid Unicode: undecodable bytes (surrogates) become U+FFFD and control
+    characters other than tab are dropped."""
+    try:
+        raw = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # surrogates that are not escaped bytes
+        raw = text.encode("utf-8", "surrogatepass")
+    decoded = raw.decode("utf-8", "replace")
+    return "".join(c for c in decoded if c == "\t" or unicodedata.category(c) != "Cc")
+
+
+def clean_name(raw: str, limit: int | None = MAX_NAME_CHARS) -> str:
+    """A display name: printable, single-spaced, at most `limit` characters."""
+    printable = "".join(c for c in clean_text(raw) if not unicodedata.category(c).startswith("C"))
+    return " ".join(printable.split())[:limit].strip()
+
+
+def _private_file(path: Path) -> Path:
+    """The history holds what was typed: readable by its owner only."""
+    path.touch(mode=0o600, exist_ok=True)
+    return path
 
 
 def _user_id(name: str) -> str:
