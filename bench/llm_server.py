@@ -1,4 +1,5 @@
-"""The loopback Anthropic fake as a separate process, for benchmarks.
+"""A loopback LLM fake (Anthropic's, or OpenAI's with --vendor openai) as a separate
+process, for benchmarks.
 
 Running it outside the benchmark's process keeps its event loop and CPU from being
 counted as ours. Prints its base URL on the first line of stdout, then serves until
@@ -12,13 +13,16 @@ import asyncio
 import sys
 
 from tests.fakes.anthropic_server import AnthropicFake
+from tests.fakes.openai_server import OpenAIFake
 
 
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--latency", type=float, default=0.0, help="seconds per response")
+    parser.add_argument("--vendor", choices=("anthropic", "openai"), default="anthropic")
     args = parser.parse_args()
-    async with AnthropicFake(latency=args.latency) as server:
+    fake = OpenAIFake if args.vendor == "openai" else AnthropicFake
+    async with fake(latency=args.latency) as server:
         print(server.base_url, flush=True)
         await asyncio.to_thread(sys.stdin.read)  # until the parent closes our stdin
 

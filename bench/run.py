@@ -42,7 +42,9 @@ from bot.app import open_runtime
 from bot.messages import Community, IncomingMessage, User
 from bot.runtime import Runtime
 from bot.settings import Settings
+from providers import DEFAULT_MODELS
 from providers.anthropic import AnthropicLLM
+from providers.openai import OpenAILLM
 from sonality.llm import ChatTurn, LLMClient, SystemBlock, TextResult, ToolResult
 from sonality.memory.embedding import default_embedding_function
 from sonality.memory.episodes import Episode, EpisodeStore
@@ -111,9 +113,9 @@ def report(name: str, value: str, workload: str, target: str, ok: bool | None = 
 
 # --------------------------------------------------------------------------- plumbing
 @contextlib.contextmanager
-def llm_server(latency: float) -> Iterator[str]:
+def llm_server(latency: float, vendor: str = "anthropic") -> Iterator[str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.llm_server", "--latency", str(latency)],
+        [sys.executable, "-m", "bench.llm_server", "--latency", str(latency), "--vendor", vendor],
         cwd=ROOT,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
@@ -143,10 +145,17 @@ def settings_for(data_dir: Path, base_url: str, **extra: Any) -> Settings:
     return Settings(_env_file=None, **values)  # type: ignore[call-arg]
 
 
-def make_llm(base_url: str, cap: int) -> AnthropicLLM:
-    return AnthropicLLM(
-        api_key=KEY, base_url=base_url, max_retries=0, timeout=60.0, max_concurrency=cap
-    )
+def make_llm(base_url: str, cap: int, vendor: str = "anthropic") -> AnthropicLLM | OpenAILLM:
+    options: dict[str, Any] = {
+        "api_key": KEY,
+        "base_url": base_url,
+        "max_retries": 0,
+        "timeout": 60.0,
+        "max_concurrency": cap,
+    }
+    if vendor == "openai":
+        return OpenAILLM(default_model=DEFAULT_MODELS["openai"][0], **options)
+    return AnthropicLLM(**options)
 
 
 _reply_seconds: ContextVar[list[float] | None] = ContextVar("_reply_seconds", default=None)
@@ -230,16 +239,18 @@ def seeded_chroma(data_dir: Path, community_id: str, episodes: int) -> float:
 
 @contextlib.asynccontextmanager
 async def bot(
-    data_dir: Path, base_url: str, cap: int, **extra: Any
+    data_dir: Path, base_url: str, cap: int, vendor: str = "anthropic", **extra: Any
 ) -> AsyncIterator[tuple[Runtime, TimedLLM]]:
-    llm = TimedLLM(make_llm(base_url, cap))
+    inner = make_llm(base_url, cap, vendor)
+    llm = TimedLLM(inner)
+    if vendor == "openai":
+        extra["SONALITY_LLM_PROVIDER"] = "openai"
     settings = settings_for(data_dir, base_url, SONALITY_MAX_CONCURRENT_LLM=cap, **extra)
     try:
         async with open_runtime(settings, llm=llm) as runtime:
             yield runtime, llm
     finally:
-        assert isinstance(llm.inner, AnthropicLLM)
-        await llm.inner.aclose()
+        await inner.aclose()
 
 
 async def seed_state(runtime: Runtime, community: Community, interactions: int) -> None:
@@ -267,12 +278,14 @@ def message(community: Community, i: int, users: int = 20) -> IncomingMessage:
 
 
 # --------------------------------------------------------------------------- figures
-async def figure_reply_ratio(work: Path, episodes: int, latency: float, n: int) -> None:
+async def figure_reply_ratio(
+    work: Path, episodes: int, latency: float, n: int, vendor: str = "anthropic"
+) -> None:
     community = Community(id="bench:big", name="big")
-    data = work / "ratio"
+    data = work / f"ratio-{vendor}"
     seed_s = seeded_chroma(data, community.id, episodes)
-    with llm_server(latency) as url:
-        async with bot(data, url, cap=16) as (runtime, llm):
+    with llm_server(latency, vendor) as url:
+        async with bot(data, url, cap=16, vendor=vendor) as (runtime, llm):
             await seed_state(runtime, community, episodes)
             system = build_system_blocks(SEED_SNAPSHOT)
             bare = []
@@ -298,7 +311,7 @@ async def figure_reply_ratio(work: Path, episodes: int, latency: float, n: int) 
             count = runtime.registry.get(community.id).episodes.count()  # type: ignore[union-attr]
     ratio = statistics.median(replies) / statistics.median(bare)
     report(
-        "1. reply time / bare LLM round trip",
+        "1. reply time / bare LLM round trip" + ("" if vendor == "anthropic" else f" ({vendor})"),
         f"{ratio:.3f} (reply p50 {fmt_ms(statistics.median(replies))}, "
         f"bare p50 {fmt_ms(statistics.median(bare))})",
         f"{n} sequential replies vs 10 bare calls, LLM latency {latency * 1000:.0f} ms, "
@@ -541,6 +554,7 @@ def main() -> None:
         work = Path(tmp)
         if 1 in wanted:
             asyncio.run(figure_reply_ratio(work, args.episodes, args.latency, n=20))
+            asyncio.run(figure_reply_ratio(work, args.episodes, args.latency, 20, "openai"))
         if 2 in wanted:
             asyncio.run(figure_own_time(work, args.episodes, args.messages))
         if 3 in wanted:

@@ -444,8 +444,10 @@ class AnthropicFake:
         if not key or (self.expected_api_key is not None and key != self.expected_api_key):
             return _error(401, "authentication_error", "invalid x-api-key")
         # Only a scripted fault is for this endpoint; answers stay for the Messages API.
-        if self._script and isinstance(self._script[0], Fault):
-            return _fault(self._script.popleft())
+        head = self._script[0] if self._script else None
+        if isinstance(head, Fault):
+            self._script.popleft()
+            return _fault(head)
         model_id = request.match_info["model_id"]
         if model_id not in self.known_models:
             return _error(404, "not_found_error", f"model: {model_id}")

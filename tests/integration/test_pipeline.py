@@ -49,7 +49,7 @@ async def bob_asks_about_atomic_plants(runtime: Any, llm_server: Any) -> None:
     )
     assert reply is not None and reply.kind is ReplyKind.ANSWER
     prompt = prompt_of(chat_requests(llm_server)[-1])
-    assert "<relevant_memories>" in prompt and NUCLEAR["summary"] in prompt
+    assert "<relevant_memories>" in prompt and str(NUCLEAR["summary"]) in prompt
 
 
 NUCLEAR = dict(
