@@ -9,11 +9,15 @@ import contextlib
 import fcntl
 import os
 import pty
+import signal
 import struct
 import sys
 import termios
+from asyncio.subprocess import Process
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from bot.app import open_runtime
 from bot.messages import SLOW_DOWN, Community, IncomingMessage, User
@@ -21,7 +25,7 @@ from tests.fakes.anthropic_fixtures import FAKE_API_KEY
 from tests.integration.conftest import chat_requests, make_settings
 from tests.integration.test_process import _start_bot, bot_env
 
-LEFT, UP, ENTER, CTRL_D = b"\x1b[D", b"\x1b[A", b"\r", b"\x04"
+LEFT, UP, ENTER, CTRL_C, CTRL_D = b"\x1b[D", b"\x1b[A", b"\r", b"\x03", b"\x04"
 # The prompt as drawn (the editor moves the cursor rather than printing the space) and
 # the status line that follows every answer at a terminal.
 PROMPT, STATUS = b"you>", "· ESS".encode()
@@ -83,9 +87,8 @@ class Screen:
             asyncio.get_running_loop().remove_reader(self.fd)
 
 
-async def test_arrow_keys_edit_the_line_and_up_recalls_the_previous_one(
-    tmp_path: Path, anthropic_server
-) -> None:
+async def start_at_terminal(tmp_path: Path, server: Any) -> tuple[Process, Screen, int]:
+    """The bot with a pseudo-terminal as stdin, stdout and stderr (80x24, xterm)."""
     controller, terminal = pty.openpty()
     fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
     proc = await asyncio.create_subprocess_exec(
@@ -96,7 +99,7 @@ async def test_arrow_keys_edit_the_line_and_up_recalls_the_previous_one(
         env=bot_env(
             tmp_path / "data",
             ANTHROPIC_API_KEY=FAKE_API_KEY,
-            ANTHROPIC_BASE_URL=anthropic_server.base_url,
+            ANTHROPIC_BASE_URL=server.base_url,
             TERM="xterm",
             # Nobody answers cursor-position requests on this terminal.
             PROMPT_TOOLKIT_NO_CPR="1",
@@ -106,7 +109,21 @@ async def test_arrow_keys_edit_the_line_and_up_recalls_the_previous_one(
         stderr=terminal,
     )
     os.close(terminal)
-    screen = Screen(controller)
+    return proc, Screen(controller), controller
+
+
+async def stop(proc: Process, screen: Screen, controller: int) -> None:
+    screen.close()
+    os.close(controller)
+    if proc.returncode is None:
+        proc.kill()
+        await proc.wait()
+
+
+async def test_arrow_keys_edit_the_line_and_up_recalls_the_previous_one(
+    tmp_path: Path, anthropic_server
+) -> None:
+    proc, screen, controller = await start_at_terminal(tmp_path, anthropic_server)
     try:
         at = await screen.wait_for(PROMPT)
         # "helo world", seven steps left (after "hel"), insert the missing "l".
@@ -126,12 +143,25 @@ async def test_arrow_keys_edit_the_line_and_up_recalls_the_previous_one(
         os.write(controller, CTRL_D)
         assert await asyncio.wait_for(proc.wait(), 60) == 0
     finally:
-        screen.close()
-        os.close(controller)
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
+        await stop(proc, screen, controller)
     assert "hello world" in (tmp_path / "data" / "terminal_history").read_text()
+
+
+@pytest.mark.parametrize("how", ["Ctrl-C typed", "SIGINT"])
+async def test_the_editor_ends_on_ctrl_c(tmp_path: Path, anthropic_server, how: str) -> None:
+    """Typed, Ctrl-C is a key the editor reads; sent as a signal (kill -INT) it goes to
+    the bot's own handler. Either way the bot stops cleanly while waiting at the prompt."""
+    proc, screen, controller = await start_at_terminal(tmp_path, anthropic_server)
+    try:
+        await screen.wait_for(PROMPT)
+        if how == "SIGINT":
+            proc.send_signal(signal.SIGINT)
+        else:
+            os.write(controller, b"half a line" + CTRL_C)
+        assert await asyncio.wait_for(proc.wait(), 60) == 0
+    finally:
+        await stop(proc, screen, controller)
+    assert chat_requests(anthropic_server) == []
 
 
 async def test_scripted_every_input_line_gets_one_answer_line_and_no_flood_limit(
