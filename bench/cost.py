@@ -25,9 +25,11 @@ from bot.app import open_runtime
 from bot.messages import Community, IncomingMessage, User
 from bot.settings import Settings
 from providers.anthropic import AnthropicLLM
+from providers.openai import OpenAILLM
 from providers.pricing import cost_usd, price_for
 from sonality.llm import ChatTurn, LLMClient, SystemBlock, TextResult, ToolResult, Usage
 from tests.fakes.anthropic_server import AnthropicFake
+from tests.fakes.openai_server import OpenAIFake
 
 KEY = "sk-bench"
 MODEL_CACHE = Path(__file__).resolve().parent.parent / ".cache" / "test-models"
@@ -91,7 +93,7 @@ def workload() -> list[tuple[int, str]]:
     return messages
 
 
-def teach(server: AnthropicFake, long_replies: bool) -> None:
+def teach(server: AnthropicFake | OpenAIFake, long_replies: bool) -> None:
     for keyword, topic, _ in ARGUMENTS:
         server.brain.ess_rule(
             contains=keyword,
@@ -208,10 +210,16 @@ def summarise(calls: Sequence[Call], messages: int) -> CostFigures:
 
 
 @contextlib.asynccontextmanager
-async def _runtime(data_dir: Path, server: AnthropicFake, **extra: Any) -> AsyncIterator[Any]:
+async def _runtime(
+    data_dir: Path, server: AnthropicFake | OpenAIFake, **extra: Any
+) -> AsyncIterator[Any]:
+    openai = isinstance(server, OpenAIFake)
     values: dict[str, Any] = {
         "ANTHROPIC_API_KEY": KEY,
         "ANTHROPIC_BASE_URL": server.base_url,
+        "OPENAI_API_KEY": KEY,
+        "OPENAI_BASE_URL": server.base_url,
+        "SONALITY_LLM_PROVIDER": "openai" if openai else "anthropic",
         "SONALITY_DATA_DIR": str(data_dir),
         "SONALITY_MODEL_CACHE_DIR": str(MODEL_CACHE),
         "SONALITY_RATE_LIMIT_MESSAGES": 1_000_000,
@@ -219,7 +227,13 @@ async def _runtime(data_dir: Path, server: AnthropicFake, **extra: Any) -> Async
         **extra,
     }
     settings = Settings(_env_file=None, **values)  # type: ignore[call-arg]
-    inner = AnthropicLLM(api_key=KEY, base_url=server.base_url, max_retries=0)
+    inner: AnthropicLLM | OpenAILLM = (
+        OpenAILLM(
+            api_key=KEY, base_url=server.base_url, max_retries=0, default_model=settings.model
+        )
+        if openai
+        else AnthropicLLM(api_key=KEY, base_url=server.base_url, max_retries=0)
+    )
     tap = UsageTap(inner)
     try:
         async with open_runtime(settings, llm=tap) as runtime:
@@ -228,7 +242,9 @@ async def _runtime(data_dir: Path, server: AnthropicFake, **extra: Any) -> Async
         await inner.aclose()
 
 
-async def measure_cost(data_dir: Path, long_replies: bool = False, **extra: Any) -> CostFigures:
+async def measure_cost(
+    data_dir: Path, long_replies: bool = False, vendor: str = "anthropic", **extra: Any
+) -> CostFigures:
     """Run the workload once; `extra` are settings (e.g. SONALITY_ESS_MODEL). Replies
     are the fake's short echo (about 50 tokens), or about 100 tokens with
     `long_replies`."""
@@ -236,7 +252,8 @@ async def measure_cost(data_dir: Path, long_replies: bool = False, **extra: Any)
     members = [
         User(id=f"member-{i}", name=name) for i, name in enumerate("Ana Ben Cai Dee".split())
     ]
-    async with AnthropicFake(api_key=KEY) as server:
+    fake = OpenAIFake if vendor == "openai" else AnthropicFake
+    async with fake(api_key=KEY) as server:
         teach(server, long_replies)
         async with _runtime(data_dir, server, **extra) as (runtime, tap):
             plan = workload()

@@ -506,23 +506,26 @@ def figure_memory(work: Path, known: int, active: int) -> None:
 
 # --------------------------------------------------------------------------- main
 async def figure_cost(work: Path) -> None:
-    workload = "60 messages, 4 members: chat, arguments, pressure; Anthropic caching rules"
+    workload = "60 messages, 4 members: chat, arguments, pressure; {} caching rules"
     sonnet = {"SONALITY_ESS_MODEL": "claude-sonnet-4-6"}
-    runs: list[tuple[str, bool, dict[str, str]]] = [
-        ("defaults: claude-sonnet-4-6 + claude-haiku-4-5", False, {}),
-        ("one model: claude-sonnet-4-6 for everything", False, sonnet),
-        ("defaults, 100-token replies", True, {}),
-        ("one model, 100-token replies", True, sonnet),
+    runs: list[tuple[str, bool, str, dict[str, str]]] = [
+        ("defaults: claude-sonnet-4-6 + claude-haiku-4-5", False, "anthropic", {}),
+        ("one model: claude-sonnet-4-6 for everything", False, "anthropic", sonnet),
+        ("defaults, 100-token replies", True, "anthropic", {}),
+        ("one model, 100-token replies", True, "anthropic", sonnet),
+        ("OpenAI defaults: gpt-4.1 + gpt-4.1-mini", False, "openai", {}),
+        ("OpenAI one model: gpt-4.1", False, "openai", {"SONALITY_ESS_MODEL": "gpt-4.1"}),
     ]
-    for index, (label, long_replies, extra) in enumerate(runs):
-        figures = await measure_cost(work / f"cost-{index}", long_replies, **extra)
+    for index, (label, long_replies, vendor, extra) in enumerate(runs):
+        figures = await measure_cost(work / f"cost-{index}", long_replies, vendor, **extra)
         ok = figures.ratio <= 1.3 and figures.sonnet_equivalents <= 1500
         report(
             f"5. cost per message ({label})",
             describe(figures),
-            workload + (", replies of about 100 tokens" if long_replies else ""),
+            workload.format("OpenAI's" if vendor == "openai" else "Anthropic's")
+            + (", replies of about 100 tokens" if long_replies else ""),
             "≤ 1.3× and ≤ 1,500",
-            ok if not extra else None,
+            ok if not extra and vendor == "anthropic" else None,
         )
 
 
