@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import html
 import inspect
 import logging
 import uuid
@@ -696,7 +697,9 @@ class SonalityAgent:
             events.append(_reflection_event(state, outcome))
             return outcome
         usage.append(UsageRecord(purpose="reflection", model=result.model, usage=result.usage))
-        candidate = _fit_snapshot(result.text.strip())
+        # The prompt showed the narrative escaped; a model that copies its wording may
+        # copy an entity too ("R&amp;D"), which would be escaped again next time.
+        candidate = _fit_snapshot(html.unescape(result.text).strip())
         accepted = validate_snapshot(state.snapshot, candidate)
         # Insights are consumed by every reflection that ran, accepted or not: left
         # pending, one rejected rewrite would make every later trigger (the idle job

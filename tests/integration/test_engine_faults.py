@@ -102,3 +102,18 @@ async def test_drain_returns_while_learning_waits_for_the_model(runtime, llm_ser
     await say(runtime, "hello")
     agent = runtime.registry.get(A.id)
     assert agent.learning_held and agent.backlog == 1
+
+
+async def test_escaped_text_never_accumulates_in_the_narrative(runtime, llm_server):
+    """The reflection prompt shows the narrative escaped; a model that echoes an entity
+    must not leave `&amp;` in the stored narrative, to be escaped again next time."""
+    agent = runtime.registry.get(A.id) or await runtime.registry.agent_for(A)
+    narrative = agent.sponge.snapshot + " I enjoy R&D talk & <b>bold</b> claims."
+    agent.sponge = agent.sponge.model_copy(update={"snapshot": narrative})
+    echoed = narrative.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    llm_server.brain.reply_rule(contains="It is time to reflect", text=echoed)
+    for _ in range(2):
+        await agent.reflect_now("moderator")
+        assert agent.sponge.snapshot == narrative
+    prompt = [r for r in llm_server.requests if "current_self_description" in r.user_text][-1]
+    assert "R&amp;D talk &amp; &lt;b&gt;" in prompt.user_text  # escaped once, not twice
