@@ -273,11 +273,18 @@ class CommandHandlers:
             request.caller.id,
             restored.version,
         )
+        if version == 0:
+            text = (
+                f"Reset to the seed personality as v{restored.version}: no beliefs, the "
+                "first self-description, and no memories of earlier conversations."
+            )
+        else:
+            text = (
+                f"Restored v{version} as v{restored.version}. Memories from after "
+                f"v{version} are out of reach."
+            )
         return CommandResult(
-            text=(
-                f"Restored v{version} as v{restored.version}. "
-                f"To undo, `/sonality rollback {before}`."
-            ),
+            text=f"{text} To undo, `/sonality rollback {before}`.",
             title="Rollback",
         )
 

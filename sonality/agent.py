@@ -33,7 +33,7 @@ from sonality.ess import ESSResult, classify
 from sonality.llm import ChatTurn, LLMClient, LLMError, SystemBlock
 from sonality.memory.embed_lane import EmbeddingLane
 from sonality.memory.episodes import EpisodeMemory
-from sonality.memory.sponge import SpongeState
+from sonality.memory.sponge import HiddenMemories, SpongeState
 from sonality.memory.updater import (
     SNAPSHOT_CHAR_LIMIT,
     compute_magnitude,
@@ -340,6 +340,7 @@ class SonalityAgent:
                 config.MIN_EPISODE_RELEVANCE,
                 query_embedding=[embedded],
                 unwritten=unwritten,
+                hidden=self.sponge.hidden_ranges,
             )
         except Exception:
             log.exception("%s: memory retrieval failed; answering without memories", self.label)
@@ -661,6 +662,7 @@ class SonalityAgent:
             self.episodes.recent_summaries,
             state.last_reflection_at,
             RECENT_EPISODES_FOR_REFLECTION,
+            state.hidden_ranges,
         )
         recent = [*recent, *(e.summary for e in episodes if e.memory_type == EPISODIC)][
             -RECENT_EPISODES_FOR_REFLECTION:
@@ -778,6 +780,13 @@ class SonalityAgent:
                 raise RollbackError(f"there is no version {version}")
             restored = _rebase(target, self.sponge.interaction_count)
             restored.version = self.sponge.version + 1
+            # Memories formed after the restored version are put out of reach with it
+            # (`rollback 0` forgets them all); restoring a later version brings back
+            # what it could recall, since each version keeps its own ranges.
+            if restored.interaction_count > target.interaction_count:
+                restored.hidden_memories.append(
+                    HiddenMemories(after=target.interaction_count, upto=restored.interaction_count)
+                )
             await self.store.commit(
                 StateCommit(
                     state=restored,

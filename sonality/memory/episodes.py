@@ -91,6 +91,7 @@ class EpisodeMemory(Protocol):
         *,
         query_embedding: Embeddings | None = None,
         unwritten: Sequence[Episode] = (),
+        hidden: Sequence[tuple[int, int]] = (),
     ) -> list[str]: ...
 
     def retrieve(
@@ -103,7 +104,9 @@ class EpisodeMemory(Protocol):
         query_embedding: Embeddings | None = None,
     ) -> list[str]: ...
 
-    def recent_summaries(self, since_interaction: int, limit: int = 20) -> list[str]: ...
+    def recent_summaries(
+        self, since_interaction: int, limit: int = 20, hidden: Sequence[tuple[int, int]] = ()
+    ) -> list[str]: ...
 
     def count(self) -> int: ...
 
@@ -325,43 +328,51 @@ class EpisodeStore:
         *,
         query_embedding: Embeddings | None = None,
         unwritten: Sequence[Episode] = (),
+        hidden: Sequence[tuple[int, int]] = (),
     ) -> list[str]:
         """Semantic memories (distilled knowledge) first, then episodes, without repeats.
 
         Pass `query_embedding` when the caller already embedded `query`. `unwritten`
         episodes (committed, waiting to be stored) that carry a vector are ranked with
-        the stored ones, by the same score.
+        the stored ones, by the same score. Memories whose interaction lies in a
+        `hidden` range `(after, upto]` (undone by a rollback) are left out.
         """
         vector = query_embedding if query_embedding is not None else self.embed_query(query)
-        waiting = [e for e in unwritten if e.embedding is not None]
+        waiting = [e for e in unwritten if e.embedding is not None and not _is_hidden(e, hidden)]
+        where = outside(hidden)
         with self.chroma.use():
             collection = self._semantic(create=False)
             semantic = self._ranked(
                 vector,
                 semantic_n,
                 min_relevance,
-                [(collection, None)] if collection is not None else [],
+                [(collection, where)] if collection is not None else [],
                 [e for e in waiting if e.memory_type == SEMANTIC],
             )
             episodic = self._ranked(
                 vector,
                 episodic_n,
                 min_relevance,
-                [(self._episodic(), None)],
+                [(self._episodic(), where)],
                 [e for e in waiting if e.memory_type != SEMANTIC],
             )
         return list(dict.fromkeys([*semantic, *episodic]))
 
-    def recent_summaries(self, since_interaction: int, limit: int = 20) -> list[str]:
-        """Summaries of episodes from ``since_interaction`` on, oldest first, newest last.
+    def recent_summaries(
+        self, since_interaction: int, limit: int = 20, hidden: Sequence[tuple[int, int]] = ()
+    ) -> list[str]:
+        """Summaries of episodes from ``since_interaction`` on, oldest first, newest last,
+        leaving out `hidden` ranges as `retrieve_typed` does.
 
         Used by reflection, which wants what happened since it last ran, in order.
         """
         if limit <= 0:
             return []
+        since: dict[str, Any] = {"interaction": {"$gte": int(since_interaction)}}
+        hide = outside(hidden)
         with self.chroma.use():
             got = self._episodic().get(
-                where=cast(Where, {"interaction": {"$gte": int(since_interaction)}}),
+                where=cast(Where, {"$and": [since, hide]} if hide else since),
                 include=["metadatas", "documents"],
             )
         metadatas = got["metadatas"] or []
@@ -414,6 +425,21 @@ class EpisodeStore:
                     scored.append((score, cosine, document_of(episode)))
         scored.sort(key=lambda item: (item[0], item[1]), reverse=True)
         return [summary for _, _, summary in scored[:n_results]]
+
+
+def outside(hidden: Sequence[tuple[int, int]]) -> dict[str, Any] | None:
+    """A Chroma filter for memories outside every range `(after, upto]`, or None."""
+    conditions: list[dict[str, Any]] = [
+        {"$or": [{"interaction": {"$lte": after}}, {"interaction": {"$gt": upto}}]}
+        for after, upto in hidden
+    ]
+    if not conditions:
+        return None
+    return conditions[0] if len(conditions) == 1 else {"$and": conditions}
+
+
+def _is_hidden(episode: Episode, hidden: Sequence[tuple[int, int]]) -> bool:
+    return any(after < episode.interaction <= upto for after, upto in hidden)
 
 
 def document_of(episode: Episode) -> str:

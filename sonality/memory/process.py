@@ -81,6 +81,7 @@ class MemoryService:
         min_relevance: float,
         query_embedding: Embeddings,
         unwritten: Sequence[Episode],
+        hidden: Sequence[tuple[int, int]] = (),
     ) -> list[str]:
         return self._store(community_id).retrieve_typed(
             query,
@@ -89,6 +90,7 @@ class MemoryService:
             min_relevance,
             query_embedding=query_embedding,
             unwritten=unwritten,
+            hidden=hidden,
         )
 
     def retrieve(
@@ -104,8 +106,14 @@ class MemoryService:
             query, n_results, min_relevance, where, query_embedding=query_embedding
         )
 
-    def recent_summaries(self, community_id: str, since_interaction: int, limit: int) -> list[str]:
-        return self._store(community_id).recent_summaries(since_interaction, limit)
+    def recent_summaries(
+        self,
+        community_id: str,
+        since_interaction: int,
+        limit: int,
+        hidden: Sequence[tuple[int, int]] = (),
+    ) -> list[str]:
+        return self._store(community_id).recent_summaries(since_interaction, limit, hidden)
 
     def count(self, community_id: str) -> int:
         return self._store(community_id).count()
@@ -283,12 +291,21 @@ class RemoteEpisodeStore:
         *,
         query_embedding: Embeddings | None = None,
         unwritten: Sequence[Episode] = (),
+        hidden: Sequence[tuple[int, int]] = (),
     ) -> list[str]:
         vector = query_embedding if query_embedding is not None else self._embed([query])
         waiting = list(unwritten)
+        ranges = list(hidden)
         return self._host.call(
             lambda service: service.retrieve_typed(
-                self._community_id, query, episodic_n, semantic_n, min_relevance, vector, waiting
+                self._community_id,
+                query,
+                episodic_n,
+                semantic_n,
+                min_relevance,
+                vector,
+                waiting,
+                ranges,
             )
         )
 
@@ -308,9 +325,14 @@ class RemoteEpisodeStore:
             )
         )
 
-    def recent_summaries(self, since_interaction: int, limit: int = 20) -> list[str]:
+    def recent_summaries(
+        self, since_interaction: int, limit: int = 20, hidden: Sequence[tuple[int, int]] = ()
+    ) -> list[str]:
+        ranges = list(hidden)
         return self._host.call(
-            lambda service: service.recent_summaries(self._community_id, since_interaction, limit)
+            lambda service: service.recent_summaries(
+                self._community_id, since_interaction, limit, ranges
+            )
         )
 
     def count(self) -> int:

@@ -101,6 +101,16 @@ class StagedOpinionUpdate(BaseModel):
     provenance: str = ""
 
 
+class HiddenMemories(BaseModel):
+    """Memories of interactions `after < n <= upto`, undone by a rollback: kept in the
+    store (an undo brings them back) but never recalled while this state is current."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    after: int
+    upto: int
+
+
 class SpongeState(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
@@ -115,6 +125,12 @@ class SpongeState(BaseModel):
     pending_insights: list[str] = Field(default_factory=list)
     staged_opinion_updates: list[StagedOpinionUpdate] = Field(default_factory=list)
     last_reflection_at: int = 0
+    # Not in the seed: which memories a rollback put out of reach (see HiddenMemories).
+    hidden_memories: list[HiddenMemories] = Field(default_factory=list)
+
+    @property
+    def hidden_ranges(self) -> list[tuple[int, int]]:
+        return [(h.after, h.upto) for h in self.hidden_memories]
 
     # --- beliefs ------------------------------------------------------------------------
 

@@ -258,7 +258,7 @@ async def test_only_manage_server_can_roll_back(world: World) -> None:
         world, a, "rollback", options=version_0, permissions=MANAGE_GUILD, user=world.moderator
     )
     assert not is_ephemeral(callback)
-    assert "Restored v0 as v5" in patch.json["content"]
+    assert "Reset to the seed personality as v5" in patch.json["content"]
     assert "/sonality rollback 4" in patch.json["content"]
     assert await store.latest_version() == 5 == agent.sponge.version
     assert agent.sponge.opinion_vectors == {}

@@ -3,7 +3,9 @@
 Each test here failed on the code before its fix:
 * a rejected (or failed) reflection made the idle job reflect again every minute;
 * an ESS call that failed after the SDK's retries became "no argument" for good;
-* learning that failed was retried only at the next start, after later messages.
+* learning that failed was retried only at the next start, after later messages;
+* a reflection could store an entity the model echoed, to be escaped again next time;
+* a rollback, even `rollback 0`, left every later memory shaping the prompts.
 """
 
 from __future__ import annotations
@@ -14,7 +16,17 @@ from typing import Any
 from bot.messages import IncomingMessage
 from bot.scheduler import ReflectionScheduler
 from tests.fakes.anthropic_server import Fault, Text
-from tests.integration.conftest import ALICE, BOB, A, eventually, say
+from tests.integration.conftest import (
+    ALICE,
+    BOB,
+    A,
+    chat_requests,
+    command,
+    eventually,
+    prompt_of,
+    say,
+)
+from tests.integration.test_isolation_and_commands import CANARY, teach_canary
 
 TUTORING = dict(
     contains="randomised trial",
@@ -117,3 +129,34 @@ async def test_escaped_text_never_accumulates_in_the_narrative(runtime, llm_serv
         assert agent.sponge.snapshot == narrative
     prompt = [r for r in llm_server.requests if "current_self_description" in r.user_text][-1]
     assert "R&amp;D talk &amp; &lt;b&gt;" in prompt.user_text  # escaped once, not twice
+
+
+async def test_rollback_puts_later_memories_out_of_reach_and_undo_brings_them_back(
+    runtime, llm_server
+):
+    """`rollback 0` is a real reset: the argument's episode and the insights drawn from
+    it stop shaping prompts. Undoing the rollback restores what that version recalled."""
+    llm_server.brain.ess_rule(**CANARY)
+    await teach_canary(runtime)
+    agent = runtime.registry.get(A.id)
+    await agent.reflect_now("moderator")  # the canary insight becomes a semantic memory
+    before = agent.sponge.version
+    question = "What do you think about zebra crossings and road safety?"
+
+    async def recalled() -> str:
+        await say(runtime, question, user=BOB)
+        return prompt_of(chat_requests(llm_server)[-1])
+
+    assert "road-safety audit" in await recalled()
+    reset = await command(runtime, "rollback", "0")
+    assert reset.ok, reset.text
+    prompt = await recalled()
+    assert "road-safety audit" not in prompt and "<relevant_memories>" not in prompt
+    reflection = [r for r in llm_server.requests if "current_self_description" in r.user_text]
+    await agent.reflect_now("moderator")
+    latest = [r for r in llm_server.requests if "current_self_description" in r.user_text]
+    assert len(latest) == len(reflection) + 1 and "road-safety" not in latest[-1].user_text
+
+    undo = await command(runtime, "rollback", str(before))
+    assert undo.ok, undo.text
+    assert "road-safety audit" in await recalled()

@@ -123,6 +123,7 @@ async def test_rollback_to_seed_and_undo(runtime, llm_server):
     reset = await command(runtime, "rollback", "0", "spam", "raid", user=ALICE)
     assert reset.ok, reset.text
     assert "as v5" in reset.text and "rollback 4" in reset.text
+    assert "no memories" in reset.text
     assert agent.sponge.version == 5
     assert agent.sponge.opinion_vectors == {}
     assert agent.sponge.snapshot == SEED_SNAPSHOT

@@ -237,7 +237,7 @@ async def test_only_moderators_roll_back(
 
     done = await bot.command("rollback 0", user="UADMIN")
     assert done["response_type"] == "in_channel", "a rollback is announced to the channel"
-    assert f"Restored v0 as v{before + 1}" in done["text"]
+    assert f"Reset to the seed personality as v{before + 1}" in done["text"]
     assert agent.sponge.version == before + 1 and await store.latest_version() == before + 1
     assert agent.sponge.opinion_vectors == {}
     beliefs = await bot.command("beliefs")
