@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import math
-import re
 import os
+import re
 import signal
 from typing import Any
 
