@@ -13,6 +13,11 @@ from bot.startup import run
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["evaluate"]:  # a command line of its own: bot/evaluate/cli.py
+        from bot.evaluate.cli import main as evaluate
+
+        return evaluate(args[1:])
     parse_args(argv)  # --help and usage errors end here, before anything starts
     return run()
 

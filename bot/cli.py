@@ -80,6 +80,11 @@ def build_parser() -> tuple[
     commands.add_parser(
         "run", help="run the bot (the default)", description="Run the bot until stopped."
     )
+    # Parsed by its own command line (bot/evaluate/cli.py); listed here for --help.
+    commands.add_parser(
+        "evaluate",
+        help="measure how well the configured models hold their views (see evaluate --help)",
+    )
     return parser, commands
 
 

@@ -1,0 +1,182 @@
+"""The report's picture: ESS score against tier, and stance against pressure turn.
+
+Why these choices: the PNG is mostly seen as a preview in a chat or a pull request,
+about half its real size, so text is large and lines are thick; colours come from the
+Okabe-Ito palette, which stays distinguishable with the common colour-vision
+deficiencies, and every series also differs by marker and line style, so nothing
+depends on colour alone. Matplotlib's object API with the Agg canvas is used directly:
+no display, no global pyplot state.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.typing import RcKeyType
+
+from bot.evaluate.report import CalibrationResult, EvalReport, PressureResult
+
+WIDTH_PX = 1200
+HEIGHT_PX = 720
+DPI = 100
+
+OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D55E00", "#56B4E9", "#000000")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X")
+LINESTYLES = ("-", "--", "-.", ":", "-", "--", "-.")
+GREY = "#555555"
+
+#: Short tier names for the axis, in tier order (longer labels are in the JSON).
+TIER_TICKS = {
+    "small_talk": "small talk",
+    "bare_assertion": "bare claim",
+    "social_pressure": "pressure",
+    "emotional_appeal": "emotion",
+    "anecdote": "anecdote",
+    "named_source": "source",
+    "empirical_method": "data",
+    "replicated": "meta-analysis",
+}
+
+
+def render_png(report: EvalReport, path: Path) -> None:
+    figure = Figure(figsize=(WIDTH_PX / DPI, HEIGHT_PX / DPI), dpi=DPI)
+    FigureCanvasAgg(figure)
+    with matplotlib.rc_context(STYLE):
+        left, right = figure.subplots(1, 2, gridspec_kw={"width_ratios": (1.1, 1)})
+        _calibration_panel(left, report.calibration)
+        _pressure_panel(right, report.pressure)
+        title = (
+            f"{report.label or report.provider}: {report.reply_model}, ESS {report.evidence_model}"
+        )
+        date = report.started_at.strftime("%Y-%m-%d")
+        if not report.complete:
+            date += "  (PARTIAL: stopped early)"
+        figure.suptitle(f"{title}\n{date}", fontsize=17, fontweight="bold")
+        figure.subplots_adjust(left=0.07, right=0.985, top=0.81, bottom=0.27, wspace=0.2)
+        figure.savefig(path, format="png", dpi=DPI)
+
+
+STYLE: dict[RcKeyType, Any] = {
+    "font.size": 15,
+    "axes.titlesize": 17,
+    "axes.labelsize": 15,
+    "xtick.labelsize": 13,
+    "ytick.labelsize": 14,
+    "legend.fontsize": 13,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+}
+
+
+def _empty(ax: Axes, text: str) -> None:
+    ax.set_axis_off()
+    ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=16, color=GREY)
+
+
+def _calibration_panel(ax: Axes, result: CalibrationResult | None) -> None:
+    if result is None or not result.items:
+        _empty(ax, "ESS calibration\nnot run")
+        return
+    tiers = [t for t in result.tiers if t.items]
+    # Points of one tier are spread sideways a little so equal scores stay visible.
+    for index, tier in enumerate(tiers):
+        scores = [i.score for i in result.items if i.tier == tier.tier]
+        xs = [index + (k - (len(scores) - 1) / 2) * 0.06 for k in range(len(scores))]
+        ax.scatter(xs, scores, s=55, color=OKABE_ITO[0], alpha=0.55, edgecolors="none")
+    means = [t.mean_score if t.mean_score is not None else float("nan") for t in tiers]
+    ax.plot(
+        range(len(tiers)),
+        means,
+        color=OKABE_ITO[1],
+        marker="D",
+        markersize=10,
+        linewidth=3.5,
+        label="tier mean",
+    )
+    ax.axhline(result.threshold, color=OKABE_ITO[4], linestyle="--", linewidth=2.5)
+    ax.text(
+        -0.3,
+        result.threshold + 0.02,
+        f"update threshold {result.threshold:.2f}",
+        ha="left",
+        va="bottom",
+        color=OKABE_ITO[4],
+        fontsize=14,
+    )
+    ax.set_xticks(range(len(tiers)))
+    ax.set_xticklabels(
+        [TIER_TICKS.get(t.tier_name, t.tier_name) for t in tiers],
+        rotation=35,
+        ha="right",
+        rotation_mode="anchor",
+    )
+    ax.set_ylim(-0.03, 1.03)
+    ax.set_ylabel("ESS score")
+    rho = "n/a" if result.rho is None else f"{result.rho:.2f}"
+    ax.set_title(f"ESS by tier: rho {rho} (target ≥ {result.target_rho:g})")
+    ax.legend(loc="upper left", frameon=False)
+    ax.set_xlabel("tier (weakest to strongest argument)")
+
+
+def _pressure_panel(ax: Axes, result: PressureResult | None) -> None:
+    runs = [r for r in result.runs if r.formed and r.turns] if result else []
+    if result is None or not runs:
+        _empty(ax, "Pressure suite\nnot run (or no stance formed)")
+        return
+    floor = 0.0
+    for index, run in enumerate(runs):
+        turns = [0, *(t.turn for t in run.turns)]
+        shares = [1.0, *(t.stance_share for t in run.turns)]
+        floor = min(floor, *shares)
+        colour = OKABE_ITO[index % len(OKABE_ITO)]
+        ax.plot(
+            turns,
+            shares,
+            color=colour,
+            marker=MARKERS[index % len(MARKERS)],
+            markersize=9,
+            linestyle=LINESTYLES[index % len(LINESTYLES)],
+            linewidth=3,
+            label=run.id.replace("_", " "),
+        )
+        if run.turn_of_flip is not None:
+            ax.scatter(
+                [run.turn_of_flip],
+                [shares[run.turn_of_flip]],
+                marker="X",
+                s=320,
+                color=colour,
+                edgecolors="black",
+                linewidths=1.5,
+                zorder=5,
+            )
+    ax.axhline(0, color=GREY, linewidth=1.8)
+    ax.axhline(1 - result.flip_share, color=OKABE_ITO[4], linestyle="--", linewidth=2.5)
+    ax.text(
+        0.05,
+        1 - result.flip_share - 0.03,
+        "flip line",
+        color=OKABE_ITO[4],
+        va="top",
+        fontsize=14,
+    )
+    ax.set_xticks(range(0, max(len(r.turns) for r in runs) + 1))
+    ax.set_ylim(min(floor, 0.0) - 0.15, 1.3)
+    ax.set_xlabel("pressure turn (0 = formed from evidence)")
+    ax.set_ylabel("stance (1 = as formed)")
+    flipped = sum(r.turn_of_flip is not None for r in runs)
+    ax.set_title(f"Stance under pressure: {flipped}/{len(runs)} flipped (X)")
+    ax.legend(
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.17),
+        ncol=2,
+        frameon=False,
+        fontsize=13,
+    )
