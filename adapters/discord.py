@@ -56,9 +56,10 @@ AUTOCOMPLETE_TIMEOUT = 2.5  # Discord drops autocomplete answers after 3 s
 NO_MENTIONS = discord.AllowedMentions.none()
 
 INTENTS_HELP = (
-    "Discord refused the connection (close code 4014, disallowed intents): enable "
-    '"Message Content Intent" under Bot → Privileged Gateway Intents for this '
-    "application in the Discord Developer Portal, then restart."
+    "Discord refused the connection (close code 4014, disallowed intents): "
+    'DISCORD_MESSAGE_CONTENT_INTENT=true needs "Message Content Intent" enabled under '
+    "Bot → Privileged Gateway Intents in the Discord Developer Portal; enable it, or "
+    "unset DISCORD_MESSAGE_CONTENT_INTENT (the bot then answers @mentions and DMs)."
 )
 TOKEN_HELP = (
     "Discord rejected DISCORD_TOKEN: copy a fresh token from Bot → Reset Token in the "
@@ -175,15 +176,28 @@ class DiscordAdapter:
         await self._ready.wait()
 
     def intents(self) -> discord.Intents:
-        """Only what answering needs: no member list, no presences (privacy, and the
-        members intent would need its own approval)."""
+        """Only what answering needs: no member list, no presences (privacy, and each
+        privileged intent needs its own approval). Message Content is opt-in: Discord
+        sends the text of messages that @mention the app, and of DMs, without it."""
         intents = discord.Intents.none()
         intents.guilds = True
         intents.guild_messages = True
-        intents.message_content = True
+        intents.message_content = self._settings.discord_message_content
         if self._settings.discord_allow_dms:
             intents.dm_messages = True
         return intents
+
+    def _log_triggers(self) -> None:
+        if self._settings.discord_message_content:
+            log.info(
+                "Discord: answering @mentions and replies to its messages (Message Content on)"
+            )
+        else:
+            log.info(
+                "Discord: answering @mentions%s without the Message Content intent; a reply "
+                "to the bot that does not ping it arrives without text and is skipped",
+                " and DMs" if self._settings.discord_allow_dms else "",
+            )
 
     def _build_client(self) -> discord.Client:
         options: dict[str, Any] = {
@@ -213,6 +227,7 @@ class DiscordAdapter:
             self._settings.discord_api_base_url, self._settings.discord_gateway_url
         )
         client = self._client = self._build_client()
+        self._log_triggers()
         try:
             await client.start(token.get_secret_value().strip(), reconnect=True)
         except discord.PrivilegedIntentsRequired:
@@ -400,14 +415,18 @@ class DiscordAdapter:
 
     # ------------------------------------------------------------------ commands
     def _build_group(self) -> app_commands.Group:
-        """/sonality <sub>: visible by default to Manage Server holders only; admins can
-        widen it per server in Integrations. The adapter still checks moderator
-        commands itself, because that default is only a UI hint."""
+        """/sonality <sub>: visible to everyone, because most subcommands are for every
+        member; moderator subcommands are enforced here, in code (an admin can still
+        narrow who sees the command under Server Settings → Integrations). Installed to
+        guilds only: a per-guild personality is what the bot is; DMs when allowed."""
+        allow_dms = self._settings.discord_allow_dms
         group = app_commands.Group(
             name="sonality",
             description="This community's evolving personality",
-            default_permissions=discord.Permissions(manage_guild=True),
-            guild_only=not self._settings.discord_allow_dms,
+            allowed_installs=app_commands.AppInstallationType(guild=True, user=False),
+            allowed_contexts=app_commands.AppCommandContext(
+                guild=True, dm_channel=allow_dms, private_channel=False
+            ),
         )
         run = self._run_command
         choices = self._choices

@@ -115,6 +115,9 @@ class Settings(BaseSettings):
     discord_dev_guild_id: int | None = Field(default=None, alias="DISCORD_DEV_GUILD_ID")
     discord_shard_count: int | None = Field(default=None, ge=1, alias="DISCORD_SHARD_COUNT")
     discord_allow_dms: bool = Field(default=False, alias="DISCORD_ALLOW_DMS")
+    # Off: the bot answers @mentions, replies that ping it, and DMs, which Discord sends
+    # with their text anyway; no privileged intent to enable or have reviewed.
+    discord_message_content: bool = Field(default=False, alias="DISCORD_MESSAGE_CONTENT_INTENT")
 
     # --- Slack -------------------------------------------------------------------------
     slack_bot_token: SecretStr | None = Field(default=None, alias="SLACK_BOT_TOKEN")

@@ -37,6 +37,19 @@ _DISCORD_EPOCH_MS = 1420070400000
 _HEARTBEAT_INTERVAL_MS = 41250
 
 
+MESSAGE_CONTENT_INTENT = 1 << 15
+
+
+def _without_content(data: JSONDict, bot_id: int) -> JSONDict:
+    """A message as a session without the Message Content intent receives it: empty
+    content, embeds, attachments and components, unless it mentions the app or is a DM
+    (Discord's documented exceptions)."""
+    mentioned = any(str(u.get("id")) == str(bot_id) for u in data.get("mentions") or [])
+    if mentioned or "guild_id" not in data:
+        return data
+    return {**data, "content": "", "embeds": [], "attachments": [], "components": []}
+
+
 def _now_iso() -> str:
     return datetime.now(UTC).isoformat()
 
@@ -122,6 +135,10 @@ class FakeDiscord:
         self.identifies: list[JSONDict] = []
         self.messages: dict[int, JSONDict] = {}
         self.close_with_4014 = False
+        # The portal's "Message Content Intent" switch: a session asking for the intent
+        # while it is off is closed with 4014, as Discord does.
+        self.message_content_allowed = True
+        self._intents: dict[int, int] = {}  # id(ws) -> the intents it identified with
         self.token = "test-token"  # bot routes answer 401 to any other token
         # Scripted answers for the next POST /channels/{id}/messages: (status, body, headers).
         self._message_faults: list[tuple[int, JSONDict, dict[str, str]]] = []
@@ -304,8 +321,17 @@ class FakeDiscord:
         content: str,
         mentions: list[FakeUser] | None = None,
         reply_to: JSONDict | None = None,
+        ping: bool = True,
     ) -> JSONDict:
+        """A message as Discord sends it. A reply pings its target by default, and
+        Discord then lists the target among the mentions; `ping=False` is a reply with
+        the ping switched off."""
         guild = self._guild_of_channel(channel_id)
+        mentioned = [u.payload() for u in mentions or []]
+        if reply_to is not None and ping:
+            target = reply_to["author"]
+            if all(str(m["id"]) != str(target["id"]) for m in mentioned):
+                mentioned.append(target)
         data: JSONDict = {
             "id": str(self.snowflake()),
             "channel_id": str(channel_id),
@@ -316,9 +342,7 @@ class FakeDiscord:
             "tts": False,
             # as Discord sets it, so a test can tell @everyone from a mention of the bot
             "mention_everyone": "@everyone" in content or "@here" in content,
-            "mentions": [
-                {**u.payload(), **({"member": _member()} if guild else {})} for u in mentions or []
-            ],
+            "mentions": [{**u, **({"member": _member()} if guild else {})} for u in mentioned],
             "mention_roles": [],
             "attachments": [],
             "embeds": [],
@@ -345,7 +369,13 @@ class FakeDiscord:
         for ws, (shard_id, count) in list(self._sessions):
             if guild_id is not None and (guild_id >> 22) % count != shard_id:
                 continue
-            await ws.send_str(json.dumps({"op": 0, "t": event, "s": next(self._seq), "d": data}))
+            payload = data
+            if (
+                event == "MESSAGE_CREATE"
+                and not self._intents.get(id(ws), 0) & MESSAGE_CONTENT_INTENT
+            ):
+                payload = _without_content(data, self.bot.id)
+            await ws.send_str(json.dumps({"op": 0, "t": event, "s": next(self._seq), "d": payload}))
 
     async def message_create(
         self,
@@ -355,6 +385,7 @@ class FakeDiscord:
         content: str,
         mentions: list[FakeUser] | None = None,
         reply_to: JSONDict | None = None,
+        ping: bool = True,
     ) -> JSONDict:
         data = self.message_payload(
             channel_id=channel.id,
@@ -362,6 +393,7 @@ class FakeDiscord:
             content=content,
             mentions=mentions,
             reply_to=reply_to,
+            ping=ping,
         )
         self.messages[int(data["id"])] = data
         guild = self._guild_of_channel(channel.id)
@@ -433,9 +465,12 @@ class FakeDiscord:
                     identify = payload["d"]
                     self.identifies.append(identify)
                     self._notify()
-                    if self.close_with_4014:
+                    intents = int(identify.get("intents") or 0)
+                    wants_content = bool(intents & MESSAGE_CONTENT_INTENT)
+                    if self.close_with_4014 or (wants_content and not self.message_content_allowed):
                         await ws.close(code=4014, message=b"Disallowed intent(s).")
                         break
+                    self._intents[id(ws)] = intents
                     shard = list(identify.get("shard") or [0, 1])
                     session = (ws, shard)
                     self._sessions.append(session)
