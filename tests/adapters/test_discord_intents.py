@@ -27,7 +27,10 @@ from tests.fakes.recording_runtime import RecordingRuntime
 
 
 async def test_without_the_intent_a_reply_that_does_not_ping_is_skipped(
-    fake: FakeDiscord, runtime: RecordingRuntime, alice: FakeUser, caplog: pytest.LogCaptureFixture
+    fake: FakeDiscord,  # noqa: F811
+    runtime: RecordingRuntime,  # noqa: F811
+    alice: FakeUser,  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     fake.message_content_allowed = False  # the portal switch is off: nothing asks for it
     _, channel = guild_and_channel(fake)
@@ -50,7 +53,9 @@ async def test_without_the_intent_a_reply_that_does_not_ping_is_skipped(
 
 
 async def test_with_the_intent_a_reply_without_a_ping_is_answered(
-    fake: FakeDiscord, runtime: RecordingRuntime, alice: FakeUser
+    fake: FakeDiscord,  # noqa: F811
+    runtime: RecordingRuntime,  # noqa: F811
+    alice: FakeUser,  # noqa: F811
 ) -> None:
     _, channel = guild_and_channel(fake)
     async with running(fake, runtime, discord_message_content=True):
@@ -64,7 +69,8 @@ async def test_with_the_intent_a_reply_without_a_ping_is_answered(
 
 
 async def test_asking_for_the_intent_the_portal_has_off_is_one_clear_line(
-    fake: FakeDiscord, runtime: RecordingRuntime
+    fake: FakeDiscord,  # noqa: F811
+    runtime: RecordingRuntime,  # noqa: F811
 ) -> None:
     fake.message_content_allowed = False
     settings = make_settings(fake, discord_message_content=True)
