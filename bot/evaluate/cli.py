@@ -365,8 +365,8 @@ def _confirmed(out: Console, stdin: TextIO) -> bool:
     out.print("Run it? [y/N] ", end="", markup=False)
     out.file.flush()
     answer = stdin.readline()
-    if not answer:
-        out.print()
+    if not stdin.isatty():
+        out.print()  # a piped answer is not echoed: end the prompt's line ourselves
     return answer.strip().lower() in ("y", "yes")
 
 

@@ -10,6 +10,7 @@ no display, no global pyplot state.
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,8 @@ OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D55E00", "#56B4E9", "
 MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 LINESTYLES = ("-", "--", "-.", ":", "-", "--", "-.")
 GREY = "#555555"
+#: Longest title line; longer labels and model names wrap instead of being cut off.
+TITLE_CHARS = 90
 
 #: Short tier names for the axis, in tier order (longer labels are in the JSON).
 TIER_TICKS = {
@@ -50,13 +53,16 @@ def render_png(report: EvalReport, path: Path) -> None:
         left, right = figure.subplots(1, 2, gridspec_kw={"width_ratios": (1.1, 1)})
         _calibration_panel(left, report.calibration)
         _pressure_panel(right, report.pressure)
-        title = (
-            f"{report.label or report.provider}: {report.reply_model}, ESS {report.evidence_model}"
-        )
         date = report.started_at.strftime("%Y-%m-%d")
+        parts = [
+            report.label or report.provider,
+            f"{report.provider} · reply {report.reply_model} · "
+            f"ESS {report.evidence_model} · {date}",
+        ]
         if not report.complete:
-            date += "  (PARTIAL: stopped early)"
-        figure.suptitle(f"{title}\n{date}", fontsize=17, fontweight="bold")
+            parts.append("PARTIAL: the run stopped early")
+        title = "\n".join(textwrap.fill(part, TITLE_CHARS) for part in parts)
+        figure.suptitle(title, fontsize=16, fontweight="bold")
         figure.subplots_adjust(left=0.07, right=0.985, top=0.81, bottom=0.27, wspace=0.2)
         figure.savefig(path, format="png", dpi=DPI)
 

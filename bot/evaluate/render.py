@@ -53,7 +53,7 @@ def print_estimate(
         f"[bold]Evaluation[/bold] with provider [bold]{provider}[/bold] ({base_url}), "
         f"reply model [bold]{reply_model}[/bold], evidence model [bold]{evidence_model}[/bold]"
     )
-    table = Table(title="Expected cost (rough token estimates, list prices)", title_justify="left")
+    table = Table(title="Expected cost", title_justify="left")
     table.add_column("suite")
     table.add_column("LLM calls", justify="right")
     table.add_column("estimated cost", justify="right")
@@ -67,8 +67,14 @@ def print_estimate(
     )
     console.print(table)
     console.print(
-        "Retries and reflections can add a few calls; replies longer than expected cost more."
+        "Rough token estimates at list prices (SONALITY_PRICES overrides them). Retries and "
+        "reflections can add a few calls; replies longer than expected cost more."
     )
+    if not sum(costs.values()):
+        console.print(
+            "No price is known for these models, so they count as free (a local model); "
+            "set SONALITY_PRICES to price them."
+        )
     if max_usd is not None:
         console.print(f"The run stops between calls before the spend would pass {usd(max_usd)}.")
 
