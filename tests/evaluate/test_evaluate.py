@@ -9,6 +9,7 @@ import json
 import math
 import struct
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,9 +17,12 @@ from bot.evaluate.cli import EXIT_DECLINED, EXIT_OK, EXIT_STOPPED, EXIT_THRESHOL
 from bot.evaluate.metrics import spearman
 from bot.evaluate.plot import HEIGHT_PX, WIDTH_PX
 from bot.evaluate.report import EvalReport
+from bot.evaluate.runner import throwaway_settings
 from bot.evaluate.suites import load_suites
+from bot.settings import Settings
 from tests.evaluate.conftest import LLMFake, message_requests, settings_for
 from tests.evaluate.standins import CAVES, HOLDS, TIER_SCORES, Policy, StandIn
+from tests.fakes.anthropic_server import AnthropicFake, Delay, Fault
 
 STRICT_GATES = [
     "--min",
@@ -253,3 +257,39 @@ async def test_usage_errors_exit_2_before_anything(
     )
     assert code == 2
     assert anthropic_server.requests == []
+
+
+def test_throwaway_settings_move_every_community_path(tmp_path: Path) -> None:
+    """Even an operator who pointed the database and Chroma elsewhere keeps them."""
+    mine = tmp_path / "mine"
+    values: dict[str, Any] = {
+        "ANTHROPIC_API_KEY": "k",
+        "SONALITY_DATA_DIR": str(mine),
+        "SONALITY_DATABASE_PATH": str(mine / "elsewhere.sqlite3"),
+        "SONALITY_CHROMA_DIR": str(mine / "chroma-elsewhere"),
+        "SONALITY_DAILY_BUDGET_USD": 0.5,
+    }
+    settings = Settings(_env_file=None, **values)  # type: ignore[call-arg]
+    scratch = tmp_path / "scratch"
+    moved = throwaway_settings(settings, scratch)
+    for path in (moved.resolved_database_path, moved.resolved_chroma_dir, moved.data_dir):
+        assert path.is_relative_to(scratch), path
+    assert moved.resolved_model_cache_dir.is_relative_to(scratch)  # none was named
+    assert moved.daily_budget_usd is None and not moved.memory_process
+    assert settings.resolved_database_path == mine / "elsewhere.sqlite3"  # untouched
+
+
+async def test_a_failing_model_stops_the_run_with_a_partial_report(
+    anthropic_server: AnthropicFake, tmp_path: Path
+) -> None:
+    # Three answers from the stand-in, then server errors beyond the SDK's one retry.
+    anthropic_server.enqueue(*[Delay(0)] * 3, *[Fault(500, retry_after_ms=1)] * 2)
+    code, out, out_dir = await evaluate(
+        anthropic_server, tmp_path, "principled", "--suite", "calibration"
+    )
+    assert code == EXIT_STOPPED
+    report = EvalReport.read(out_dir / "report.json")
+    assert report.stopped_reason and report.stopped_reason.startswith("the model failed")
+    assert report.calibration is not None and len(report.calibration.items) == 3
+    assert report.calls == 3
+    assert "Stopped early" in out
