@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import logging
+import math
 
 import pytest
 
 from providers.anthropic import AnthropicLLM
-from sonality.config import BOOTSTRAP_DAMPENING_UNTIL
+from sonality import config
+from sonality.agent import _fit_snapshot
 from sonality.ess import ESSResult, OpinionDirection, ReasoningType, SourceReliability
 from sonality.llm import LLMError
 from sonality.memory.sponge import SpongeState
 from sonality.memory.updater import (
-    MIN_SNAPSHOT_RETENTION,
     SNAPSHOT_CHAR_LIMIT,
     compute_magnitude,
     extract_insight,
@@ -35,12 +36,6 @@ def make_ess(score: float = 0.7, novelty: float = 0.4) -> ESSResult:
     )
 
 
-def test_constants():
-    assert SNAPSHOT_CHAR_LIMIT == 2500
-    assert MIN_SNAPSHOT_RETENTION == 0.6
-    assert BOOTSTRAP_DAMPENING_UNTIL == 10
-
-
 @pytest.mark.parametrize(
     ("count", "score", "novelty", "expected"),
     [
@@ -49,12 +44,51 @@ def test_constants():
         (10, 0.7, 0.4, 0.028),  # dampening ends at BOOTSTRAP_DAMPENING_UNTIL
         (50, 0.7, 0.0, 0.007),  # novelty floored at 0.1
         (50, 0.7, 0.05, 0.007),
+        (50, 0.7, 0.1, 0.007),  # exactly at the floor
+        (50, 0.7, 0.25, 0.0175),  # above the floor novelty counts as it is
+        (50, 1.0, 1.0, 0.1),  # the largest step there is: the base rate
         (50, 0.0, 1.0, 0.0),
     ],
 )
-def test_compute_magnitude(count: int, score: float, novelty: float, expected: float):
+def test_compute_magnitude(
+    count: int, score: float, novelty: float, expected: float, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setattr(config, "BOOTSTRAP_DAMPENING_UNTIL", 10)
     sponge = SpongeState(interaction_count=count)
-    assert compute_magnitude(make_ess(score, novelty), sponge) == pytest.approx(expected)
+    assert math.isclose(
+        compute_magnitude(make_ess(score, novelty), sponge), expected, rel_tol=1e-12
+    )
+
+
+@pytest.mark.parametrize("until", [0, 1, 10, 37])
+def test_bootstrap_dampening_ends_exactly_at_the_configured_count(
+    until: int, monkeypatch: pytest.MonkeyPatch
+):
+    """The count is read when the magnitude is computed (the host configures it after
+    import), and the step is halved up to, not including, that interaction."""
+    monkeypatch.setattr(config, "BOOTSTRAP_DAMPENING_UNTIL", until)
+    ess = make_ess(score=0.8, novelty=0.5)  # 0.1 * 0.8 * 0.5 = 0.04 undampened
+    if until > 0:
+        before = compute_magnitude(ess, SpongeState(interaction_count=until - 1))
+        assert math.isclose(before, 0.02, rel_tol=1e-12)
+    at = compute_magnitude(ess, SpongeState(interaction_count=until))
+    after = compute_magnitude(ess, SpongeState(interaction_count=until + 1))
+    assert math.isclose(at, 0.04, rel_tol=1e-12) and math.isclose(after, 0.04, rel_tol=1e-12)
+
+
+def test_long_reflections_are_cut_to_the_snapshot_limit_at_a_sentence_end():
+    """SNAPSHOT_CHAR_LIMIT bounds what a reflection may leave as the narrative."""
+    sentences = [f"Sentence {i} says a little more about me." for i in range(200)]
+    text = " ".join(sentences)
+    assert len(text) > SNAPSHOT_CHAR_LIMIT
+    cut = _fit_snapshot(text)
+    assert len(cut) <= SNAPSHOT_CHAR_LIMIT
+    assert text.startswith(cut) and cut.endswith("me.")
+    # Only the partial sentence is dropped: adding the next whole one would overflow.
+    kept = cut.count(". ") + 1
+    assert len(" ".join(sentences[: kept + 1])) > SNAPSHOT_CHAR_LIMIT
+    short = " ".join(sentences[:3])
+    assert _fit_snapshot(short) == short
 
 
 @pytest.mark.parametrize(
