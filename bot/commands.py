@@ -21,12 +21,13 @@ from bot.budget import (
     format_usd,
     total_tokens,
 )
-from bot.messages import CommandRequest, CommandResult, Community, needs_moderator
+from bot.messages import CommandRequest, CommandResult, Community, User, needs_moderator
 from providers.pricing import ModelPrice, cost_usd
 from sonality import config
 from sonality.agent import RollbackError, SonalityAgent, cumulative_shift
-from sonality.ess import normalize_topic
+from sonality.ess import ESSResult, normalize_topic
 from sonality.memory.sponge import SpongeState
+from sonality.store import VersionInfo
 from storage import USAGE_ROLES, DailyUsage, Database, UsageRole
 
 log = logging.getLogger(__name__)
@@ -36,7 +37,8 @@ NextReflection = Callable[[], datetime | None]
 
 HELP = """\
 /sonality beliefs [topic]   what I currently think, how sure I am and why
-/sonality history [count]   recent versions of my personality and what changed
+/sonality history [all] [count]   versions where my views or self-description changed
+                            (all: every version, chat included)
 /sonality diff <a> <b>      compare two versions
 /sonality snapshot [version] my self-description (current or at a version)
 /sonality status            interactions, beliefs, updates in waiting, next reflection
@@ -49,6 +51,28 @@ HELP = """\
 
 MAX_LIST = 15
 MAX_USAGE_DAYS = 90
+
+
+#: How a reasoning type reads to people (the engine's names are code).
+REASONING_WORDS = {
+    "logical_argument": "a reasoned argument",
+    "empirical_data": "evidence with data",
+    "expert_opinion": "an expert's view",
+    "anecdotal": "an anecdote",
+    "social_pressure": "social pressure",
+    "emotional_appeal": "an emotional appeal",
+    "no_argument": "no argument",
+}
+
+
+def describe_ess(ess: ESSResult) -> str:
+    """One message's rating in words: "ESS 0.74, evidence with data, for nuclear_energy"."""
+    words = REASONING_WORDS.get(str(ess.reasoning_type), str(ess.reasoning_type))
+    text = f"ESS {ess.score:.2f}, {words}"
+    if ess.topics:
+        side = {"supports": "for ", "opposes": "against "}.get(str(ess.opinion_direction), "on ")
+        text += f", {side}{ess.topics[0]}"
+    return text
 
 
 def _fmt_time(value: datetime | None) -> str:
@@ -150,17 +174,35 @@ class CommandHandlers:
         return CommandResult(text="\n".join(lines), title="Beliefs")
 
     async def _cmd_history(self, request: CommandRequest) -> CommandResult:
-        limit = _int_arg(request.args, 0, default=10, name="count", low=1, high=50)
+        """Versions where something a moderator would see changed; runs of plain chat
+        between them are folded into one line. `history all [count]` lists every one."""
+        args = request.args
+        show_all = bool(args) and args[0].strip().lower() == "all"
+        if show_all:
+            args = args[1:]
+        limit = _int_arg(args, 0, default=10, name="count", low=1, high=50)
         store = self._db.community(request.community.id)
-        versions = await store.versions(limit=limit)
+        versions = await store.versions(limit=limit if show_all else HISTORY_SCAN)
         if not versions:
             return CommandResult(text="No versions yet.", title="History")
-        lines = [
-            f"v{v.version}  {_fmt_time(v.created_at)}  [{v.cause}"
-            + (f" by {v.actor}" if v.actor else "")
-            + f"] {v.change}"
-            for v in versions
-        ]
+        if show_all:
+            return CommandResult(text="\n".join(map(_fmt_version, versions)), title="History")
+        lines: list[str] = []
+        folded: list[VersionInfo] = []  # plain chat since the last version shown
+        shown = 0
+        for version in versions:  # newest first
+            if not _notable(version):
+                folded.append(version)
+                continue
+            if shown == limit:
+                break
+            if folded:
+                lines.append(_fold(folded))
+                folded = []
+            lines.append(_fmt_version(version))
+            shown += 1
+        if folded:
+            lines.append(_fold(folded))
         return CommandResult(text="\n".join(lines), title="History")
 
     async def _cmd_snapshot(self, request: CommandRequest) -> CommandResult:
@@ -211,9 +253,7 @@ class CommandHandlers:
         ]
         if agent.last_ess is not None:
             e = agent.last_ess
-            lines.append(
-                f"Last message: ESS {e.score:.2f} ({e.reasoning_type}, {e.opinion_direction})"
-            )
+            lines.append(f"Last message: {describe_ess(e)}")
         return CommandResult(text="\n".join(lines), title="Status")
 
     async def _cmd_usage(self, request: CommandRequest) -> CommandResult:
@@ -240,7 +280,7 @@ class CommandHandlers:
         if not raw:
             spend = await self._budget.status(cid)
             return CommandResult(text="\n".join(_spend_lines(spend)), title="Budget")
-        actor = f"{request.caller.name or request.caller.id} ({request.caller.id})"
+        actor = actor_name(request.caller)
         if raw in ("off", "none", "unlimited"):
             limit = await self._budget.set_limit(cid, None, set_by=actor)
         elif raw == "default":
@@ -261,7 +301,7 @@ class CommandHandlers:
         reason = " ".join(request.args[1:]).strip()
         agent = await self._agent_for(request.community)
         before = agent.sponge.version
-        actor = f"{request.caller.name or request.caller.id} ({request.caller.id})"
+        actor = actor_name(request.caller)
         try:
             restored = await agent.rollback(version, actor=actor, reason=reason)
         except RollbackError as exc:
@@ -299,7 +339,14 @@ class CommandHandlers:
             )
         agent = await self._agent_for(request.community)
         await agent.drain()
-        outcome = await agent.reflect_now("moderator", actor=request.caller.id)
+        state = agent.sponge
+        if not state.pending_insights and state.interaction_count == state.last_reflection_at:
+            return CommandResult(
+                text="Nothing to reflect on: no conversations or observations since my last "
+                "reflection. Nothing changed.",
+                title="Reflect",
+            )
+        outcome = await agent.reflect_now("moderator", actor=actor_name(request.caller))
         if not outcome.ran:
             return CommandResult(
                 text=f"Reflection could not run: {outcome.error or 'no answer'}. Nothing changed.",
@@ -429,12 +476,46 @@ def render_usage(
     return "\n".join(lines)
 
 
+#: Versions `history` reads back to find the notable ones among plain chat.
+HISTORY_SCAN = 500
+#: Causes that are always worth a line; an interaction is when it committed, decayed or
+#: reflected.
+_NOTABLE_CAUSES = frozenset({"seed", "rollback", "reflection", "decay", "forget-me", "budget"})
+_NOTABLE_CHANGES = ("committed", "reflection", "decayed")
+
+
+def _notable(version: VersionInfo) -> bool:
+    if version.cause in _NOTABLE_CAUSES:
+        return True
+    return any(word in version.change for word in _NOTABLE_CHANGES)
+
+
+def _fmt_version(v: VersionInfo) -> str:
+    who = f" by {v.actor}" if v.actor else ""
+    return f"v{v.version}  {_fmt_time(v.created_at)}  [{v.cause}{who}] {v.change}"
+
+
+def _fold(run: list[VersionInfo]) -> str:
+    """One line for a run of versions where nothing a moderator sees changed."""
+    low, high = min(v.version for v in run), max(v.version for v in run)
+    span = f"v{low}" if low == high else f"v{low}–v{high}"
+    noun = "message" if len(run) == 1 else "messages"
+    return f"   … {len(run)} chat {noun} ({span}): no opinion or narrative changed"
+
+
+def actor_name(user: User) -> str:
+    """How a member is named in history and audit: "Name (id)", the same everywhere."""
+    return f"{user.name} ({user.id})" if user.name and user.name != user.id else user.id
+
+
 def diff_states(old: SpongeState, new: SpongeState) -> str:
-    """A readable difference between two versions: counters, beliefs, narrative."""
-    lines = [
-        f"Interactions: {old.interaction_count} → {new.interaction_count}",
-        f"Beliefs: {len(old.opinion_vectors)} → {len(new.opinion_vectors)}",
-    ]
+    """What changed between two versions, and only that: counters, beliefs, updates
+    still cooling, narrative."""
+    lines = []
+    if old.interaction_count != new.interaction_count:
+        lines.append(f"Interactions: {old.interaction_count} → {new.interaction_count}")
+    if len(old.opinion_vectors) != len(new.opinion_vectors):
+        lines.append(f"Beliefs: {len(old.opinion_vectors)} → {len(new.opinion_vectors)}")
     topics = sorted(set(old.opinion_vectors) | set(new.opinion_vectors))
     for topic in topics:
         a, b = old.opinion_vectors.get(topic), new.opinion_vectors.get(topic)
@@ -448,15 +529,22 @@ def diff_states(old: SpongeState, new: SpongeState) -> str:
             lines.append(f"~ {topic}: {a:+.3f} → {b:+.3f}")
     if len(old.pending_insights) != len(new.pending_insights):
         lines.append(f"Pending insights: {len(old.pending_insights)} → {len(new.pending_insights)}")
-    if old.snapshot == new.snapshot:
-        lines.append("Narrative: unchanged")
-    else:
+    if old.staged_opinion_updates != new.staged_opinion_updates:
+        if new.staged_opinion_updates:
+            lines.append("Still cooling in the newer version:")
+            lines.extend(
+                f"  {u.topic} {u.signed_magnitude:+.3f}, commits at interaction {u.due_interaction}"
+                for u in new.staged_opinion_updates[:MAX_LIST]
+            )
+        else:
+            lines.append("Still cooling in the newer version: nothing")
+    if old.snapshot != new.snapshot:
         lines.append("Narrative:")
         diff = difflib.unified_diff(
             _sentences(old.snapshot), _sentences(new.snapshot), lineterm="", n=0
         )
         lines.extend(line for line in diff if not line.startswith(("---", "+++", "@@")))
-    return "\n".join(lines)
+    return "\n".join(lines) or "No differences."
 
 
 def _sentences(text: str) -> list[str]:

@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from bot.budget import BudgetExceeded, BudgetLedger
-from bot.commands import CommandHandlers, ranked_topics
+from bot.commands import CommandHandlers, describe_ess, ranked_topics
 from bot.messages import (
     BUDGET_REACHED,
     INTERNAL_ERROR,
@@ -215,11 +215,7 @@ class Runtime:
         if agent is None:
             return ""
         state, ess = agent.sponge, agent.last_ess
-        parts = (
-            []
-            if ess is None
-            else [f"ESS {ess.score:.2f} {ess.reasoning_type} {ess.opinion_direction}"]
-        )
+        parts = [] if ess is None else [describe_ess(ess)]
         parts += [
             f"v{state.version}",
             f"staged {len(state.staged_opinion_updates)}",
