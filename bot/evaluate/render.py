@@ -67,8 +67,9 @@ def print_estimate(
     )
     console.print(table)
     console.print(
-        "Rough token estimates at list prices (SONALITY_PRICES overrides them). Retries and "
-        "reflections can add a few calls; replies longer than expected cost more."
+        "Rough token estimates at list prices (SONALITY_PRICES overrides them), without "
+        "prompt caching, so usually above the real spend. Retries and reflections can add a "
+        "few calls; replies longer than expected cost more."
     )
     if not sum(costs.values()):
         console.print(
