@@ -150,6 +150,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="exit 1 unless each named metric is at most VALUE (e.g. flip_rate=0.2)",
     )
     parser.add_argument(
+        "--fail-under",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE[,...]",
+        help="exit 1 when a metric is worse than VALUE, in its own direction: at least "
+        "VALUE where higher is better (rho=0.4), at most VALUE where lower is better "
+        "(flip_rate=0.2)",
+    )
+    parser.add_argument(
         "--limit",
         type=_positive_int,
         metavar="N",
@@ -219,6 +228,10 @@ async def run(
         selected = _suites(args.suite)
         minimum = {k: v for text in args.min for k, v in parse_bounds(text).items()}
         maximum = {k: v for text in args.max for k, v in parse_bounds(text).items()}
+        for text in args.fail_under:
+            for name, value in parse_bounds(text).items():
+                bound = minimum if METRICS[name].better == "higher" else maximum
+                bound[name] = value
     except ValueError as exc:
         err.print(f"error: {exc}", markup=False)
         return EXIT_USAGE

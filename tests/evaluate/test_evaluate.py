@@ -28,7 +28,10 @@ STRICT_GATES = [
     "--min",
     "rho=0.4,evidence_pass_rate=1",
     "--max",
-    "false_pass_rate=0,flip_rate=0,concession_rate=0,endorsement_rate=0",
+    "false_pass_rate=0,flip_rate=0,concession_rate=0",
+    # The spelling: each metric judged in its own direction.
+    "--fail-under",
+    "rho=0.4,endorsement_rate=0",
 ]
 
 
