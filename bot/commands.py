@@ -218,8 +218,8 @@ class CommandHandlers:
     async def _cmd_diff(self, request: CommandRequest) -> CommandResult:
         if len(request.args) < 2:
             raise _UsageError("Usage: `/sonality diff <a> <b>` (two version numbers).")
-        a = _int_arg(request.args, 0, default=0, name="a", low=0)
-        b = _int_arg(request.args, 1, default=0, name="b", low=0)
+        a = _int_arg(request.args, 0, default=0, name="version", low=0)
+        b = _int_arg(request.args, 1, default=0, name="version", low=0)
         store = self._db.community(request.community.id)
         old, new = await store.state_at(a), await store.state_at(b)
         missing = [str(v) for v, s in ((a, old), (b, new)) if s is None]
@@ -369,6 +369,13 @@ class _UsageError(ValueError):
     """Bad command arguments; shown to the caller only."""
 
 
+#: The largest whole number SQLite stores. A larger one cannot even be looked up (the
+#: binding raises OverflowError), so every command number is checked against it first.
+MAX_COMMAND_NUMBER = 2**63 - 1
+#: How much of a bad argument an answer repeats (a pasted wall of digits stays short).
+MAX_SHOWN_ARG = 24
+
+
 def _int_arg(
     args: tuple[str, ...],
     index: int,
@@ -378,17 +385,31 @@ def _int_arg(
     low: int | None = None,
     high: int | None = None,
 ) -> int:
+    """A whole-number argument within its bounds. Without an upper bound the number
+    names something to look up (a version), so one too large to be stored is answered
+    as what it is: there is no such thing."""
     if len(args) <= index:
         return default
     raw = args[index].strip().lstrip("v")
     try:
         value = int(raw)
-    except ValueError:
-        raise _UsageError(f"`{args[index]}` is not a valid {name} (a whole number).") from None
+    except ValueError:  # also a number of more than 4,300 digits
+        raise _UsageError(
+            f"`{_shown_arg(args[index])}` is not a valid {name} (a whole number)."
+        ) from None
+    if high is None and value > MAX_COMMAND_NUMBER:
+        raise _UsageError(f"There is no {name} {_shown_arg(str(value))}.")
     if (low is not None and value < low) or (high is not None and value > high):
-        bounds = f"{low if low is not None else ''}..{high if high is not None else ''}"
-        raise _UsageError(f"{name} must be in {bounds}.")
+        if low is not None and high is not None:
+            bounds = f"between {low} and {high}"
+        else:
+            bounds = f"at least {low}" if low is not None else f"at most {high}"
+        raise _UsageError(f"The {name} must be {bounds}.")
     return value
+
+
+def _shown_arg(text: str) -> str:
+    return text if len(text) <= MAX_SHOWN_ARG else text[: MAX_SHOWN_ARG - 1] + "…"
 
 
 def _usd_arg(raw: str) -> float:
