@@ -32,7 +32,7 @@ from sonality import config
 from sonality.ess import ESSResult, classify
 from sonality.llm import ChatTurn, LLMClient, LLMError, SystemBlock
 from sonality.memory.embed_lane import EmbeddingLane
-from sonality.memory.episodes import EpisodeMemory
+from sonality.memory.episodes import EpisodeMemory, document_of
 from sonality.memory.sponge import HiddenMemories, SpongeState
 from sonality.memory.updater import (
     SNAPSHOT_CHAR_LIMIT,
@@ -71,11 +71,11 @@ EPISODE_BATCH = 20
 #: The background writer waits for this many episodes or this many seconds.
 EPISODE_FLUSH_AT = 8
 EPISODE_FLUSH_DELAY = 10.0
+#: Beliefs (strongest first) shown to the ESS call for judging novelty.
+VIEWS_FOR_ESS = 8
 #: Learning that waits for the model retries after this long, doubling up to the cap
 #: (a provider's own `retry_after`, e.g. a spending limit's midnight, is capped too, so
 #: a raised limit or a recovered provider is noticed within minutes).
-#: Beliefs (strongest first) shown to the ESS call for judging novelty.
-VIEWS_FOR_ESS = 8
 LEARNING_RETRY_FIRST = 1.0
 LEARNING_RETRY_CAP = 300.0
 
@@ -146,8 +146,6 @@ class SonalityAgent:
         self._write_lock = asyncio.Lock()
         self._write_wake = asyncio.Event()
         self._writer: asyncio.Task[None] | None = None
-        # Interaction id -> its message's embedding from the reply path, for learning.
-        self._vectors: dict[str, tuple[float, ...]] = {}
 
     # ------------------------------------------------------------------ lifecycle
     @classmethod
@@ -271,9 +269,9 @@ class SonalityAgent:
             retrieval = self._recall(user_message, tuple(self._unwritten))
             history: Sequence[ChatTurn]
             if inspect.isawaitable(conversation):
-                (vector, memories), history = await asyncio.gather(retrieval, conversation)
+                memories, history = await asyncio.gather(retrieval, conversation)
             else:
-                (vector, memories), history = await retrieval, conversation
+                memories, history = await retrieval, conversation
         # Stable first (rules, then the narrative, which changes only by reflection),
         # then the speaker's earlier turns (cached up to the last one), then this
         # message with its memories and the traits, which move with every commit.
@@ -303,8 +301,6 @@ class SonalityAgent:
             reply_usage=result.usage,
         )
         await self.store.record_interaction(record)
-        if vector is not None:
-            self._vectors[record.id] = vector
         self.conversation = [
             {"role": "user", "content": user_message},
             {"role": "assistant", "content": reply},
@@ -313,10 +309,10 @@ class SonalityAgent:
         self._ensure_worker()
         return reply
 
-    async def _recall(
-        self, text: str, unwritten: Sequence[Episode]
-    ) -> tuple[tuple[float, ...] | None, list[str]]:
-        """Embed the message once: for retrieval now, and as its episode's vector later.
+    async def _recall(self, text: str, unwritten: Sequence[Episode]) -> list[str]:
+        """The memories the message recalls. Its vector is only the query, compared with
+        memories embedded from their summaries (the one space of `Episode`), and is not
+        kept: the message's episode gets its summary's vector when it is learned.
 
         Episodes committed but not yet written to Chroma are ranked alongside it, so
         batching the writes never hides a memory.
@@ -329,8 +325,7 @@ class SonalityAgent:
             embedded = await self.embedder.embed(text)
         except Exception:
             log.exception("%s: could not embed the message; answering without memories", self.label)
-            return None, []
-        vector = tuple(embedded.tolist())
+            return []
         try:
             memories = await asyncio.to_thread(
                 self.episodes.retrieve_typed,
@@ -345,7 +340,7 @@ class SonalityAgent:
         except Exception:
             log.exception("%s: memory retrieval failed; answering without memories", self.label)
             memories = []
-        return vector, memories
+        return memories
 
     # ------------------------------------------------------------------ post-processing
     async def _work(self) -> None:
@@ -356,7 +351,6 @@ class SonalityAgent:
                 await self._learn(record)
             finally:
                 self._learning = None
-                self._vectors.pop(record.id, None)
                 self._classified.pop(record.id, None)
                 self._queue.task_done()
 
@@ -439,9 +433,6 @@ class SonalityAgent:
                 topics=ess.topics,
                 summary=ess.summary,
                 interaction=state.interaction_count,
-                # Reuse the reply path's vector of this message (absent after a restart:
-                # the store then embeds the summary).
-                embedding=self._vectors.pop(record.id, None),
             )
         ]
         self._update_topics(state, ess)
@@ -475,6 +466,7 @@ class SonalityAgent:
             )
         )
         outcome = await self._maybe_reflect(state, usage, events, episodes)
+        episodes = await self._embedded(episodes)
         state.version = self.sponge.version + 1
         change = _describe_interaction(ess, staged, committed, insight, outcome)
         await self.store.commit(
@@ -493,6 +485,33 @@ class SonalityAgent:
         self._queue_episodes(episodes)
 
     # ------------------------------------------------------------------ memory writes
+    async def _embedded(self, episodes: list[Episode]) -> list[Episode]:
+        """The episodes with the vectors of their documents (the ESS summary; an
+        insight's text), embedded in one pass of the shared lane once no reply waits.
+
+        Done before the commit so an episode waiting for its batched write is ranked in
+        memory, and the vector is kept with it in the store's episode outbox. If
+        embedding fails they go without one: the store embeds the same text when it
+        writes them, which then happens at once.
+        """
+        missing = [i for i, e in enumerate(episodes) if e.embedding is None]
+        if not missing:
+            return episodes
+        await self.priority.wait_quiet()
+        try:
+            vectors = await asyncio.gather(
+                *(self.embedder.embed(document_of(episodes[i])) for i in missing)
+            )
+        except Exception:
+            log.warning(
+                "%s: could not embed new memories; the store will", self.label, exc_info=True
+            )
+            return episodes
+        ready = list(episodes)
+        for i, vector in zip(missing, vectors, strict=True):
+            ready[i] = episodes[i].model_copy(update={"embedding": tuple(vector.tolist())})
+        return ready
+
     def _queue_episodes(self, episodes: list[Episode]) -> None:
         if episodes:
             self._unwritten.extend(episodes)
@@ -503,9 +522,9 @@ class SonalityAgent:
         runs Chroma (about 13 ms for 8 episodes, mostly waiting on Chroma's own
         threads), and one upsert of eight costs far less than eight of one. So the writer waits for
         EPISODE_FLUSH_AT episodes or EPISODE_FLUSH_DELAY seconds, whichever is first;
-        retrieval meanwhile ranks the waiting ones in memory. Episodes without a vector
-        (replayed from the outbox after a restart, reflection's insights) cannot be
-        ranked in memory, so they are written at once."""
+        retrieval meanwhile ranks the waiting ones in memory. Every episode is given its
+        summary's vector before the commit (`_embedded`); one without (that embedding
+        failed) cannot be ranked in memory, so it is written at once."""
         while True:
             await self._write_wake.wait()
             self._write_wake.clear()
@@ -750,6 +769,7 @@ class SonalityAgent:
             outcome = await self._reflect(state, usage, events, trigger, episodes)
             if not outcome.ran and not outcome.dropped_beliefs:
                 return outcome
+            episodes = await self._embedded(episodes)
             state.version = self.sponge.version + 1
             await self.store.commit(
                 StateCommit(

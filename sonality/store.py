@@ -78,8 +78,16 @@ SEMANTIC = "semantic"
 class Episode(BaseModel):
     """One memory as stored in Chroma.
 
-    The document is the summary. The vector is `embedding` when given (the user's
-    message as the reply path embedded it), else the summary's.
+    The document is the ESS summary (for an insight, its text), and the vector is the
+    document's embedding. So every memory, learned live, replayed after a restart or
+    distilled by reflection, lives in one embedding space and is ranked against the same
+    `min_relevance`. The member's raw message is not embedded, though the reply path has
+    its vector at hand: a small evaluation found summaries recall as well
+    (tests/memory/test_retrieval_space.py), insights have nothing else, and a vector of
+    the raw words would outlive them once retention deletes the message (embeddings can
+    be partly inverted), whereas the summary is kept with its vector anyway. (When
+    classification fails, the summary is the message's first words, and so is the
+    vector.) The price is one more embedding per message, in the background.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -92,9 +100,9 @@ class Episode(BaseModel):
     summary: str = ""
     interaction: int = 0
     memory_type: str = EPISODIC
-    # A vector computed already (the reply path embeds the user's message to retrieve
-    # memories; reusing it saves the background an embedding per message). None: the
-    # store embeds the document, i.e. the summary.
+    # The document's vector, when computed ahead (the agent does before committing, so
+    # an episode waiting for its batched write is ranked in memory). None: the store
+    # embeds the document when it writes the episode.
     embedding: tuple[float, ...] | None = None
 
 

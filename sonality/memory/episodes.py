@@ -2,9 +2,9 @@
 
 Why it looks like this:
 
-* Each interaction is stored with its ESS summary as the document; its vector is the
-  user's message as the reply path already embedded it (or the summary's, when no
-  vector is given). Retrieval ranks by
+* Each interaction is stored with its ESS summary as the document, and the vector is
+  the document's too, for every memory (see :class:`Episode` for why not the raw
+  message). Retrieval ranks by
   cosine similarity times ``1 + ess_score`` so that, between two equally relevant
   memories, the one backed by stronger arguments surfaces first.
 * Reranking only matters if there is something to rerank, so more candidates than
@@ -113,6 +113,10 @@ class EpisodeMemory(Protocol):
 
 class EpisodeStore:
     """One community's memories: store, retrieve by meaning, list recent ones.
+
+    One embedding space: each memory's vector is its document's (an episode's ESS
+    summary, an insight's text), given with the episode or computed here, so one
+    ``min_relevance`` means the same for all of them.
 
     ``EpisodeStore(persist_dir)`` works as the seed API describes; the keyword arguments
     let the bot share one client and one embedding function across all communities.
@@ -240,7 +244,8 @@ class EpisodeStore:
     def store_many(self, episodes: Sequence[Episode]) -> None:
         """Upsert episodes, semantic ones into the ``-semantic`` collection.
 
-        Vectors are computed, in one batch, only for episodes without ``embedding``.
+        Vectors are computed from the document, in one batch, for episodes without
+        ``embedding``; one that carries a vector must have it from the same text.
         """
         semantic = [e for e in episodes if e.memory_type == SEMANTIC]
         episodic = [e for e in episodes if e.memory_type != SEMANTIC]
@@ -443,13 +448,14 @@ def _is_hidden(episode: Episode, hidden: Sequence[tuple[int, int]]) -> bool:
 
 
 def document_of(episode: Episode) -> str:
-    """The stored document: what recall returns for an episode, written or waiting."""
+    """The stored document: what recall returns for an episode, written or waiting, and
+    the text its vector is computed from."""
     return episode.summary or episode.user_message[:200]
 
 
 def with_vectors(episodes: Sequence[Episode], embed: EmbeddingFunction[Documents]) -> list[Episode]:
-    """The episodes, each with a vector: those without one (insights, episodes replayed
-    after a restart) get their document's, computed in one batch."""
+    """The episodes, each with a vector: those without one (the agent's embedding of
+    them failed, or they were stored directly) get their document's, in one batch."""
     missing = [i for i, e in enumerate(episodes) if e.embedding is None]
     ready = list(episodes)
     if missing:

@@ -13,6 +13,7 @@ import math
 import os
 import re
 import signal
+from collections.abc import Sequence
 from typing import Any
 
 import psutil
@@ -24,7 +25,7 @@ from bot.interface import StartupError
 from bot.messages import LLM_DOWN, SLOW_DOWN, IncomingMessage, ReplyKind
 from sonality.memory.process import MemoryProcess
 from sonality.memory.sponge import SEED_SNAPSHOT, SpongeState
-from sonality.store import Episode, StateCommit
+from sonality.store import Episode, InteractionRecord, Speaker, StateCommit
 from storage.community import CommunityStore
 from tests.fakes.anthropic_server import AnthropicFake, Fault, Text, ToolUse
 from tests.integration.conftest import (
@@ -40,12 +41,15 @@ from tests.integration.conftest import (
     say,
 )
 
+ATOMIC_QUESTION = "How dangerous are atomic power plants?"
+
 
 async def bob_asks_about_atomic_plants(runtime: Any, llm_server: Any) -> None:
     """Another user asks about the topic in other words: he gets an answer whose prompt
-    recalled the nuclear argument made earlier."""
+    recalled the nuclear argument made earlier (episodes are embedded from their summary,
+    which this question matches at 0.43 cosine)."""
     reply = await runtime.handle(
-        IncomingMessage(community=A, channel_id="c1", user=BOB, text="Are atomic plants safe?")
+        IncomingMessage(community=A, channel_id="c1", user=BOB, text=ATOMIC_QUESTION)
     )
     assert reply is not None and reply.kind is ReplyKind.ANSWER
     prompt = prompt_of(chat_requests(llm_server)[-1])
@@ -61,6 +65,16 @@ NUCLEAR = dict(
     reasoning_type="empirical_data",
     source_reliability="peer_reviewed",
     summary="User cites reactor fleet data showing nuclear power's low death rate per TWh.",
+)
+BUS_LANES = dict(
+    contains="Bus lanes",
+    score=0.6,
+    direction="supports",
+    topics=["public_transport"],
+    novelty=0.7,
+    reasoning_type="empirical_data",
+    source_reliability="informed_opinion",
+    summary="Argues that dedicated bus lanes shorten journeys, citing a local pilot.",
 )
 STRONG_ARGUMENT = (
     "Look at the reactor fleet data: deaths per TWh for nuclear are lower than for wind, "
@@ -341,15 +355,76 @@ async def test_a_failed_learning_attempt_still_counts_its_tokens(runtime, llm_se
     assert await runtime.db.community(A.id).pending_count() == 1  # replayed on next start
 
 
-async def test_episode_vector_is_the_reply_paths_embedding_of_the_message(runtime, llm_server):
-    """The message is embedded once; its episode is found by that exact message."""
+async def test_an_episode_is_embedded_from_its_summary_not_the_message(runtime, llm_server):
+    """The reply path embeds the message to recall memories, but the episode's vector is
+    its summary's (the one space all memories share), and it carries that vector while
+    it waits for its batched write, so it can be ranked meanwhile."""
     llm_server.brain.ess_rule(**NUCLEAR)
-    await say(runtime, STRONG_ARGUMENT)
+    await runtime.handle(
+        IncomingMessage(community=A, channel_id="c1", user=ALICE, text=STRONG_ARGUMENT)
+    )
     agent = runtime.registry.get(A.id)
-    exact = agent.episodes.retrieve(STRONG_ARGUMENT, min_relevance=0.99)
-    assert exact == [NUCLEAR["summary"]]  # the document is still the ESS summary
-    by_summary = agent.episodes.retrieve(NUCLEAR["summary"], min_relevance=0.99)
-    assert by_summary == []  # the vector is the message's, not the summary's
+    assert await eventually(lambda: agent.sponge.interaction_count == 1, seconds=5)
+    [waiting] = await runtime.db.community(A.id).pending_episodes()
+    summary_vector, message_vector = agent.episodes.embed_many(
+        [str(NUCLEAR["summary"]), STRONG_ARGUMENT]
+    )
+    assert waiting.embedding is not None
+    assert _cosine(waiting.embedding, summary_vector) > 0.999
+    assert _cosine(waiting.embedding, message_vector) < 0.9
+
+    await runtime.drain()
+    by_summary = agent.episodes.retrieve(str(NUCLEAR["summary"]), min_relevance=0.99)
+    assert by_summary == [NUCLEAR["summary"]]
+    assert agent.episodes.retrieve(STRONG_ARGUMENT, min_relevance=0.99) == []
+
+
+async def test_a_replayed_interaction_joins_the_same_space(runtime, llm_server):
+    """An interaction answered before a crash and learned after the restart (no vector of
+    its message survives) is embedded from its summary like one learned live."""
+    llm_server.brain.ess_rule(**BUS_LANES)
+    message = "Bus lanes on Main St cut average journey times by 4 minutes in the pilot."
+    await runtime.db.community(A.id).record_interaction(
+        InteractionRecord(
+            id="answered-before-the-crash",
+            speaker=Speaker(id=ALICE.id, name=ALICE.name),
+            message=message,
+            reply="Interesting.",
+        )
+    )
+    agent = await runtime.registry.agent_for(A)  # replays the interaction
+    await runtime.drain()
+    assert agent.sponge.interaction_count == 1
+    summary = str(BUS_LANES["summary"])
+    assert agent.episodes.retrieve(summary, min_relevance=0.99) == [summary]
+    assert agent.episodes.retrieve(message, min_relevance=0.99) == []
+
+
+async def test_a_memory_whose_embedding_failed_is_embedded_by_the_store(
+    runtime, llm_server, monkeypatch, caplog
+):
+    """Learning does not wait on the embedding model: if embedding the summary fails,
+    the episode is committed without a vector and the store embeds the same summary."""
+    llm_server.brain.ess_rule(**NUCLEAR)
+    agent = await runtime.registry.agent_for(A)
+    embed = agent.embedder.embed
+
+    async def summaries_fail(text: str) -> Any:
+        if text == NUCLEAR["summary"]:
+            raise RuntimeError("embedding model unavailable")
+        return await embed(text)
+
+    monkeypatch.setattr(agent.embedder, "embed", summaries_fail)
+    await say(runtime, STRONG_ARGUMENT)
+    assert "could not embed new memories" in caplog.text
+    assert agent.sponge.interaction_count == 1
+    summary = str(NUCLEAR["summary"])
+    assert agent.episodes.retrieve(summary, min_relevance=0.99) == [summary]
+
+
+def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    dot = sum(x * y for x, y in zip(a, b, strict=True))
+    return dot / math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
 
 
 async def test_a_memory_store_fault_does_not_cost_the_reply(tmp_path, llm, llm_server, caplog):
@@ -456,12 +531,12 @@ async def test_memories_waiting_for_a_batched_write_are_still_recalled(runtime, 
 
     await runtime.drain()  # drain forces the batch out
     assert agent.episodes.count() == 2
-    assert NUCLEAR["summary"] in agent.episodes.retrieve("Are atomic plants safe?")
+    assert NUCLEAR["summary"] in agent.episodes.retrieve(ATOMIC_QUESTION)
 
 
 async def test_episodes_without_a_vector_are_written_at_once(runtime):
-    """Episodes replayed from the outbox after a restart carry no vector, so they cannot
-    wait in memory for a batch: they reach Chroma right away, not after the delay."""
+    """An episode left in the outbox without a vector (its embedding failed) cannot wait
+    in memory for a batch: it reaches Chroma right away, not after the delay."""
     lost = Episode(id="replayed", user_message="m", summary="Replayed after a restart")
     await runtime.db.community(A.id).commit(
         StateCommit(state=SpongeState(), cause="seed", change="seed", episodes=[lost])
