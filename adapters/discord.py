@@ -31,6 +31,8 @@ from discord.http import Route
 from discord.utils import MISSING
 
 from adapters.chunking import split_message
+from adapters.discord_faults import GatewayClass, answer_command_error
+from adapters.sanitize import MAX_COMMUNITY_NAME_CHARS, clean_command, clean_name, clean_text
 from bot.interface import ChatRuntime, StartupError
 from bot.messages import (
     INTERNAL_ERROR,
@@ -89,24 +91,29 @@ class _Endpoints:
 
     def __init__(self) -> None:
         self._saved: tuple[str, yarl.URL] | None = None
+        self._gateway_class = GatewayClass()  # a bad frame costs one event, not the bot
 
     def apply(self, api_base_url: str, gateway_url: str) -> None:
         if self._saved is None:
             self._saved = (Route.BASE, DiscordWebSocket.DEFAULT_GATEWAY)
         Route.BASE = api_base_url.rstrip("/")
         DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(gateway_url)
+        self._gateway_class.apply()
 
     def restore(self) -> None:
         if self._saved is not None:
             Route.BASE, DiscordWebSocket.DEFAULT_GATEWAY = self._saved
             self._saved = None
+        self._gateway_class.restore()
 
 
 def _community(guild_id: int | None, guild_name: str, user: discord.abc.User) -> Community:
     """The guild's personality, or (in a DM) a private one per user: one place for both."""
     if guild_id is None:
-        return Community(id=f"{PLATFORM}:dm:{user.id}", name=f"DM with {user.name}")
-    return Community(id=f"{PLATFORM}:{guild_id}", name=guild_name)
+        return Community(id=f"{PLATFORM}:dm:{user.id}", name=f"DM with {clean_name(user.name)}")
+    return Community(
+        id=f"{PLATFORM}:{guild_id}", name=clean_name(guild_name, MAX_COMMUNITY_NAME_CHARS)
+    )
 
 
 class _Hooks:
@@ -324,7 +331,7 @@ class DiscordAdapter:
             if not self._addresses_bot(message, me.id):
                 return None
             community = _community(guild.id, guild.name, author)
-        text = self.clean_text(message, me.id)
+        text = clean_text(self.clean_text(message, me.id)).strip()
         if not text:
             return None
         channel = message.channel
@@ -336,7 +343,7 @@ class DiscordAdapter:
             channel_id=str(channel_id),
             thread_id=thread_id,
             message_id=str(message.id),
-            user=User(id=str(author.id), name=author.display_name, is_bot=False),
+            user=User(id=str(author.id), name=clean_name(author.display_name), is_bot=False),
             text=text,
             addressed=True,
         )
@@ -522,7 +529,7 @@ class DiscordAdapter:
         try:
             async with asyncio.timeout(AUTOCOMPLETE_TIMEOUT):
                 found = await self._runtime.complete(
-                    self._community(interaction), kind, str(current or "")
+                    self._community(interaction), kind, clean_command(str(current or ""))
                 )
         except Exception:
             log.exception(
@@ -549,10 +556,12 @@ class DiscordAdapter:
             return
         request = CommandRequest(
             community=self._community(interaction),
-            caller=User(id=str(interaction.user.id), name=interaction.user.display_name),
+            caller=User(
+                id=str(interaction.user.id), name=clean_name(interaction.user.display_name)
+            ),
             is_moderator=moderator,
             name=name,
-            args=tuple(args),
+            args=tuple(clean_command(arg) for arg in args),
         )
         try:
             result = await self._runtime.run_command(request)
@@ -607,13 +616,9 @@ class DiscordAdapter:
     async def _on_tree_error(
         self, interaction: discord.Interaction, error: app_commands.AppCommandError
     ) -> None:
-        """Unknown or stale commands (e.g. an old sync) are logged, never raised."""
-        log.warning(
-            "Discord: app command error in guild %s channel %s: %r",
-            interaction.guild_id,
-            interaction.channel_id,
-            error,
-        )
+        """Unknown or stale commands (e.g. an old sync) are logged and answered
+        privately, never raised and never left unanswered."""
+        await answer_command_error(interaction, error)
 
 
 def _log_discord_error(

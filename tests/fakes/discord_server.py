@@ -410,8 +410,13 @@ class FakeDiscord:
         options: list[JSONDict] | None = None,
         permissions: int = 0,
         autocomplete: bool = False,
+        command: str = "sonality",
     ) -> tuple[int, str]:
-        """Send a /sonality <subcommand> INTERACTION_CREATE; returns (interaction id, token)."""
+        """Send a /sonality <subcommand> INTERACTION_CREATE; returns (interaction id, token).
+
+        Discord delivers whatever its registration (possibly an older one) offered, so
+        `subcommand`, `command` and `options` may name what the bot no longer has, or
+        leave out an option it now requires."""
         interaction_id = self.snowflake()
         token = f"tok-{interaction_id}"
         data: JSONDict = {
@@ -437,7 +442,7 @@ class FakeDiscord:
             "context": 0,
             "data": {
                 "id": str(self.snowflake()),
-                "name": "sonality",
+                "name": command,
                 "type": 1,
                 "options": [{"name": subcommand, "type": 1, "options": options or []}],
             },
