@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from bot.budget import BudgetLedger, MeteredLLM
+from bot.health import LLMHealth, RecordingLLM, health_endpoint
 from bot.interface import Adapter, StartupError
 from bot.messages import Community
 from bot.preflight import check_models
@@ -64,8 +65,12 @@ def build_llm(settings: Settings) -> AnthropicLLM | OpenAILLM:
 
 
 @contextlib.asynccontextmanager
-async def open_runtime(settings: Settings, llm: LLMClient | None = None) -> AsyncIterator[Runtime]:
+async def open_runtime(
+    settings: Settings, llm: LLMClient | None = None, llm_health: LLMHealth | None = None
+) -> AsyncIterator[Runtime]:
     """Open storage, memory and the engine; yield the runtime; close it all cleanly.
+
+    Every call of the shared client is noted in `llm_health` (for the health check).
 
     Each resource's close is registered as soon as it is open, so a failure part-way
     through start-up closes what was opened, in reverse order.
@@ -76,7 +81,7 @@ async def open_runtime(settings: Settings, llm: LLMClient | None = None) -> Asyn
             owned = build_llm(settings)
             stack.push_async_callback(owned.aclose)
             llm = owned
-        client = llm
+        client = RecordingLLM(llm, llm_health or LLMHealth())  # still just an LLMClient
         db = await Database.open(settings.resolved_database_path, timezone=settings.timezone)
         stack.push_async_callback(db.close)
         embed = await asyncio.to_thread(
@@ -162,13 +167,18 @@ async def run_bot(settings: Settings) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
-    async with open_runtime(settings) as runtime:
+    llm_health = LLMHealth()
+    async with (
+        open_runtime(settings, llm_health=llm_health) as runtime,
+        health_endpoint(settings, runtime.db, llm_health) as health,  # off: not serving
+    ):
         scheduler = ReflectionScheduler(runtime)
         scheduler.start()
         adapters = _adapters(settings, runtime)
         tasks: dict[asyncio.Task[Any], Adapter] = {
             asyncio.create_task(a.start(), name=f"adapter:{a.name}"): a for a in adapters
         }
+        health.watch(tasks)
         stopper = asyncio.create_task(stop.wait(), name="stop-signal")
         code = 0
         try:

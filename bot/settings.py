@@ -130,6 +130,14 @@ class Settings(BaseSettings):
     slack_moderator_ids: str = Field(default="", alias="SLACK_MODERATOR_IDS")
     slack_allow_dms: bool = Field(default=False, alias="SLACK_ALLOW_DMS")
 
+    # --- health check (bot/health.py) ---------------------------------------------------
+    # Unset: no endpoint. Loopback by default; a container sets 0.0.0.0 to publish it.
+    health_port: int | None = Field(default=None, ge=1, le=65535, alias="SONALITY_HEALTH_PORT")
+    health_host: str = Field(default="127.0.0.1", min_length=1, alias="SONALITY_HEALTH_HOST")
+    health_llm_failing_seconds: float = Field(
+        default=300.0, gt=0, alias="SONALITY_HEALTH_LLM_FAILING_SECONDS"
+    )
+
     log_level: str = Field(default="INFO", alias="SONALITY_LOG_LEVEL")
 
     @field_validator("timezone")
