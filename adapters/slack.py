@@ -54,6 +54,7 @@ from slack_sdk.oauth.state_store.async_state_store import AsyncOAuthStateStore
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.chunking import split_message
+from adapters.sanitize import clean_command, clean_name, clean_text
 from bot.interface import ChatRuntime, StartupError
 from bot.messages import (
     COMMAND_NAMES,
@@ -705,11 +706,15 @@ class SlackAdapter:
         user = resp.get("user") or {}
         profile = user.get("profile") or {}
         info = _UserInfo(
-            name=profile.get("display_name")
-            or profile.get("real_name")
-            or user.get("real_name")
-            or user.get("name")
-            or "",
+            name=clean_name(
+                str(
+                    profile.get("display_name")
+                    or profile.get("real_name")
+                    or user.get("real_name")
+                    or user.get("name")
+                    or ""
+                )
+            ),
             is_admin=bool(
                 user.get("is_admin") or user.get("is_owner") or user.get("is_primary_owner")
             ),
@@ -823,7 +828,7 @@ class SlackAdapter:
             info = await self._user(client, team, uid)
             if info is not None and info.name:
                 names[uid] = info.name
-        return from_slack_text(raw, context.bot_user_id, names)
+        return clean_text(from_slack_text(raw, context.bot_user_id, names))
 
     async def _post_reply(
         self,
@@ -868,7 +873,7 @@ class SlackAdapter:
             if not team or not user_id:
                 log.warning("/sonality without team or user ignored")
                 return
-            words = from_slack_text(body.get("text") or "", None, {}).split()
+            words = clean_command(from_slack_text(body.get("text") or "", None, {})).split()
             name = words[0].lower() if words else "help"
             rest = words[1:]
             if name not in COMMAND_NAMES:
@@ -887,7 +892,8 @@ class SlackAdapter:
                 request = CommandRequest(
                     community=Community(id=f"{PLATFORM}:{team}"),
                     caller=User(
-                        id=user_id, name=(info.name if info else "") or body.get("user_name") or ""
+                        id=user_id,
+                        name=(info.name if info else "") or clean_name(body.get("user_name") or ""),
                     ),
                     # Workspace admins/owners moderate; SLACK_MODERATOR_IDS adds people.
                     is_moderator=user_id in self._moderators
