@@ -22,6 +22,7 @@ from bot.budget import (
     total_tokens,
 )
 from bot.messages import CommandRequest, CommandResult, Community, User, needs_moderator
+from bot.timeline import run_timeline
 from providers.pricing import ModelPrice, cost_usd
 from sonality import config
 from sonality.agent import RollbackError, SonalityAgent, cumulative_shift
@@ -44,6 +45,7 @@ HELP = """\
 /sonality status            interactions, beliefs, updates in waiting, next reflection
 /sonality usage [days]      tokens and estimated cost: today, each day, this month
 /sonality budget            today's spending and the daily limit
+/sonality timeline [topic] [days]   a picture of how my opinions moved, and who moved them
 /sonality rollback <version> [reason]   moderators: restore a version (undoable)
 /sonality reflect           moderators: consolidate what I've learned now
 /sonality budget <usd>|off|default   moderators: set this community's daily limit
@@ -274,6 +276,9 @@ class CommandHandlers:
         )
         return CommandResult(text=text, title="Usage")
 
+    async def _cmd_timeline(self, request: CommandRequest) -> CommandResult:
+        return await run_timeline(self._db, request)
+
     async def _cmd_budget(self, request: CommandRequest) -> CommandResult:
         cid = request.community.id
         raw = " ".join(request.args).strip().lower()
@@ -287,7 +292,13 @@ class CommandHandlers:
             limit = await self._budget.follow_default(cid)
         else:
             limit = await self._budget.set_limit(cid, _usd_arg(raw), set_by=actor)
-        log.info("daily limit in %s set to %s by %s", cid, limit, request.caller.id)
+        log.info(
+            "daily limit in %s set to %s by %s",
+            cid,
+            _limit_text(limit),
+            request.caller.id,
+            extra={"community": cid},
+        )
         # Learning held back by the old limit may go on now (a no-op if none waits).
         (await self._agent_for(request.community)).resume_learning()
         spend = await self._budget.status(cid)
@@ -312,6 +323,7 @@ class CommandHandlers:
             version,
             request.caller.id,
             restored.version,
+            extra={"community": request.community.id},
         )
         if version == 0:
             text = (

@@ -72,6 +72,18 @@ class CommandRequest(BaseModel):
     args: tuple[str, ...] = ()
 
 
+class Attachment(BaseModel):
+    """A file a command answers with (a picture, an export); each adapter delivers it
+    its own platform's way: a Discord attachment, a Slack upload, a file on disk."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str = Field(min_length=1, max_length=200)  # a plain file name, no directories
+    data: bytes
+    mime_type: str = "application/octet-stream"
+    description: str = ""  # alt text for screen readers, where the platform takes it
+
+
 class CommandResult(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -80,6 +92,7 @@ class CommandResult(BaseModel):
     # Refusals and errors are best shown only to the caller (ephemeral) where possible.
     private: bool = False
     title: str = ""
+    files: tuple[Attachment, ...] = ()
 
 
 # What people see when something goes wrong, the same wording on every platform.
@@ -101,6 +114,7 @@ COMMAND_NAMES: tuple[str, ...] = (
     "reflect",
     "usage",
     "budget",
+    "timeline",
     "help",
 )
 MODERATOR_COMMANDS: frozenset[str] = frozenset({"rollback", "reflect", "budget"})

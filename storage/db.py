@@ -48,6 +48,7 @@ from storage.models import (
     UsageRole,
     UsageTotals,
 )
+from storage.people import PeopleStore
 from storage.platform import PlatformStore
 
 log = logging.getLogger(__name__)
@@ -56,7 +57,7 @@ BUSY_TIMEOUT_MS = 5000
 """How long a write waits for another process holding the file's write lock (ms)."""
 
 
-class Database(BufferStore, PlatformStore):
+class Database(BufferStore, PlatformStore, PeopleStore):
     """The open database. Create with `await Database.open(path)`; `await close()` at exit."""
 
     def __init__(

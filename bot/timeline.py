@@ -1,0 +1,749 @@
+"""`/sonality timeline [topic] [days]`: how the personality's opinions moved, as a picture.
+
+Why a picture: a moderator asking "how did it come to think this, and who talked it
+into it?" would otherwise read pages of `history`. The timeline shows, per belief, the
+stance over the interactions, how settled it was, every committed move coloured by the
+member whose argument caused it, and where reflections, rollbacks and forget-me
+requests happened.
+
+What is drawn comes from the stored history and nothing else, in two steps:
+
+1. `build_timeline` reads the versions (newest first, at most `MAX_VERSIONS`, or those
+   of the last `days`), the state of every version where a belief could have changed,
+   the audit trail and the members' names, into a `Timeline` (pydantic, so tests check
+   the data behind the picture rather than pixels).
+2. `render_png` draws it with matplotlib's object API on the Agg canvas (no display,
+   no pyplot state), imported only when a picture is made.
+
+Credit for a move. Commits record no per-member provenance yet, so it is rebuilt from
+the audit trail: an "ess" event lists what its speaker staged (topic, signed delta,
+interaction it is due), and the topic's commit at that interaction is the move. The
+walk keeps the set of updates still cooling, re-reads it from every stored state it
+loads (so anything it cannot follow, such as a forget-me recomputation, resets it),
+and follows a rollback, which restores the target's cooling updates shifted by the
+rollback's interaction offset. When several members' updates were netted into one
+commit, the dot takes the colour of the member whose update had the largest |delta|;
+the others are kept in `CommittedMove.contributors`. A move whose argument is no
+longer in the audit trail is drawn grey, as "not recorded".
+
+Names are the ones stored with the member's messages (`Database.speaker_names`), so a
+member forgotten under a pseudonym shows only as that pseudonym.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import math
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from bot.messages import Attachment, CommandRequest, CommandResult
+from sonality import config
+from sonality.ess import normalize_topic
+from sonality.memory.sponge import SpongeState
+from sonality.store import VersionInfo
+from storage.people import StagedArgument
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.typing import LineStyleType, RcKeyType
+
+    from storage import Database
+
+#: Versions read at most (newest first); an older start is marked as cut in the title.
+MAX_VERSIONS = 3000
+#: Beliefs shown as small multiples when no topic is asked for.
+MAX_PANELS = 6
+MAX_DAYS = 365
+#: Members with a colour and a marker of their own; more are drawn as "others".
+MAX_MEMBERS = 7
+WIDTH_PX = 1000
+HEIGHT_PX = 600
+DPI = 100
+_PAGE = 500  # versions per read
+
+MarkerKind = Literal["reflection", "rollback", "forget-me"]
+#: Version causes that can change a belief without the change line saying so.
+_QUIET_CAUSES = frozenset({"interaction"})
+#: Words of an interaction's change line when it committed, decayed or reflected.
+_CHANGE_WORDS = ("committed", "reflection", "decayed")
+
+
+class TimelineError(Exception):
+    """No picture: `text` says why (`ok` False for a wrong argument, True for "nothing
+    to draw yet", which is an answer, not a mistake)."""
+
+    def __init__(self, text: str, *, ok: bool) -> None:
+        super().__init__(text)
+        self.text = text
+        self.ok = ok
+
+
+class BeliefPoint(BaseModel):
+    """A belief's value from this version on, until the next point (a step function)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    version: int
+    interaction: int
+    stance: float | None  # None: no belief held on the topic at this version
+    confidence: float = 0.0
+
+
+class CommittedMove(BaseModel):
+    """A topic's staged updates committed at one version, credited to a member."""
+
+    model_config = ConfigDict(frozen=True)
+
+    version: int
+    interaction: int
+    topic: str
+    stance: float | None  # after the commit
+    member_id: str | None  # largest |delta| among the netted updates; None: not recorded
+    updates: int  # staged updates netted into this commit
+    contributors: tuple[str, ...] = ()  # every credited member, largest |delta| first
+
+
+class Marker(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    kind: MarkerKind
+    version: int
+    interaction: int
+    label: str
+
+
+class BeliefSeries(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    topic: str
+    points: tuple[BeliefPoint, ...]
+    moves: tuple[CommittedMove, ...] = ()
+
+    def at(self, version: int) -> BeliefPoint | None:
+        """The point in force at `version` (None before the first point)."""
+        found = None
+        for point in self.points:
+            if point.version > version:
+                break
+            found = point
+        return found
+
+
+class Member(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    name: str  # as stored with their messages; the id when no name is stored
+    moves: int
+
+
+class Timeline(BaseModel):
+    """Everything the picture shows, for the picture and for tests."""
+
+    model_config = ConfigDict(frozen=True)
+
+    community: str
+    topic: str | None = None
+    days: int | None = None
+    first_version: int
+    last_version: int
+    first_interaction: int
+    last_interaction: int
+    truncated: bool = False  # older versions exist that were not read
+    series: tuple[BeliefSeries, ...]
+    markers: tuple[Marker, ...] = ()
+    members: tuple[Member, ...] = ()
+
+    @property
+    def file_name(self) -> str:
+        topic = f"-{self.topic}" if self.topic else ""
+        return f"timeline-v{self.last_version}{topic}.png"
+
+
+def reach(stance: float, confidence: float) -> tuple[float, float]:
+    """The band around a stance: (low, high) = how far ONE argument could move it now.
+
+    The engine's largest single step is OPINION_BASE_RATE (an ESS of 1.0 at full
+    novelty, after the first interactions), divided by (confidence + 1), and arguing
+    against a stance adds |stance| to that divisor (`SonalityAgent._update_opinions`).
+    So the band narrows as confidence grows, and is narrower on the side of zero.
+    """
+    step = config.OPINION_BASE_RATE / (1.0 + confidence)
+    against = config.OPINION_BASE_RATE / (1.0 + confidence + abs(stance))
+    if stance > 0:
+        return stance - against, stance + step
+    if stance < 0:
+        return stance - step, stance + against
+    return -step, step
+
+
+# ---------------------------------------------------------------------- the command
+
+
+async def run_timeline(
+    db: Database, request: CommandRequest, *, now: datetime | None = None
+) -> CommandResult:
+    """The whole command: arguments, data, picture; errors as short private answers."""
+    try:
+        topic, days = parse_args(request.args)
+        name = request.community.name or await _stored_name(db, request.community.id)
+        timeline = await build_timeline(
+            db, request.community.id, name, topic=topic, days=days, now=now
+        )
+    except TimelineError as exc:
+        return CommandResult(
+            text=exc.text, ok=exc.ok, private=not exc.ok, title="" if not exc.ok else "Timeline"
+        )
+    png = await asyncio.to_thread(render_png, timeline)
+    return CommandResult(
+        text=caption(timeline),
+        title="Timeline",
+        files=(
+            Attachment(
+                name=timeline.file_name,
+                data=png,
+                mime_type="image/png",
+                description=alt_text(timeline),
+            ),
+        ),
+    )
+
+
+def parse_args(args: Sequence[str]) -> tuple[str | None, int | None]:
+    """`[topic words...] [days]`: a trailing whole number is the days, the rest the topic
+    (so a topic may be several words, as on Slack; a topic that is only a number cannot
+    be asked for, which no engine topic is)."""
+    words = [w for a in args for w in a.split()]
+    days = None
+    if words and words[-1].lstrip("-").isdigit():
+        days = int(words.pop())
+        if not 1 <= days <= MAX_DAYS:
+            raise TimelineError(f"days must be in 1..{MAX_DAYS}.", ok=False)
+    topic = normalize_topic(" ".join(words)) or None
+    return topic, days
+
+
+async def _stored_name(db: Database, community_id: str) -> str:
+    info = await db.community_info(community_id)
+    return info.name if info is not None else ""
+
+
+def caption(timeline: Timeline) -> str:
+    """The short text that goes with the picture."""
+    beliefs = len(timeline.series)
+    what = (
+        f"how my view on {timeline.topic} moved"
+        if timeline.topic
+        else f"how my {beliefs} strongest belief{'s' if beliefs != 1 else ''} moved"
+    )
+    span = f"v{timeline.first_version}–v{timeline.last_version}"
+    if timeline.days:
+        span += f", last {timeline.days} day{'s' if timeline.days != 1 else ''}"
+    return (
+        f"Opinion timeline: {what} ({span}). Dots are committed moves, coloured by the "
+        "member whose argument it was; the band is how far one argument could still move it."
+    )
+
+
+def alt_text(timeline: Timeline) -> str:
+    """A screen reader's version of the picture: each belief's start and end."""
+    parts = []
+    for series in timeline.series:
+        first, last = series.points[0], series.points[-1]
+        parts.append(
+            f"{series.topic} from {_fmt_stance(first.stance)} to {_fmt_stance(last.stance)}"
+            f" ({len(series.moves)} committed move{'s' if len(series.moves) != 1 else ''})"
+        )
+    return ("Opinion timeline: " + "; ".join(parts) + ".")[:1000]
+
+
+def _fmt_stance(value: float | None) -> str:
+    return "none" if value is None else f"{value:+.2f}"
+
+
+# ---------------------------------------------------------------------- the data
+
+
+def _can_change_beliefs(version: VersionInfo) -> bool:
+    """Whether beliefs may differ from the previous version's: anything that is not an
+    interaction, or an interaction whose change line says it committed, decayed or
+    reflected. Plain chat versions are never read, which keeps a long history cheap."""
+    if version.cause not in _QUIET_CAUSES:
+        return True
+    return any(word in version.change for word in _CHANGE_WORDS)
+
+
+async def _versions_in_range(
+    db: Database, community_id: str, cutoff: datetime | None
+) -> tuple[list[VersionInfo], bool]:
+    """Oldest first; and whether older versions were left out for `MAX_VERSIONS`."""
+    store = db.community(community_id)
+    found: list[VersionInfo] = []
+    before: int | None = None
+    while len(found) < MAX_VERSIONS:
+        page = await store.versions(limit=min(_PAGE, MAX_VERSIONS - len(found)), before=before)
+        if not page:
+            break
+        for version in page:
+            if cutoff is not None and version.created_at < cutoff:
+                found.reverse()
+                return found, False
+            found.append(version)
+        before = page[-1].version
+        if before == 0:
+            break
+    found.reverse()
+    truncated = bool(found) and found[0].version > 0 and len(found) >= MAX_VERSIONS
+    return found, truncated
+
+
+async def build_timeline(
+    db: Database,
+    community_id: str,
+    community_name: str = "",
+    *,
+    topic: str | None = None,
+    days: int | None = None,
+    now: datetime | None = None,
+) -> Timeline:
+    """Read the history into a `Timeline`; `TimelineError` when there is nothing to draw
+    or the topic is unknown."""
+    now = now or datetime.now(UTC)
+    cutoff = now - timedelta(days=days) if days else None
+    versions, truncated = await _versions_in_range(db, community_id, cutoff)
+    if not versions:
+        if days:
+            raise TimelineError(
+                f"Nothing changed in the last {days} day{'s' if days != 1 else ''}; try more days.",
+                ok=True,
+            )
+        raise TimelineError(_NO_BELIEFS, ok=True)
+    store = db.community(community_id)
+    first, last = versions[0], versions[-1]
+
+    rollbacks = {
+        e.version: int(e.payload.get("to_version", -1))
+        for e in await store.audit_events(kind="rollback", limit=MAX_VERSIONS)
+        if first.version <= e.version <= last.version
+    }
+    reflections = {
+        e.version: e.payload
+        for e in await store.audit_events(kind="reflection", limit=MAX_VERSIONS)
+        if first.version <= e.version <= last.version
+    }
+    wanted = {first.version, last.version}
+    wanted |= {v.version for v in versions if _can_change_beliefs(v)}
+    wanted |= {t for t in rollbacks.values() if t >= 0}
+    states: dict[int, SpongeState] = {}
+    for number in sorted(wanted):
+        state = await store.state_at(number)
+        if state is not None:
+            states[number] = state
+
+    series = _series(versions, states)
+    if not series:
+        raise TimelineError(_NO_BELIEFS, ok=True)
+    shown = _choose(series, states[last.version], topic)
+    arguments = await db.staged_arguments(community_id, up_to_version=last.version)
+    moves = _moves(versions, states, rollbacks, arguments)
+    chosen = tuple(
+        s.model_copy(update={"moves": tuple(m for m in moves if m.topic == s.topic)}) for s in shown
+    )
+    members = await _members(db, community_id, chosen)
+    return Timeline(
+        community=community_name or "this community",
+        topic=topic and chosen[0].topic,
+        days=days,
+        first_version=first.version,
+        last_version=last.version,
+        first_interaction=first.interaction_count,
+        last_interaction=last.interaction_count,
+        truncated=truncated,
+        series=chosen,
+        markers=_markers(versions, rollbacks, reflections),
+        members=members,
+    )
+
+
+_NO_BELIEFS = "I hold no beliefs yet: nobody has given me a strong enough argument."
+
+
+def _series(versions: list[VersionInfo], states: dict[int, SpongeState]) -> list[BeliefSeries]:
+    """Every topic held at some read version, as a step function over the range."""
+    in_range = [v for v in versions if v.version in states]
+    topics = sorted({t for v in in_range for t in states[v.version].opinion_vectors})
+    out = []
+    for topic in topics:
+        points: list[BeliefPoint] = []
+        for version in in_range:
+            state = states[version.version]
+            stance = state.opinion_vectors.get(topic)
+            meta = state.belief_meta.get(topic)
+            confidence = meta.confidence if meta is not None and stance is not None else 0.0
+            point = BeliefPoint(
+                version=version.version,
+                interaction=version.interaction_count,
+                stance=stance,
+                confidence=confidence,
+            )
+            if points and (points[-1].stance, points[-1].confidence) == (stance, confidence):
+                continue
+            points.append(point)
+        out.append(BeliefSeries(topic=topic, points=tuple(points)))
+    return out
+
+
+def _choose(
+    series: list[BeliefSeries], latest: SpongeState, topic: str | None
+) -> list[BeliefSeries]:
+    """The asked-for belief, or the strongest ones: held now by |stance|, then those no
+    longer held by the largest |stance| they reached."""
+    by_topic = {s.topic: s for s in series}
+    if topic is not None:
+        if topic in by_topic:
+            return [by_topic[topic]]
+        close = sorted(t for t in by_topic if topic in t)
+        if len(close) == 1:
+            return [by_topic[close[0]]]
+        if close:
+            raise TimelineError(
+                f"`{topic}` matches several beliefs: {', '.join(close[:6])}. Pick one.", ok=False
+            )
+        raise TimelineError(f"I have no belief about `{topic}`.", ok=False)
+    now = latest.opinion_vectors
+
+    def strength(s: BeliefSeries) -> tuple[int, float, str]:
+        if s.topic in now:
+            return (0, -abs(now[s.topic]), s.topic)
+        peak = max((abs(p.stance) for p in s.points if p.stance is not None), default=0.0)
+        return (1, -peak, s.topic)
+
+    return sorted(series, key=strength)[:MAX_PANELS]
+
+
+_Key = tuple[str, int, int]  # (topic, staged at interaction, due at interaction)
+
+
+def _moves(
+    versions: list[VersionInfo],
+    states: dict[int, SpongeState],
+    rollbacks: dict[int, int],
+    arguments: Iterable[StagedArgument],
+) -> list[CommittedMove]:
+    """Replay the cooling queue over the range to credit each commit (module docstring)."""
+    credit: dict[_Key, list[tuple[str, float]]] = {}
+    staged_at: dict[int, list[StagedArgument]] = {}
+    for argument in arguments:
+        staged_at.setdefault(argument.version, []).append(argument)
+        for entry in argument.staged:
+            key = (entry.topic, argument.interaction, entry.due)
+            credit.setdefault(key, []).append((argument.speaker, entry.delta))
+
+    def keys_of(state: SpongeState) -> list[_Key]:
+        return [(u.topic, u.staged_at, u.due_interaction) for u in state.staged_opinion_updates]
+
+    pending: list[_Key] = keys_of(states[versions[0].version])
+    moves: list[CommittedMove] = []
+    for version in versions[1:]:
+        count = version.interaction_count
+        if version.cause == "interaction":
+            due = [k for k in pending if k[2] <= count]
+            pending = [k for k in pending if k[2] > count]
+            state = states.get(version.version)
+            for topic in dict.fromkeys(k[0] for k in due):
+                shares = [c for k in due if k[0] == topic for c in credit.get(k, [])]
+                shares.sort(key=lambda c: -abs(c[1]))
+                moves.append(
+                    CommittedMove(
+                        version=version.version,
+                        interaction=count,
+                        topic=topic,
+                        stance=state.opinion_vectors.get(topic) if state is not None else None,
+                        member_id=shares[0][0] if shares else None,
+                        updates=sum(1 for k in due if k[0] == topic),
+                        contributors=tuple(dict.fromkeys(c[0] for c in shares)),
+                    )
+                )
+            for argument in staged_at.get(version.version, []):
+                pending += [(e.topic, argument.interaction, e.due) for e in argument.staged]
+        state = states.get(version.version)
+        if state is None:
+            continue
+        target = states.get(rollbacks.get(version.version, -1))
+        if target is not None:
+            # The restored cooling updates are the target's, in order, shifted by the
+            # rollback's interaction offset: they keep their speakers.
+            for old, new in zip(keys_of(target), keys_of(state), strict=False):
+                if old in credit and new not in credit:
+                    credit[new] = credit[old]
+        pending = keys_of(state)
+    return moves
+
+
+def _markers(
+    versions: list[VersionInfo], rollbacks: dict[int, int], reflections: dict[int, dict[str, Any]]
+) -> tuple[Marker, ...]:
+    out = []
+    for version in versions:
+        at = {"version": version.version, "interaction": version.interaction_count}
+        if version.cause == "rollback":
+            target = rollbacks.get(version.version, -1)
+            label = f"rollback to v{target}" if target >= 0 else "rollback"
+            out.append(Marker(kind="rollback", label=label, **at))
+        elif version.cause == "forget-me":
+            out.append(Marker(kind="forget-me", label="forget-me", **at))
+        reflection = reflections.get(version.version)
+        if reflection is not None and reflection.get("ran", True):
+            label = "reflection" if reflection.get("accepted", True) else "reflection (rejected)"
+            out.append(Marker(kind="reflection", label=label, **at))
+        elif reflection is None and version.cause == "reflection":
+            out.append(Marker(kind="reflection", label="reflection", **at))
+    return tuple(out)
+
+
+async def _members(
+    db: Database, community_id: str, series: Iterable[BeliefSeries]
+) -> tuple[Member, ...]:
+    counts: dict[str, int] = {}
+    for s in series:
+        for move in s.moves:
+            if move.member_id is not None:
+                counts[move.member_id] = counts.get(move.member_id, 0) + 1
+    names = await db.speaker_names(community_id, counts)
+    members = [Member(id=i, name=names.get(i) or i, moves=n) for i, n in counts.items()]
+    members.sort(key=lambda m: (-m.moves, m.name.casefold(), m.id))
+    return tuple(members)
+
+
+# ---------------------------------------------------------------------- the picture
+
+# Okabe-Ito: distinguishable with the common colour-vision deficiencies; yellow last,
+# as it is the faintest on white. Each member also gets a marker shape of their own,
+# so no dot depends on colour alone.
+MEMBER_COLOURS = ("#E69F00", "#56B4E9", "#009E73", "#D55E00", "#0072B2", "#CC79A7", "#F0E442")
+MEMBER_MARKERS = ("o", "s", "^", "D", "v", "P", "X")
+OTHERS_COLOUR = "#999999"
+UNKNOWN_COLOUR = "#FFFFFF"
+LINE_COLOUR = "#222222"
+BAND_COLOUR = "#7F7F7F"
+MARKER_STYLES: dict[MarkerKind, tuple[str, LineStyleType, float]] = {
+    # kind: (colour, line style, width)
+    "reflection": ("#555555", ":", 2.2),
+    "rollback": ("#000000", "--", 2.2),
+    "forget-me": ("#000000", "-.", 2.2),
+}
+STYLE: dict[RcKeyType, Any] = {
+    "font.size": 15,
+    "axes.titlesize": 16,
+    "axes.labelsize": 15,
+    "xtick.labelsize": 13,
+    "ytick.labelsize": 13,
+    "legend.fontsize": 13,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.alpha": 0.25,
+}
+
+
+def _grid(panels: int) -> tuple[int, int]:
+    return {1: (1, 1), 2: (1, 2), 3: (1, 3), 4: (2, 2)}.get(panels, (2, 3))
+
+
+def render_png(timeline: Timeline) -> bytes:
+    """The picture, WIDTH_PX × HEIGHT_PX; see the module docstring for what it shows."""
+    import matplotlib
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import MaxNLocator
+
+    figure = Figure(figsize=(WIDTH_PX / DPI, HEIGHT_PX / DPI), dpi=DPI)
+    FigureCanvasAgg(figure)
+    with matplotlib.rc_context(STYLE):
+        rows, cols = _grid(len(timeline.series))
+        grid = figure.add_gridspec(
+            rows, cols, left=0.1, right=0.985, top=0.8, bottom=0.27, hspace=0.55, wspace=0.1
+        )
+        styles = _member_styles(timeline.members)
+        limit = _y_limit(timeline.series)
+        axes: list[Axes] = []
+        for index, series in enumerate(timeline.series):
+            share = axes[0] if axes else None
+            ax = figure.add_subplot(grid[index // cols, index % cols], sharex=share, sharey=share)
+            axes.append(ax)
+            _panel(ax, series, timeline, styles, title_chars=60 // cols)
+            ax.set_ylim(-limit, limit)
+            ax.yaxis.set_major_locator(MaxNLocator(nbins=4, symmetric=True))
+            ax.xaxis.set_major_locator(MaxNLocator(nbins=4, integer=True))
+            if index % cols:
+                ax.tick_params(labelleft=False)
+            if index // cols < rows - 1 and index + cols < len(timeline.series):
+                ax.tick_params(labelbottom=False)
+        low, high = timeline.first_interaction, timeline.last_interaction
+        pad = max(1.0, (high - low) * 0.02)
+        axes[0].set_xlim(low - pad, high + pad)
+        figure.supxlabel("interaction (messages learned from)", y=0.175, fontsize=15)
+        figure.supylabel("stance (− against, + for)", x=0.012, fontsize=15)
+        figure.suptitle(_title(timeline), fontsize=19, fontweight="bold", y=0.985)
+        people: list[Line2D] = []
+        names: list[str] = []
+        for member in timeline.members[:MAX_MEMBERS]:
+            colour, marker = styles[member.id]
+            people.append(_dot(Line2D, colour, marker))
+            names.append(_short(member.name, 22))
+        if len(timeline.members) > MAX_MEMBERS:
+            people.append(_dot(Line2D, OTHERS_COLOUR, "h"))
+            names.append(f"{len(timeline.members) - MAX_MEMBERS} others")
+        if any(m.member_id is None for s in timeline.series for m in s.moves):
+            people.append(_dot(Line2D, UNKNOWN_COLOUR, "o"))
+            names.append("not recorded")
+        events: list[Line2D] = []
+        kinds: list[str] = []
+        for kind in dict.fromkeys(m.kind for m in timeline.markers):
+            colour, style, width = MARKER_STYLES[kind]
+            events.append(Line2D([], [], color=colour, linestyle=style, linewidth=width))
+            kinds.append(kind)
+        # Two legends side by side: whose arguments the dots are, and what the lines mark.
+        both = bool(people) and bool(events)
+        legend: dict[str, Any] = {
+            "frameon": False,
+            "title_fontsize": 13,
+            "handletextpad": 0.4,
+            "columnspacing": 1.0,
+        }
+        if people:
+            figure.legend(
+                people,
+                names,
+                loc="lower right" if both else "lower center",
+                bbox_to_anchor=(0.56 if both else 0.5, 0.05),
+                ncol=min(len(people), 4 if both else 6),
+                title="whose argument moved it",
+                **legend,
+            )
+        if events:
+            figure.legend(
+                events,
+                kinds,
+                loc="lower left" if both else "lower center",
+                bbox_to_anchor=(0.6 if both else 0.5, 0.05),
+                ncol=len(events),
+                title="events",
+                **legend,
+            )
+        figure.text(
+            0.5,
+            0.012,
+            "Line: stance. Shaded: how far one argument could still move it "
+            "(narrower = more confident).",
+            ha="center",
+            va="bottom",
+            fontsize=12,
+            color="#444444",
+        )
+        out = io.BytesIO()
+        figure.savefig(out, format="png", dpi=DPI)
+    return out.getvalue()
+
+
+def _title(timeline: Timeline) -> str:
+    name = _short(timeline.community, 40)
+    span = f"v{timeline.first_version}–v{timeline.last_version}"
+    if timeline.days:
+        span += f", last {timeline.days} day{'s' if timeline.days != 1 else ''}"
+    elif timeline.truncated:
+        span += f" (the last {MAX_VERSIONS:,} versions)"
+    return f"How the personality of {name} changed its mind\n{span}"
+
+
+def _short(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1].rstrip() + "…"
+
+
+def _dot(line2d: Any, colour: str, marker: str) -> Any:
+    return line2d(
+        [],
+        [],
+        linestyle="",
+        marker=marker,
+        markersize=11,
+        markerfacecolor=colour,
+        markeredgecolor="#000000",
+    )
+
+
+def _member_styles(members: Sequence[Member]) -> dict[str, tuple[str, str]]:
+    styles = {}
+    for index, member in enumerate(members):
+        if index < MAX_MEMBERS:
+            styles[member.id] = (MEMBER_COLOURS[index], MEMBER_MARKERS[index])
+        else:
+            styles[member.id] = (OTHERS_COLOUR, "h")
+    return styles
+
+
+def _y_limit(series: Sequence[BeliefSeries]) -> float:
+    """One symmetric y range for every panel, so stances compare at a glance."""
+    top = config.OPINION_BASE_RATE
+    for s in series:
+        for point in s.points:
+            if point.stance is not None:
+                low, high = reach(point.stance, point.confidence)
+                top = max(top, abs(low), abs(high))
+    return min(1.0, top * 1.12)
+
+
+def _panel(
+    ax: Axes,
+    series: BeliefSeries,
+    timeline: Timeline,
+    styles: dict[str, tuple[str, str]],
+    title_chars: int,
+) -> None:
+    xs = [p.interaction for p in series.points] + [timeline.last_interaction]
+    stances = [math.nan if p.stance is None else p.stance for p in series.points]
+    ys = [*stances, stances[-1]]
+    bands = [
+        reach(p.stance, p.confidence) if p.stance is not None else (math.nan, math.nan)
+        for p in series.points
+    ]
+    lows = [b[0] for b in bands] + [bands[-1][0]]
+    highs = [b[1] for b in bands] + [bands[-1][1]]
+    ax.axhline(0, color="#999999", linewidth=1.2, zorder=1)
+    ax.fill_between(xs, lows, highs, step="post", color=BAND_COLOUR, alpha=0.22, linewidth=0)
+    ax.step(xs, ys, where="post", color=LINE_COLOUR, linewidth=2.6, zorder=3)
+    for marker in timeline.markers:
+        colour, style, width = MARKER_STYLES[marker.kind]
+        ax.axvline(marker.interaction, color=colour, linestyle=style, linewidth=width, zorder=2)
+    for move in series.moves:
+        if move.stance is None:
+            continue
+        if move.member_id is None:
+            colour, shape = UNKNOWN_COLOUR, "o"
+        else:
+            colour, shape = styles.get(move.member_id, (OTHERS_COLOUR, "h"))
+        ax.scatter(
+            [move.interaction],
+            [move.stance],
+            s=120,
+            color=colour,
+            marker=shape,
+            edgecolors="#000000",
+            linewidths=1.2,
+            zorder=5,
+        )
+    last = series.points[-1].stance
+    ax.set_title(_short(series.topic.replace("_", " "), title_chars), loc="left")
+    ax.set_title(
+        "not held now" if last is None else f"now {last:+.2f}",
+        loc="right",
+        fontsize=13,
+        color="#444444",
+    )

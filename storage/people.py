@@ -1,0 +1,119 @@
+"""Who argued what: the reads behind pictures that credit members for opinion moves.
+
+Why a mixin of its own: no commit stores per-member provenance yet, so a view that
+colours a committed move by the member whose argument caused it has to rebuild that
+from two places, the audit trail's "ess" events (who staged which update) and the
+`interactions` outbox (the name each member spoke under). Both reads are scoped by
+community like every other query here.
+
+Names are returned exactly as stored. When a member is forgotten, the forget-me work
+replaces their name and id with a pseudonym in these tables; this module never looks a
+name up anywhere else, so a forgotten member can only ever appear under that pseudonym.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from storage.base import SqlBase, fetchall, from_json
+
+#: SQLite's default limit on `?` parameters in one statement is 999 on older builds.
+_IDS_PER_QUERY = 500
+#: Newest "ess" events with staged updates read at most (a belief's credit older than
+#: that many arguments is shown as unknown rather than making the read unbounded).
+MAX_STAGED_EVENTS = 20_000
+
+
+class StagedEntry(BaseModel):
+    """One opinion update an argument staged: topic, signed step, interaction it is due."""
+
+    model_config = ConfigDict(frozen=True)
+
+    topic: str
+    delta: float
+    due: int
+
+
+class StagedArgument(BaseModel):
+    """An "ess" audit event that staged at least one update, reduced to what credit needs."""
+
+    model_config = ConfigDict(frozen=True)
+
+    version: int
+    interaction: int
+    speaker: str
+    staged: tuple[StagedEntry, ...]
+
+
+def _staged_entries(raw: Any) -> tuple[StagedEntry, ...]:
+    """The payload's `staged` list; malformed entries (an older or foreign writer) are
+    skipped, so one bad row costs one dot its colour, not the whole picture."""
+    if not isinstance(raw, list):
+        return ()
+    entries = []
+    for item in raw:
+        try:
+            entries.append(StagedEntry.model_validate(item))
+        except ValidationError:
+            continue
+    return tuple(entries)
+
+
+class PeopleStore(SqlBase):
+    async def speaker_names(self, community_id: str, speaker_ids: Iterable[str]) -> dict[str, str]:
+        """The latest name each member spoke under in this community (ids never seen, or
+        seen only with an empty name, are left out)."""
+        wanted = sorted({s for s in speaker_ids if s})
+        if not wanted:
+            return {}
+
+        def work(conn: sqlite3.Connection) -> dict[str, str]:
+            names: dict[str, str] = {}
+            for start in range(0, len(wanted), _IDS_PER_QUERY):
+                chunk = wanted[start : start + _IDS_PER_QUERY]
+                marks = ", ".join("?" * len(chunk))
+                rows = fetchall(
+                    conn,
+                    "SELECT speaker_id, speaker_name FROM interactions "
+                    f"WHERE community_id = ? AND speaker_id IN ({marks}) AND speaker_name != '' "
+                    "ORDER BY seq",
+                    (community_id, *chunk),
+                )
+                names.update({str(r[0]): str(r[1]) for r in rows})  # later rows win
+            return names
+
+        return await self._run_read(work)
+
+    async def staged_arguments(
+        self, community_id: str, up_to_version: int | None = None
+    ) -> list[StagedArgument]:
+        """ "ess" events that staged updates, oldest first, at or below `up_to_version`
+        (the newest `MAX_STAGED_EVENTS` of them)."""
+        sql = (
+            "SELECT version, interaction, json_extract(payload_json, '$.speaker'), "
+            "json_extract(payload_json, '$.staged') FROM audit_events "
+            "WHERE community_id = ? AND kind = 'ess' "
+            "AND json_array_length(payload_json, '$.staged') > 0"
+        )
+        params: list[object] = [community_id]
+        if up_to_version is not None:
+            sql += " AND version <= ?"
+            params.append(up_to_version)
+        rows = await self._fetchall(sql + " ORDER BY id DESC LIMIT ?", [*params, MAX_STAGED_EVENTS])
+        found = []
+        for version, interaction, speaker, staged in reversed(rows):
+            entries = _staged_entries(from_json(staged) if staged else None)
+            if entries:
+                found.append(
+                    StagedArgument(
+                        version=int(version),
+                        interaction=int(interaction),
+                        speaker=str(speaker or ""),
+                        staged=entries,
+                    )
+                )
+        return found
