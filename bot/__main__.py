@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import sys
 
+from bot.backup import COMMANDS as BACKUP_COMMANDS
+from bot.backup import run_command as run_backup_command
 from bot.cli import parse_args
 from bot.startup import run
 
@@ -18,7 +20,9 @@ def main(argv: list[str] | None = None) -> int:
         from bot.evaluate.cli import main as evaluate
 
         return evaluate(args[1:])
-    parse_args(argv)  # --help and usage errors end here, before anything starts
+    parsed = parse_args(argv)  # --help and usage errors end here, before anything starts
+    if parsed.command in BACKUP_COMMANDS:  # backup / restore: bot/backup.py
+        return run_backup_command(parsed)
     return run()
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 
+from bot.backup import add_commands as add_backup_commands
 from bot.settings import Settings
 
 #: (variable, what it does) for the help; the default comes from `Settings`.
@@ -85,6 +86,7 @@ def build_parser() -> tuple[
         "evaluate",
         help="measure how well the configured models hold their views (see evaluate --help)",
     )
+    add_backup_commands(commands)  # backup DEST, restore SOURCE (bot/backup.py)
     return parser, commands
 
 

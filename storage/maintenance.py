@@ -44,8 +44,8 @@ async def ping(db: Database) -> None:
 def backup_database(source: Path, dest: Path) -> DatabaseFacts:
     """Copy `source` into a new file `dest` with the online backup API; describe the copy.
 
-    `dest` must not exist. The source is only read (no migration, no checkpoint is
-    forced on it beyond what closing a reader does).
+    `dest` must not exist. The source is opened read-only: no migration, no checkpoint;
+    what a crashed bot left in its `-wal` file is read through and lands in the copy.
     """
     if dest.exists():
         raise FileExistsError(dest)
@@ -54,6 +54,10 @@ def backup_database(source: Path, dest: Path) -> DatabaseFacts:
         out = sqlite3.connect(dest)
         try:
             src.backup(out)
+            # The copy keeps WAL mode from the source's header; a rollback-journal file
+            # is ONE file that can be checked and copied without -wal/-shm companions
+            # appearing beside it. `Database.open` turns WAL back on at the next start.
+            out.execute("PRAGMA journal_mode=DELETE")
         finally:
             out.close()
     finally:
