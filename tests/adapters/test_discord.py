@@ -117,7 +117,8 @@ async def test_the_answer_does_not_wait_for_the_typing_request(
 ) -> None:
     """Discord is slow to acknowledge the typing indicator: the runtime already has the
     message meanwhile, and the reply still goes out after the indicator."""
-    _, channel = guild_and_channel(fake)
+    guild, channel = guild_and_channel(fake)
+    other = fake.add_thread(guild, channel)
     fake.typing_gate = asyncio.Event()
     handled = asyncio.Event()
 
@@ -132,11 +133,24 @@ async def test_the_answer_does_not_wait_for_the_typing_request(
         )
         await asyncio.wait_for(handled.wait(), 5)
         await fake.wait_for(lambda r: r.path == f"/channels/{channel.id}/typing")
-        await asyncio.sleep(0.2)  # time enough for a reply that did not wait to arrive
-        assert not fake.find("POST", f"/channels/{channel.id}/messages")
-        fake.typing_gate.set()
-        [sent] = await wait_sent(fake)
-    assert sent.json["content"] == "echo: hi"
+        # Barrier: a later message (in another channel, so no rate-limit bucket is
+        # shared) gets as far as its own typing request. The first answer was ready
+        # before the barrier was even sent, so a reply that did not wait for its
+        # indicator would have been posted by now.
+        await fake.message_create(
+            channel=other, author=alice, content=f"<@{fake.bot.id}> barrier", mentions=[fake.bot]
+        )
+        await fake.wait_for(lambda r: r.path == f"/channels/{other.id}/typing")
+        early = list(sent_messages(fake))
+        fake.typing_gate.set()  # before asserting, so a failure does not hang the teardown
+        assert early == []
+        sent = await wait_sent(fake, count=2)
+    assert sorted((r.path, r.json["content"]) for r in sent) == sorted(
+        [
+            (f"/channels/{channel.id}/messages", "echo: hi"),
+            (f"/channels/{other.id}/messages", "echo: barrier"),
+        ]
+    )
 
 
 async def test_mention_types_then_replies_without_pinging(
@@ -302,10 +316,17 @@ async def test_dms_are_private_communities_only_when_allowed(
         data = fake.message_payload(channel_id=dm.id, author=alice, content=text)
         await fake.dispatch("MESSAGE_CREATE", data)
 
+    _, channel = guild_and_channel(fake)
     async with running(fake, runtime):
         await send_dm("ignored: DMs are off")
-        await asyncio.sleep(0.2)
-    assert runtime.messages == []
+        # Barrier: a later guild message is answered, so the DM before it was seen.
+        await fake.message_create(
+            channel=channel, author=alice, content=f"<@{fake.bot.id}> barrier", mentions=[fake.bot]
+        )
+        [barrier] = await wait_sent(fake)
+    assert [m.text for m in runtime.messages] == ["barrier"]
+    assert barrier.path == f"/channels/{channel.id}/messages"
+    runtime.messages.clear()
 
     async with running(fake, runtime, discord_allow_dms=True):
         await send_dm("hello privately")
@@ -325,11 +346,18 @@ async def test_rate_limited_reply_is_retried_and_arrives_once(
         await fake.message_create(
             channel=channel, author=alice, content=f"<@{fake.bot.id}> hi", mentions=[fake.bot]
         )
-        attempts = await wait_sent(fake, count=2)
-        await asyncio.sleep(0.2)
-    assert len(sent_messages(fake)) == 2 == len(attempts)
+        await wait_sent(fake, count=2)
+        # Barrier: a later message's reply in the same channel (the same rate-limit
+        # bucket) arrives after the retried one; a third attempt at the first reply
+        # would have been made before it.
+        await fake.message_create(
+            channel=channel, author=alice, content=f"<@{fake.bot.id}> barrier", mentions=[fake.bot]
+        )
+        await wait_sent(fake, count=3)
+    attempts = [r.json["content"] for r in sent_messages(fake)]
+    assert attempts == ["echo: hi", "echo: hi", "echo: barrier"]
     delivered = [m for m in fake.messages.values() if m["author"]["id"] == str(fake.bot.id)]
-    assert len(delivered) == 1
+    assert [m["content"] for m in delivered] == ["echo: hi", "echo: barrier"]
 
 
 async def test_discord_errors_are_logged_not_fatal(
