@@ -9,6 +9,9 @@ transaction. So after any crash an interaction is either fully applied or still 
 
 Every query here is scoped by this store's `community_id`: a community can neither read
 nor acknowledge another community's rows, even with a guessed interaction id.
+
+Versions are stored as keyframes and small patches (see `storage.history`); `state_at`
+and `latest_state` rebuild the full state, so callers never see the difference.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from storage.base import (
     to_db_time,
     to_json,
 )
+from storage.history import ChainTip, plan_row, read_chain, rebuild
 from storage.models import (
     InteractionAlreadyDoneError,
     StoredAuditEvent,
@@ -89,6 +93,11 @@ class CommunityStore:
             raise ValueError("community_id must not be empty")
         self._db = db
         self.community_id = community_id
+        # The newest version this store committed or read, so the next commit can store
+        # a patch against it without reading its chain again. Versions never change
+        # once written, so it can be stale (another writer went on) but never wrong:
+        # it is only used for the version right after it.
+        self._tip: ChainTip | None = None
 
     def __repr__(self) -> str:
         return f"CommunityStore({self.community_id!r})"
@@ -96,19 +105,21 @@ class CommunityStore:
     # --- versions ------------------------------------------------------------------------
 
     async def latest_state(self) -> SpongeState | None:
-        row = await self._db._fetchone(
-            "SELECT state_json FROM personality_versions WHERE community_id = ? "
-            "ORDER BY version DESC LIMIT 1",
-            (self.community_id,),
-        )
-        return None if row is None else _load_state(row[0])
+        tip = await self._read_tip(None)
+        if tip is not None:
+            self._tip = tip
+        return None if tip is None else _load_state(tip.state_json)
 
     async def state_at(self, version: int) -> SpongeState | None:
-        row = await self._db._fetchone(
-            "SELECT state_json FROM personality_versions WHERE community_id = ? AND version = ?",
-            (self.community_id, version),
-        )
-        return None if row is None else _load_state(row[0])
+        tip = await self._read_tip(version)
+        return None if tip is None else _load_state(tip.state_json)
+
+    async def _read_tip(self, version: int | None) -> ChainTip | None:
+        """Version `version` (None: the latest) rebuilt from its keyframe. The rows are
+        read in one snapshot; the JSON work runs here, not in the SQLite thread."""
+        cid = self.community_id
+        rows = await self._db._run_read(lambda conn: read_chain(conn, cid, version))
+        return rebuild(cid, rows)
 
     async def latest_version(self) -> int | None:
         cid = self.community_id
@@ -155,8 +166,11 @@ class CommunityStore:
         tz = self._db.tz
         now = utcnow()
         stamp = to_db_time(now)
-        # Serialised here, in the caller's thread, so the SQLite thread only runs SQL.
-        state_json = state.model_dump_json()
+        # Serialised here, in the caller's thread, so the SQLite thread only runs SQL. A
+        # patch needs the previous version's state: the one this store last committed
+        # or loaded (an agent loads its state, then commits every version after it).
+        # Without it the row is a keyframe: always valid, and no extra round trip.
+        planned = plan_row(self._tip, state, commit.cause)
         events = [
             (
                 cid,
@@ -197,8 +211,8 @@ class CommunityStore:
             execute(
                 conn,
                 "INSERT INTO personality_versions (community_id, version, cause, change, "
-                "actor, interaction_count, state_json, created_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                "actor, interaction_count, state_json, keyframe, created_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     cid,
                     state.version,
@@ -206,7 +220,8 @@ class CommunityStore:
                     commit.change,
                     commit.actor,
                     state.interaction_count,
-                    state_json,
+                    planned.state_json,
+                    planned.keyframe,
                     stamp,
                 ),
             )
@@ -241,6 +256,7 @@ class CommunityStore:
                 advance_time(conn, cid, "last_activity_at", now)
 
         await self._db._run_write(work)
+        self._tip = planned.tip
 
     # --- episode write-behind ---------------------------------------------------------
 

@@ -245,7 +245,35 @@ _V3: list[str] = [
     """,
 ]
 
-MIGRATIONS: list[list[str]] = [_V1, _V2, _V3]
+_V4: list[str] = [
+    # Versions stored as keyframes and patches (see storage/history.py). NULL: the row's
+    # state_json is the full state, as every row written before this step is, so they
+    # all stay valid keyframes; otherwise it is a merge patch against the previous
+    # version, and this column names the keyframe its chain starts from. Adding a
+    # column updates no row, so the append-only triggers are untouched.
+    """
+    ALTER TABLE personality_versions ADD COLUMN keyframe INTEGER
+        CHECK (keyframe IS NULL OR (keyframe >= 0 AND keyframe < version))
+    """,
+    # A patch must extend its keyframe's chain: the version right before it is that
+    # keyframe, or a patch of the same chain. So every chain is gap-free and starts
+    # from a full state, whatever code writes to the file.
+    """
+    CREATE TRIGGER personality_versions_patch_extends_chain
+    BEFORE INSERT ON personality_versions
+    WHEN NEW.keyframe IS NOT NULL
+    BEGIN
+        SELECT RAISE(ABORT, 'a patch version must follow a version of its keyframe''s chain')
+        WHERE NOT EXISTS (
+            SELECT 1 FROM personality_versions
+            WHERE community_id = NEW.community_id AND version = NEW.version - 1
+              AND COALESCE(keyframe, version) = NEW.keyframe
+        );
+    END
+    """,
+]
+
+MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4]
 """Index i holds the statements that take the schema from version i to i + 1."""
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -1,0 +1,228 @@
+"""How personality versions are stored: full keyframes, and small patches between them.
+
+Why: every message commits a version, and most messages (chat) change only a few
+counters: the interaction count, the disagreement rate, a topic's engagement. Storing
+the whole state each time made a community's history grow with the size of its state
+(about 1.3 KB per message for the seed, 18 KB once 75 topics had been argued), for
+versions nobody reads one by one.
+
+So a version's ``state_json`` is either
+
+* a **keyframe**: the full state (``keyframe`` column NULL). Version 0, every rollback
+  and every row written before this scheme are keyframes; or
+* a **patch** (``keyframe`` = the version of the keyframe its chain starts from): a JSON
+  merge patch (RFC 7386) turning the previous version's state into this one. Objects
+  are merged key by key, so a chat message's patch names only the counters it moved;
+  lists are replaced whole; ``null`` removes a key.
+
+A version is rebuilt from its keyframe by applying the patches after it in order.
+Whether the next version is stored as a patch is decided by `plan_row`:
+
+* a patch only if applying it to the previous state gives back, byte for byte, the JSON
+  of the new state (key order included): anything a patch can't say (a ``null`` value
+  in the state) becomes a keyframe instead, so what `state_at` returns is always exactly
+  what was committed;
+* a keyframe for a seed or a rollback (a moderator's restore point, read back directly);
+* a keyframe when the patch is at least half the size of the full state (it saves little
+  and lengthens every later rebuild);
+* a keyframe once the patches since the last keyframe would outweigh it
+  `KEYFRAME_RATIO` times, or the chain would pass `MAX_CHAIN` versions.
+
+The last rule bounds both costs, whatever the state's size: keyframes add at most
+1 / `KEYFRAME_RATIO` to the bytes the patches take, and a rebuild reads at most
+(1 + `KEYFRAME_RATIO`) × its keyframe's bytes and applies at most `MAX_CHAIN` patches.
+
+The database guards the chain too: a patch row is refused unless the version right
+before it belongs to the same keyframe's chain (a trigger), and rows can be neither
+updated nor deleted (history is evidence).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from sonality.memory.sponge import SpongeState
+from storage.base import Row, fetchall, fetchone, from_json, to_json
+from storage.models import StorageError
+
+KEYFRAME_RATIO = 2
+"""A new keyframe once the patches since the last one would exceed this many times its
+size: keyframes then cost at most half of what the patches cost, and a rebuild reads
+at most three keyframes' worth of bytes."""
+
+MAX_CHAIN = 400
+"""Patches after one keyframe at most, so a rebuild applies a bounded number of them
+even when a huge state changes by a few bytes per message."""
+
+FULL_CAUSES = frozenset({"seed", "rollback"})
+"""Commit causes always stored as a keyframe."""
+
+
+class ChainTip(BaseModel):
+    """One stored version as the next commit needs it: its full state and its chain."""
+
+    model_config = ConfigDict(frozen=True)
+
+    version: int
+    state_json: str  # the full state, rebuilt
+    keyframe: int  # the version of its chain's keyframe (its own if it is one)
+    keyframe_chars: int
+    patch_chars: int  # characters of the patches from the keyframe up to this version
+
+
+class PlannedRow(BaseModel):
+    """What `commit` writes for a new version: the text and its chain."""
+
+    model_config = ConfigDict(frozen=True)
+
+    state_json: str
+    keyframe: int | None  # None: a keyframe (the full state)
+    tip: ChainTip  # the new version, for the commit after it
+
+
+# --- JSON merge patch (RFC 7386) ----------------------------------------------------------
+
+
+def merge_diff(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """The merge patch that turns `old` into `new` (assumed free of nulls; `plan_row`
+    checks the result)."""
+    patch: dict[str, Any] = {}
+    for key, value in new.items():
+        if key not in old:
+            patch[key] = value
+            continue
+        before = old[key]
+        if isinstance(value, dict) and isinstance(before, dict):
+            inner = merge_diff(before, value)
+            if inner:
+                patch[key] = inner
+        elif value != before or type(value) is not type(before):
+            patch[key] = value
+    for key in old:
+        if key not in new:
+            patch[key] = None
+    return patch
+
+
+def merge_apply(target: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """Apply a merge patch to `target` in place and return it."""
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, dict):
+            current = target.get(key)
+            target[key] = merge_apply(current if isinstance(current, dict) else {}, value)
+        else:
+            target[key] = value
+    return target
+
+
+# --- deciding the next row ---------------------------------------------------------------
+
+
+def plan_row(tip: ChainTip | None, state: SpongeState, cause: str) -> PlannedRow:
+    """How to store `state`, the version after `tip` (None: no previous version known)."""
+    new = state.model_dump(mode="json")
+    full_json = to_json(new)
+    keyframe = PlannedRow(
+        state_json=full_json,
+        keyframe=None,
+        tip=ChainTip(
+            version=state.version,
+            state_json=full_json,
+            keyframe=state.version,
+            keyframe_chars=len(full_json),
+            patch_chars=0,
+        ),
+    )
+    if tip is None or tip.version != state.version - 1 or cause in FULL_CAUSES:
+        return keyframe
+    base = from_json(tip.state_json)
+    patch_json = to_json(merge_diff(base, new))
+    patch_chars = tip.patch_chars + len(patch_json)
+    if (
+        2 * len(patch_json) >= len(full_json)
+        or patch_chars > KEYFRAME_RATIO * tip.keyframe_chars
+        or state.version - tip.keyframe > MAX_CHAIN
+        or to_json(merge_apply(base, from_json(patch_json))) != full_json
+    ):
+        return keyframe
+    return PlannedRow(
+        state_json=patch_json,
+        keyframe=tip.keyframe,
+        tip=ChainTip(
+            version=state.version,
+            state_json=full_json,
+            keyframe=tip.keyframe,
+            keyframe_chars=tip.keyframe_chars,
+            patch_chars=patch_chars,
+        ),
+    )
+
+
+# --- reading -------------------------------------------------------------------------------
+
+
+def read_chain(conn: sqlite3.Connection, community_id: str, version: int | None) -> list[Row]:
+    """(version, keyframe, state_json) from the keyframe of `version` (None: the latest)
+    up to it, oldest first; empty if there is no such version. Run in one snapshot."""
+    if version is None:
+        row = fetchone(
+            conn,
+            "SELECT version, keyframe FROM personality_versions WHERE community_id = ? "
+            "ORDER BY version DESC LIMIT 1",
+            (community_id,),
+        )
+    else:
+        row = fetchone(
+            conn,
+            "SELECT version, keyframe FROM personality_versions "
+            "WHERE community_id = ? AND version = ?",
+            (community_id, version),
+        )
+    if row is None:
+        return []
+    last, start = int(row[0]), row[1]
+    first = last if start is None else int(start)
+    return fetchall(
+        conn,
+        "SELECT version, keyframe, state_json FROM personality_versions "
+        "WHERE community_id = ? AND version BETWEEN ? AND ? ORDER BY version",
+        (community_id, first, last),
+    )
+
+
+def rebuild(community_id: str, rows: list[Row]) -> ChainTip | None:
+    """The full state at the last of `rows` (as `read_chain` returns them)."""
+    if not rows:
+        return None
+    first = rows[0]
+    keyframe = int(first[0])
+    if first[1] is not None:
+        raise StorageError(f"{community_id}: the chain of v{rows[-1][0]} has no keyframe")
+    if len(rows) == 1:
+        text = str(first[2])
+        return ChainTip(
+            version=keyframe,
+            state_json=text,
+            keyframe=keyframe,
+            keyframe_chars=len(text),
+            patch_chars=0,
+        )
+    state = from_json(str(first[2]))
+    patch_chars = 0
+    for offset, (version, base, patch) in enumerate(rows[1:], start=1):
+        if int(version) != keyframe + offset or base is None or int(base) != keyframe:
+            raise StorageError(f"{community_id}: v{version} breaks the chain of v{keyframe}")
+        patch_chars += len(patch)
+        merge_apply(state, from_json(str(patch)))
+    return ChainTip(
+        version=int(rows[-1][0]),
+        state_json=to_json(state),
+        keyframe=keyframe,
+        keyframe_chars=len(first[2]),
+        patch_chars=patch_chars,
+    )
