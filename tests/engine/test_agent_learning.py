@@ -95,13 +95,15 @@ class RecordingMemory:
     """An `EpisodeMemory` that keeps what is written and recalls nothing."""
 
     def __init__(self) -> None:
-        self.stored: list[Episode] = []
+        self.stored: list[Episode] = []  # every write, in order
+        self.by_id: dict[str, Episode] = {}  # what an upsert by id (Chroma) keeps
 
     def embed_many(self, texts: Sequence[str]) -> Embeddings:
         return [np.full(4, 0.5, dtype=np.float32) for _ in texts]
 
     def store_many(self, episodes: Sequence[Episode]) -> None:
         self.stored.extend(episodes)
+        self.by_id.update((e.id, e) for e in episodes)
 
     # Recall takes whatever filters the agent passes (they change as the engine grows);
     # this memory recalls nothing, so none of them matter here.
@@ -394,3 +396,70 @@ async def test_a_staged_move_commits_after_the_cooling_period_exactly(
     assert sponge.belief_meta["tutoring"].last_reinforced == 34
     assert await db.community(COMMUNITY).latest_state() == sponge
     assert llm.reflections == 0  # 4 interactions since the last reflection: too early
+
+
+# --- insights consumed after a rollback -----------------------------------------------------
+
+OLDER = "Weighs trials over anecdotes."
+NEWER = "Concedes quickly when shown a mechanism."
+
+
+async def say(agent: SonalityAgent, llm: ScriptedLLM, insight: str | None = None) -> None:
+    """One message, learned; with `insight`, a strong argument that yields it."""
+    if insight is not None:
+        llm.ess.append(argument("supports", "tutoring"))
+        llm.insight = insight
+    await agent.respond("A randomised trial with 2,000 pupils." if insight else "ok")
+    await agent.drain()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: a reflection right after a rollback stores the restored pending insights "
+    "at the current interaction count, which lies inside the range that rollback just "
+    "hid, so they leave the pending list and can never be recalled",
+)
+async def test_insights_consumed_after_a_rollback_can_be_recalled(
+    agent: SonalityAgent, llm: ScriptedLLM, memory: RecordingMemory
+) -> None:
+    await say(agent, llm, insight=OLDER)  # v1: interaction 1, OLDER pending
+    await say(agent, llm)  # v2: interaction 2
+    await agent.reflect_now("moderator")  # v3: OLDER becomes a memory
+    await agent.rollback(1, actor="mod-1")  # v4: OLDER pending again; (1, 2] hidden
+    assert agent.sponge.pending_insights == [OLDER]
+    assert agent.sponge.hidden_ranges == [(1, 2)]
+
+    await agent.reflect_now("moderator")  # v5: consumes OLDER again
+    await agent.flush_episodes()
+    assert agent.sponge.pending_insights == []
+    recallable = [
+        e
+        for e in memory.by_id.values()
+        if e.memory_type == SEMANTIC
+        and not any(a < e.interaction <= b for a, b in agent.sponge.hidden_ranges)
+    ]
+    assert [e.summary for e in recallable] == [OLDER]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: insight memories are named insight-<interaction>-<index>, so a reflection "
+    "after a rollback (same interaction count as an earlier reflection) overwrites the "
+    "memory that earlier reflection stored, and undoing the rollback cannot bring it back",
+)
+async def test_a_reflection_after_a_rollback_does_not_overwrite_earlier_insights(
+    agent: SonalityAgent, llm: ScriptedLLM, memory: RecordingMemory
+) -> None:
+    await say(agent, llm, insight=OLDER)  # v1: interaction 1, OLDER pending
+    await agent.reflect_now("moderator")  # v2: OLDER stored
+    await say(agent, llm, insight=NEWER)  # v3: interaction 2, NEWER pending
+    await agent.reflect_now("moderator")  # v4: NEWER stored
+    await agent.rollback(1, actor="mod-1")  # v5: OLDER pending again, at interaction 2
+    await agent.reflect_now("moderator")  # v6: OLDER stored again
+    await agent.rollback(4, actor="mod-1")  # undo: back to the state that knew NEWER
+    await agent.flush_episodes()
+
+    semantic = [e for e in memory.stored if e.memory_type == SEMANTIC]
+    assert [e.summary for e in semantic] == [OLDER, NEWER, OLDER]
+    kept = {e.summary for e in memory.by_id.values() if e.memory_type == SEMANTIC}
+    assert NEWER in kept
