@@ -50,6 +50,12 @@ _DECAY_FLOOR_CAP = 0.6
 # Netted staged deltas smaller than this are float noise and count as "no move".
 _NET_ZERO_TOLERANCE = 1e-12
 
+MAX_TRACKED_TOPICS = 50
+"""Topics whose engagement is counted. Only the top 5 ever reach a prompt (the traits
+line), so the rest is room for a topic to climb: one is dropped only when 49 others
+were each discussed at least as often, so whatever could reach the top 5 stays. Without
+a bound every topic ever seen kept a key, and every stored version carried them all."""
+
 
 def belief_confidence(evidence_count: int) -> float:
     """Confidence of a belief backed by `evidence_count` pieces of evidence.
@@ -297,9 +303,11 @@ class SpongeState(BaseModel):
             self.recent_shifts = self.recent_shifts[-MAX_RECENT_SHIFTS:]
 
     def track_topic(self, topic: str) -> None:
-        """Count one more interaction touching `topic`."""
+        """Count one more interaction touching `topic`, keeping only the
+        MAX_TRACKED_TOPICS most engaged (see `prune_engagement`)."""
         engagement = self.behavioral_signature.topic_engagement
         engagement[topic] = engagement.get(topic, 0) + 1
+        prune_engagement(engagement, MAX_TRACKED_TOPICS, keep=topic)
 
     def track_disagreement(self, disagreed: bool) -> None:
         """Fold one interaction into the cumulative mean disagreement rate.
@@ -366,6 +374,29 @@ class SpongeState(BaseModel):
         if removed:
             log.info("sponge migration: dropped legacy fields %s", ", ".join(removed))
         return cls.model_validate(fields)
+
+
+def prune_engagement(engagement: dict[str, int], limit: int, keep: str | None = None) -> list[str]:
+    """Drop the least engaged topics until at most `limit` remain; returns the dropped.
+
+    Least engaged is the smallest count; among equal counts the topic first seen longest
+    ago goes first (the dict keeps first-seen order, and the stored versions keep it), so
+    a stream of one-off topics replaces the oldest one-offs rather than each other, and
+    a replay of the same messages prunes exactly the same topics. `keep`, the topic just
+    counted, is never dropped: a new topic starts at 1 and would otherwise go at once.
+    Keys are deleted in place, so the survivors keep their order.
+    """
+    excess = len(engagement) - limit
+    if excess <= 0:
+        return []
+    order = {topic: index for index, topic in enumerate(engagement)}
+    candidates = sorted(
+        (t for t in engagement if t != keep), key=lambda t: (engagement[t], order[t])
+    )
+    dropped = candidates[:excess]
+    for topic in dropped:
+        del engagement[topic]
+    return dropped
 
 
 def _archive_name(path: Path) -> str:
