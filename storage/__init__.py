@@ -21,6 +21,7 @@ from storage.models import (
     UsageTotals,
     VersionConflictError,
 )
+from storage.retention import RetentionPolicy, RetentionReport
 
 __all__ = [
     "MAX_INTERACTION_ATTEMPTS",
@@ -32,6 +33,8 @@ __all__ = [
     "Database",
     "InteractionAlreadyDoneError",
     "ModeratorAction",
+    "RetentionPolicy",
+    "RetentionReport",
     "SchemaTooNewError",
     "StorageError",
     "StoredAuditEvent",

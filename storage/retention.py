@@ -1,0 +1,141 @@
+"""Retention: how long the rows that only ever grow are kept.
+
+Every table that gains rows with traffic has a rule, so the file is bounded by time,
+not by how much a community ever said:
+
+* ``interactions`` (the outbox): a **pending** row is never touched, however old; it is
+  work still to do. Once finished (done, or parked as failed), the member's message, the
+  reply and the error text are erased after the **message retention**
+  (``SONALITY_MESSAGE_RETENTION_DAYS``), and the row itself is deleted after the **audit
+  retention**. Nothing needs the text once the message is learned (the personality's
+  versions, the episodes and the audit trail hold what came of it); the row's speaker
+  id and name stay as long as the audit trail that names them.
+* ``audit_events``, ``moderator_actions`` and ``usage_daily`` (token usage per day):
+  deleted after the **audit retention** (``SONALITY_AUDIT_RETENTION_DAYS``). The
+  personality's history keeps each version's cause, change and actor for good.
+* ``seen_events`` (platform event dedup) and ``oauth_states``: deleted once expired.
+  They are also pruned as new ones arrive; this covers a platform that went quiet.
+* Not here: ``personality_versions`` are append-only (history is evidence; they are
+  stored small instead, see `storage.history`), ``conversation_turns`` expire by their
+  own TTL (``prune_turns``), and ``episode_outbox`` rows are work still to do.
+
+Deleting runs in windows of `WINDOW` row ids, one short transaction each, so a first
+run on a large file never holds up replies for long.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from storage.base import SqlBase, execute, local_day, to_db_time
+
+WINDOW = 5_000
+"""Row ids per transaction while deleting (a few milliseconds of work each)."""
+
+
+class RetentionPolicy(BaseModel):
+    """How many days rows are kept (`bot.settings` holds the operator's choice)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    message_days: int = Field(default=90, ge=1)
+    audit_days: int = Field(default=365, ge=1)
+
+
+class RetentionReport(BaseModel):
+    """What one run erased or deleted, per table."""
+
+    model_config = ConfigDict(frozen=True)
+
+    texts_erased: int = 0  # finished interactions whose message and reply were erased
+    interactions: int = 0
+    audit_events: int = 0
+    moderator_actions: int = 0
+    usage_days: int = 0
+    seen_events: int = 0
+    oauth_states: int = 0
+
+    @property
+    def total(self) -> int:
+        return sum(self.model_dump().values())
+
+    def describe(self) -> str:
+        return ", ".join(f"{name} {count}" for name, count in self.model_dump().items() if count)
+
+
+class RetentionStore(SqlBase):
+    async def apply_retention(self, now: datetime, policy: RetentionPolicy) -> RetentionReport:
+        """Erase and delete what `policy` says is old at `now` (all communities)."""
+        message_cutoff = to_db_time(now - timedelta(days=policy.message_days))
+        audit_cutoff = to_db_time(now - timedelta(days=policy.audit_days))
+        first_day = local_day(now - timedelta(days=policy.audit_days), self.tz).isoformat()
+        stamp = to_db_time(now)
+        finished = "status != 'pending'"
+        interactions = await self._in_windows(
+            "interactions", "seq", None, f"{finished} AND created_at < ?", (audit_cutoff,)
+        )
+        erased = await self._in_windows(
+            "interactions",
+            "seq",
+            "message = '', reply = '', last_error = NULL",
+            f"{finished} AND created_at < ? "
+            "AND (message != '' OR reply != '' OR last_error IS NOT NULL)",
+            (message_cutoff,),
+        )
+        audit = await self._in_windows(
+            "audit_events", "id", None, "created_at < ?", (audit_cutoff,)
+        )
+        actions = await self._in_windows(
+            "moderator_actions", "id", None, "created_at < ?", (audit_cutoff,)
+        )
+
+        def small_tables(conn: sqlite3.Connection) -> tuple[int, int, int]:
+            return (
+                execute(conn, "DELETE FROM usage_daily WHERE day < ?", (first_day,)),
+                execute(conn, "DELETE FROM seen_events WHERE expires_at <= ?", (stamp,)),
+                execute(conn, "DELETE FROM oauth_states WHERE expires_at <= ?", (stamp,)),
+            )
+
+        usage, seen, oauth = await self._run_write(small_tables)
+        return RetentionReport(
+            texts_erased=erased,
+            interactions=interactions,
+            audit_events=audit,
+            moderator_actions=actions,
+            usage_days=usage,
+            seen_events=seen,
+            oauth_states=oauth,
+        )
+
+    async def _in_windows(
+        self,
+        table: str,
+        key: str,
+        assignments: str | None,
+        condition: str,
+        params: tuple[object, ...],
+    ) -> int:
+        """Delete (`assignments` None) or update the rows of `table` matching `condition`,
+        one window of `WINDOW` ids (`key`) at a time from the lowest id to the highest;
+        returns the rows changed. Table, columns and condition are this module's
+        constants, never input."""
+        bounds = await self._fetchone(f"SELECT MIN({key}), MAX({key}) FROM {table}")
+        if bounds is None or bounds[0] is None:
+            return 0
+        low, high = int(bounds[0]), int(bounds[1])
+        change = (
+            f"DELETE FROM {table}" if assignments is None else f"UPDATE {table} SET {assignments}"
+        )
+        sql = f"{change} WHERE {key} >= ? AND {key} < ? AND {condition}"
+
+        def window(start: int) -> Callable[[sqlite3.Connection], int]:
+            return lambda conn: execute(conn, sql, (start, start + WINDOW, *params))
+
+        changed = 0
+        for start in range(low, high + 1, WINDOW):
+            changed += await self._run_write(window(start))
+        return changed
