@@ -433,6 +433,7 @@ class SonalityAgent:
                 topics=ess.topics,
                 summary=ess.summary,
                 interaction=state.interaction_count,
+                version=self.sponge.version + 1,  # the version this commit creates
             )
         ]
         self._update_topics(state, ess)
@@ -483,6 +484,22 @@ class SonalityAgent:
         self._install(state)
         self.last_ess = ess
         self._queue_episodes(episodes)
+        if committed:
+            log.info(
+                "%s: opinion moved (v%d): %s",
+                self.label,
+                state.version,
+                "; ".join(committed),
+                extra={"community": self.label},
+            )
+        if outcome is not None:
+            log.info(
+                "%s: %s (v%d)",
+                self.label,
+                _describe_reflection(outcome),
+                state.version,
+                extra={"community": self.label},
+            )
 
     # ------------------------------------------------------------------ memory writes
     async def _embedded(self, episodes: list[Episode]) -> list[Episode]:
@@ -726,14 +743,18 @@ class SonalityAgent:
         # pending, one rejected rewrite would make every later trigger (the idle job
         # among them) pay for the same reflection again. They live on as semantic
         # memories, retrieved before episodes.
+        # Named by the reflection's version: two reflections at one interaction count
+        # (one of them after a rollback) must not overwrite each other's memories.
+        version = self.sponge.version + 1
         episodes.extend(
             Episode(
-                id=f"insight-{state.interaction_count}-{index}",
+                id=f"insight-v{version}-{index}",
                 user_message=insight,
                 ess_score=1.0,
                 summary=insight,
                 interaction=state.interaction_count,
                 memory_type=SEMANTIC,
+                version=version,
             )
             for index, insight in enumerate(state.pending_insights)
         )
@@ -784,6 +805,13 @@ class SonalityAgent:
             )
             self._install(state)
             self._queue_episodes(episodes)
+            log.info(
+                "%s: %s (v%d)",
+                self.label,
+                _describe_reflection(outcome),
+                state.version,
+                extra={"community": self.label},
+            )
             return outcome
 
     # ------------------------------------------------------------------ rollback
@@ -805,7 +833,11 @@ class SonalityAgent:
             # what it could recall, since each version keeps its own ranges.
             if restored.interaction_count > target.interaction_count:
                 restored.hidden_memories.append(
-                    HiddenMemories(after=target.interaction_count, upto=restored.interaction_count)
+                    HiddenMemories(
+                        after=target.interaction_count,
+                        upto=restored.interaction_count,
+                        from_version=restored.version,
+                    )
                 )
             await self.store.commit(
                 StateCommit(

@@ -71,6 +71,11 @@ class UsageRecord(BaseModel):
 #: being unavailable; after this many the store parks it (status 'failed').
 MAX_LEARNING_ATTEMPTS = 3
 
+#: Memories a rollback put out of reach: those of interactions `after < n <= upto` that
+#: were created before version `from_version` (later ones, even at the same interaction
+#: count, stay visible).
+HiddenRange = tuple[int, int, int]
+
 EPISODIC = "episodic"
 SEMANTIC = "semantic"
 
@@ -100,6 +105,9 @@ class Episode(BaseModel):
     summary: str = ""
     interaction: int = 0
     memory_type: str = EPISODIC
+    # The personality version whose commit created it (0: unknown, before versions were
+    # recorded), so a rollback can tell what came before it.
+    version: int = 0
     # The document's vector, when computed ahead (the agent does before committing, so
     # an episode waiting for its batched write is ranked in memory). None: the store
     # embeds the document when it writes the episode.

@@ -41,7 +41,7 @@ from chromadb.errors import NotFoundError
 
 from sonality.memory.embedding import default_embedding_function
 from sonality.memory.shared_chroma import SharedChroma
-from sonality.store import EPISODIC, SEMANTIC, Episode
+from sonality.store import EPISODIC, SEMANTIC, Episode, HiddenRange
 
 #: How many index candidates to fetch per requested result before reranking.
 CANDIDATE_FACTOR = 3
@@ -91,7 +91,7 @@ class EpisodeMemory(Protocol):
         *,
         query_embedding: Embeddings | None = None,
         unwritten: Sequence[Episode] = (),
-        hidden: Sequence[tuple[int, int]] = (),
+        hidden: Sequence[HiddenRange] = (),
     ) -> list[str]: ...
 
     def retrieve(
@@ -105,7 +105,7 @@ class EpisodeMemory(Protocol):
     ) -> list[str]: ...
 
     def recent_summaries(
-        self, since_interaction: int, limit: int = 20, hidden: Sequence[tuple[int, int]] = ()
+        self, since_interaction: int, limit: int = 20, hidden: Sequence[HiddenRange] = ()
     ) -> list[str]: ...
 
     def count(self) -> int: ...
@@ -274,6 +274,7 @@ class EpisodeStore:
                     "agent_response": e.agent_response[:500],
                     "timestamp": now,
                     "interaction": int(e.interaction),
+                    "version": int(e.version),
                 }
                 for e in episodes
             ],
@@ -333,14 +334,14 @@ class EpisodeStore:
         *,
         query_embedding: Embeddings | None = None,
         unwritten: Sequence[Episode] = (),
-        hidden: Sequence[tuple[int, int]] = (),
+        hidden: Sequence[HiddenRange] = (),
     ) -> list[str]:
         """Semantic memories (distilled knowledge) first, then episodes, without repeats.
 
         Pass `query_embedding` when the caller already embedded `query`. `unwritten`
         episodes (committed, waiting to be stored) that carry a vector are ranked with
         the stored ones, by the same score. Memories whose interaction lies in a
-        `hidden` range `(after, upto]` (undone by a rollback) are left out.
+        `hidden` range (undone by a rollback, see `HiddenRange`) are left out.
         """
         vector = query_embedding if query_embedding is not None else self.embed_query(query)
         waiting = [e for e in unwritten if e.embedding is not None and not _is_hidden(e, hidden)]
@@ -364,7 +365,7 @@ class EpisodeStore:
         return list(dict.fromkeys([*semantic, *episodic]))
 
     def recent_summaries(
-        self, since_interaction: int, limit: int = 20, hidden: Sequence[tuple[int, int]] = ()
+        self, since_interaction: int, limit: int = 20, hidden: Sequence[HiddenRange] = ()
     ) -> list[str]:
         """Summaries of episodes from ``since_interaction`` on, oldest first, newest last,
         leaving out `hidden` ranges as `retrieve_typed` does.
@@ -432,19 +433,28 @@ class EpisodeStore:
         return [summary for _, _, summary in scored[:n_results]]
 
 
-def outside(hidden: Sequence[tuple[int, int]]) -> dict[str, Any] | None:
-    """A Chroma filter for memories outside every range `(after, upto]`, or None."""
+def outside(hidden: Sequence[HiddenRange]) -> dict[str, Any] | None:
+    """A Chroma filter for memories no `HiddenRange` covers, or None."""
     conditions: list[dict[str, Any]] = [
-        {"$or": [{"interaction": {"$lte": after}}, {"interaction": {"$gt": upto}}]}
-        for after, upto in hidden
+        {
+            "$or": [
+                {"interaction": {"$lte": after}},
+                {"interaction": {"$gt": upto}},
+                {"version": {"$gte": from_version}},
+            ]
+        }
+        for after, upto, from_version in hidden
     ]
     if not conditions:
         return None
     return conditions[0] if len(conditions) == 1 else {"$and": conditions}
 
 
-def _is_hidden(episode: Episode, hidden: Sequence[tuple[int, int]]) -> bool:
-    return any(after < episode.interaction <= upto for after, upto in hidden)
+def _is_hidden(episode: Episode, hidden: Sequence[HiddenRange]) -> bool:
+    return any(
+        after < episode.interaction <= upto and episode.version < from_version
+        for after, upto, from_version in hidden
+    )
 
 
 def document_of(episode: Episode) -> str:

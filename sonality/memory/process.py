@@ -35,7 +35,7 @@ from chromadb.api.types import Documents, EmbeddingFunction, Embeddings
 from sonality.memory.embedding import default_embedding_function
 from sonality.memory.episodes import EpisodeMemory, EpisodeStore, with_vectors
 from sonality.memory.shared_chroma import SharedChroma
-from sonality.store import Episode
+from sonality.store import Episode, HiddenRange
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -81,7 +81,7 @@ class MemoryService:
         min_relevance: float,
         query_embedding: Embeddings,
         unwritten: Sequence[Episode],
-        hidden: Sequence[tuple[int, int]] = (),
+        hidden: Sequence[HiddenRange] = (),
     ) -> list[str]:
         return self._store(community_id).retrieve_typed(
             query,
@@ -111,7 +111,7 @@ class MemoryService:
         community_id: str,
         since_interaction: int,
         limit: int,
-        hidden: Sequence[tuple[int, int]] = (),
+        hidden: Sequence[HiddenRange] = (),
     ) -> list[str]:
         return self._store(community_id).recent_summaries(since_interaction, limit, hidden)
 
@@ -291,7 +291,7 @@ class RemoteEpisodeStore:
         *,
         query_embedding: Embeddings | None = None,
         unwritten: Sequence[Episode] = (),
-        hidden: Sequence[tuple[int, int]] = (),
+        hidden: Sequence[HiddenRange] = (),
     ) -> list[str]:
         vector = query_embedding if query_embedding is not None else self._embed([query])
         waiting = list(unwritten)
@@ -326,7 +326,7 @@ class RemoteEpisodeStore:
         )
 
     def recent_summaries(
-        self, since_interaction: int, limit: int = 20, hidden: Sequence[tuple[int, int]] = ()
+        self, since_interaction: int, limit: int = 20, hidden: Sequence[HiddenRange] = ()
     ) -> list[str]:
         ranges = list(hidden)
         return self._host.call(

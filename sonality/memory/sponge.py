@@ -108,13 +108,15 @@ class StagedOpinionUpdate(BaseModel):
 
 
 class HiddenMemories(BaseModel):
-    """Memories of interactions `after < n <= upto`, undone by a rollback: kept in the
-    store (an undo brings them back) but never recalled while this state is current."""
+    """Memories of interactions `after < n <= upto` created before version
+    `from_version`, undone by a rollback: kept in the store (an undo brings them back)
+    but never recalled while this state is current."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
     after: int
     upto: int
+    from_version: int
 
 
 class SpongeState(BaseModel):
@@ -135,8 +137,8 @@ class SpongeState(BaseModel):
     hidden_memories: list[HiddenMemories] = Field(default_factory=list)
 
     @property
-    def hidden_ranges(self) -> list[tuple[int, int]]:
-        return [(h.after, h.upto) for h in self.hidden_memories]
+    def hidden_ranges(self) -> list[tuple[int, int, int]]:
+        return [(h.after, h.upto, h.from_version) for h in self.hidden_memories]
 
     # --- beliefs ------------------------------------------------------------------------
 
