@@ -21,10 +21,14 @@ from bot.messages import Community
 from bot.runtime import Runtime
 from sonality.agent import SonalityAgent
 from sonality.store import utcnow
+from storage import RetentionPolicy, RetentionReport
 
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], datetime]
+
+RETENTION_EVERY = timedelta(hours=1)
+"""How often housekeeping applies the retention settings (they count in days)."""
 
 
 class ReflectionScheduler:
@@ -44,6 +48,7 @@ class ReflectionScheduler:
         self._running: set[str] = set()
         # Community -> the last message time its idle reflection was tried for.
         self._idle_tried: dict[str, datetime] = {}
+        self._retention_at: datetime | None = None  # when retention last ran
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -105,8 +110,9 @@ class ReflectionScheduler:
         return done
 
     async def run_housekeeping(self, now: datetime | None = None) -> None:
-        """Idle reflection, unloading idle agents, forgetting expired conversation, and
-        waking learning that waited for a new day's budget."""
+        """Idle reflection, unloading idle agents, forgetting expired conversation,
+        waking learning that waited for a new day's budget, and (hourly) deleting what
+        the retention settings say is old enough."""
         now = now or self.clock()
         self.resume_after_midnight()
         await self.run_idle(now)
@@ -115,6 +121,30 @@ class ReflectionScheduler:
         )
         await self.runtime.registry.evict_idle()
         self.runtime.rate_limiter.forget_idle()
+        try:
+            await self.run_retention(now)
+        except Exception:
+            log.exception("retention failed; it is tried again at the next housekeeping")
+
+    async def run_retention(self, now: datetime) -> RetentionReport | None:
+        """Apply SONALITY_MESSAGE_RETENTION_DAYS and SONALITY_AUDIT_RETENTION_DAYS at
+        `now` (see `storage.retention`), unless it ran less than RETENTION_EVERY ago;
+        None when it did not run."""
+        last = self._retention_at
+        if last is not None and last <= now < last + RETENTION_EVERY:
+            return None
+        settings = self.runtime.settings
+        report = await self.runtime.db.apply_retention(
+            now,
+            RetentionPolicy(
+                message_days=settings.message_retention_days,
+                audit_days=settings.audit_retention_days,
+            ),
+        )
+        self._retention_at = now
+        if report.total:
+            log.info("retention: %s", report.describe())
+        return report
 
     def resume_after_midnight(self) -> list[str]:
         """Wake the loaded agents of communities whose day (and so their spending) just

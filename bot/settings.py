@@ -78,6 +78,14 @@ class Settings(BaseSettings):
     model_cache_dir: Path | None = Field(default=None, alias="SONALITY_MODEL_CACHE_DIR")
     chroma_max_open: int = Field(default=32, ge=1, alias="SONALITY_CHROMA_MAX_OPEN")
     memory_process: bool = Field(default=False, alias="SONALITY_MEMORY_PROCESS")
+    # Retention, applied hourly by the housekeeping job (storage/retention.py). Days the
+    # text of answered messages (the member's words and the reply) is kept; nothing
+    # reads it once the message is learned, moderators looking into a report get a
+    # season.
+    message_retention_days: int = Field(default=90, ge=1, alias="SONALITY_MESSAGE_RETENTION_DAYS")
+    # Days the audit trail (ESS ratings, reflections, rollbacks), moderator actions and
+    # daily token usage are kept: a year of "who changed what, and what did it cost".
+    audit_retention_days: int = Field(default=365, ge=1, alias="SONALITY_AUDIT_RETENTION_DAYS")
 
     # --- conversation ------------------------------------------------------------
     max_message_chars: int = Field(default=4000, ge=100, alias="SONALITY_MAX_MESSAGE_CHARS")
