@@ -45,6 +45,7 @@ from bot.messages import (
     needs_moderator,
 )
 from bot.settings import Settings
+from bot.timeline import MAX_DAYS
 
 __all__ = ["INTENTS_HELP", "MESSAGE_LIMIT", "TOKEN_HELP", "DiscordAdapter"]
 
@@ -487,6 +488,22 @@ class DiscordAdapter:
         async def budget(interaction: discord.Interaction, amount: str | None = None) -> None:
             await run(interaction, "budget", (amount,) if amount else ())
 
+        @group.command(
+            name="timeline", description="A picture of how its opinions moved, and who moved them"
+        )
+        @app_commands.describe(
+            topic="One belief (default: the strongest few)",
+            days=f"Only the last days (1-{MAX_DAYS}, default: all)",
+        )
+        async def timeline(
+            interaction: discord.Interaction,
+            topic: str | None = None,
+            days: app_commands.Range[int, 1, MAX_DAYS] | None = None,
+        ) -> None:
+            args = ((topic,) if topic else ()) + ((str(days),) if days is not None else ())
+            await run(interaction, "timeline", args)
+
+        timeline.autocomplete("topic")(beliefs_topic)
         rollback.autocomplete("version")(version_choices)
         diff.autocomplete("a")(version_choices)
         diff.autocomplete("b")(version_choices)
@@ -587,9 +604,12 @@ class DiscordAdapter:
     ) -> None:
         heading = f"**{result.title}**\n" if result.title else ""
         text = heading + (result.text.strip() or "(nothing to show)")
-        files: list[discord.File] = []
+        files = [
+            discord.File(io.BytesIO(f.data), filename=f.name, description=f.description or None)
+            for f in result.files
+        ]
         if len(text) > ATTACH_THRESHOLD:
-            files = [discord.File(io.BytesIO(text.encode()), filename=f"sonality-{name}.txt")]
+            files.append(discord.File(io.BytesIO(text.encode()), filename=f"sonality-{name}.txt"))
             chunks = [f"{heading}The full output is attached ({len(text):,} characters)."]
         else:
             chunks = split_message(text, MESSAGE_LIMIT)

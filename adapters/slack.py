@@ -16,7 +16,8 @@ Design notes (the WHY):
   through ``response_url`` so a slow LLM never hits Slack's 3-second limit.
 * Command output is ephemeral by default (only the caller sees it) so `/sonality`
   doesn't flood channels; a successful rollback is announced in the channel because it
-  changes the personality for everyone there.
+  changes the personality for everyone there, and a command's picture (the timeline) is
+  uploaded to the channel, because Slack has no ephemeral files.
 * Every Slack Web API failure is logged with team and channel and swallowed: one bad
   channel or a missing scope must not take the adapter down for every workspace.
 """
@@ -105,6 +106,7 @@ BOT_SCOPES: tuple[str, ...] = (
     "app_mentions:read",
     "chat:write",
     "commands",
+    "files:write",
     "reactions:write",
     "users:read",
     "im:history",
@@ -113,6 +115,14 @@ BOT_SCOPES: tuple[str, ...] = (
 )
 # Commands whose successful result the whole channel should see (see module docstring).
 PUBLIC_RESULTS: frozenset[str] = frozenset({"rollback"})
+# Why a command's file could not be posted, in words for the caller (Slack error codes).
+_UPLOAD_PROBLEMS: dict[str, str] = {
+    "missing_scope": "this app lacks the files:write permission; a workspace admin "
+    "needs to reinstall it",
+    "not_in_channel": "I'm not a member of this channel; invite me with /invite",
+    "channel_not_found": "I can't see this channel; invite me with /invite",
+    "file_uploads_disabled": "file uploads are turned off in this workspace",
+}
 # Message subtypes that are still a human talking to us; edits, deletions, joins... aren't.
 _HUMAN_SUBTYPES: frozenset[str | None] = frozenset({None, "file_share", "thread_broadcast"})
 _AUTH_ERRORS = frozenset(
@@ -906,7 +916,47 @@ class SlackAdapter:
                 except Exception:
                     log.exception("runtime failed on /sonality %s (team=%s)", name, team)
                     result = CommandResult(text=INTERNAL_ERROR, ok=False, private=True)
+                if result.files and result.ok and not result.private:
+                    unposted = await self._post_files(client, team, channel, result)
+                    if unposted is None:
+                        return
+                    result = unposted
             await self._respond(respond, team, channel, name, result)
+
+    async def _post_files(
+        self, client: AsyncWebClient, team: str, channel: str | None, result: CommandResult
+    ) -> CommandResult | None:
+        """Post a command's files in the channel it came from, with its text as the
+        comment, through Slack's upload v2 flow (files.getUploadURLExternal, the upload,
+        files.completeUploadExternal). None once posted; else the private answer to
+        give instead: the text, and in words why there is no picture."""
+        problem = "there is no channel to post it in"
+        if channel:
+            uploads = [
+                {
+                    "file": f.data,
+                    "filename": f.name,
+                    "title": result.title or f.name,
+                    "alt_txt": f.description[:1000] or None,
+                }
+                for f in result.files
+            ]
+            try:
+                await client.files_upload_v2(
+                    file_uploads=uploads, channel=channel, initial_comment=to_mrkdwn(result.text)
+                )
+                return None
+            except SlackApiError as e:
+                error = str(e.response.get("error", "")) if e.response is not None else ""
+                problem = _UPLOAD_PROBLEMS.get(error, f"Slack answered {error or 'an error'}")
+                log.warning(
+                    "Slack file upload failed (team=%s channel=%s): %s", team, channel, error
+                )
+            except Exception as e:
+                problem = "the upload did not go through"
+                log.warning("Slack file upload failed (team=%s channel=%s): %r", team, channel, e)
+        note = f"(I could not post the picture: {problem}.)"
+        return result.model_copy(update={"text": f"{result.text}\n\n{note}", "private": True})
 
     async def _respond(
         self,

@@ -40,6 +40,7 @@ from typing import TextIO
 from bot.interface import ChatRuntime
 from bot.messages import (
     INTERNAL_ERROR,
+    Attachment,
     CommandRequest,
     Community,
     IncomingMessage,
@@ -90,6 +91,7 @@ class TerminalAdapter:
         # Line editing needs a terminal on both ends; with output piped, plain lines.
         self.editing = self.interactive and self.stdout.isatty()
         self.history_path = settings.data_dir / HISTORY_FILE
+        self.data_dir = settings.data_dir
         self._closed = False
 
     async def start(self) -> None:
@@ -244,7 +246,22 @@ class TerminalAdapter:
         )
         result = await self.runtime.run_command(request)
         header = f"[{result.title}]\n" if result.title and self.interactive else ""
-        self._answer(header + result.text)
+        if not result.files:
+            self._answer(header + result.text)
+            return
+        paths = [str(await self._save(f)) for f in result.files]
+        # Scripted, the one answer line is the path, so `$(... | run.py)` gets the file.
+        self._answer("\n".join([header + result.text, *paths]) if self.interactive else paths[0])
+
+    async def _save(self, attachment: Attachment) -> Path:
+        """A command's file in the data directory (e.g. data/timeline-v42.png), replacing
+        an older one of the same name; the name is reduced to a bare file name first."""
+        name = Path(attachment.name).name
+        if name in ("", ".", ".."):
+            name = "sonality-output"
+        path = (self.data_dir / name).resolve()
+        await asyncio.to_thread(path.write_bytes, attachment.data)
+        return path
 
     async def _status(self) -> None:
         """ESS, version and staged count once this message's learning has finished."""

@@ -13,6 +13,7 @@ import hashlib
 import hmac
 import itertools
 import json
+import re
 import time
 import urllib.parse
 from collections.abc import Callable
@@ -24,10 +25,27 @@ from aiohttp import web
 
 __all__ = [
     "FakeSlack",
+    "FakeUpload",
     "RecordedRequest",
     "post_signed",
     "sign",
 ]
+
+#: What a bot token may do unless a test says otherwise (a current install of our app).
+DEFAULT_SCOPES: tuple[str, ...] = (
+    "app_mentions:read",
+    "chat:write",
+    "commands",
+    "files:write",
+    "reactions:write",
+    "users:read",
+    "im:history",
+    "im:read",
+    "im:write",
+)
+#: Slack's limit on an image description (files.getUploadURLExternal `alt_txt`).
+MAX_ALT_TXT = 1000
+_CHANNEL_ID = re.compile(r"[CGD][A-Z0-9]{2,}")
 
 
 @dataclass
@@ -50,6 +68,7 @@ class Identity:
     bot_id: str = "BBOT"
     enterprise_id: str | None = None
     team: str = "Test Team"
+    scopes: tuple[str, ...] = DEFAULT_SCOPES
 
 
 @dataclass
@@ -74,6 +93,26 @@ class OAuthGrant:
 
 
 @dataclass
+class FakeUpload:
+    """One file of the upload v2 flow, from files.getUploadURLExternal on."""
+
+    file_id: str
+    key: str  # the last part of its upload URL
+    team_id: str
+    filename: str
+    length: int
+    alt_txt: str | None = None
+    snippet_type: str | None = None
+    data: bytes | None = None  # set by the upload POST
+    content_type: str = ""  # of that POST (raw bytes or multipart)
+    completed: bool = False  # set by files.completeUploadExternal
+    title: str | None = None
+    channels: tuple[str, ...] = ()
+    initial_comment: str | None = None
+    thread_ts: str | None = None
+
+
+@dataclass
 class FakeSlack:
     host: str = "127.0.0.1"
     identities: dict[str, Identity] = field(default_factory=dict)  # token -> identity
@@ -83,12 +122,15 @@ class FakeSlack:
     # API method -> Slack error code to answer with ({"ok": false, "error": ...}).
     failures: dict[str, str] = field(default_factory=dict)
     app_token_prefix: str = "xapp-"
+    # Channels the bot is not a member of: sharing a file there is `not_in_channel`.
+    not_in_channels: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.requests: list[RecordedRequest] = []
         self.responses: dict[str, list[dict[str, Any]]] = {}
         self.acks: list[dict[str, Any]] = []
         self.reactions: set[tuple[str, str, str]] = set()
+        self.uploads: dict[str, FakeUpload] = {}  # file id -> upload
         self.ws_connections = 0
         self._ws: web.WebSocketResponse | None = None
         self._changed = asyncio.Condition()
@@ -103,6 +145,7 @@ class FakeSlack:
         app.router.add_route("*", "/api/{method}", self._api)
         app.router.add_get("/link", self._link)
         app.router.add_post("/response/{rid}", self._response)
+        app.router.add_post("/upload/v1/{key}", self._upload)
         self._runner = web.AppRunner(app, shutdown_timeout=0.1, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, 0)
@@ -142,6 +185,10 @@ class FakeSlack:
 
     def all_responses(self) -> list[dict[str, Any]]:
         return [body for bodies in self.responses.values() for body in bodies]
+
+    def shared_files(self) -> list[FakeUpload]:
+        """Uploads that files.completeUploadExternal shared, in the order they were made."""
+        return [u for u in self.uploads.values() if u.completed]
 
     async def wait_for(
         self, predicate: Callable[[], Any], within: float = 5.0, what: str = "condition"
@@ -338,6 +385,157 @@ class FakeSlack:
                 "is_bot": user.is_bot,
                 "profile": {"display_name": user.name, "real_name": user.name},
             },
+        }
+
+    # -- files: the upload v2 flow (files.getUploadURLExternal, POST, complete) ----------
+
+    def _file_writer(self, token: str | None) -> tuple[Identity | None, dict[str, Any] | None]:
+        """The token's identity, or the error Slack gives without one or without files:write."""
+        ident = self._identity(token)
+        if ident is None:
+            return None, {"ok": False, "error": "not_authed" if not token else "invalid_auth"}
+        if "files:write" not in ident.scopes:
+            return None, {
+                "ok": False,
+                "error": "missing_scope",
+                "needed": "files:write",
+                "provided": ",".join(ident.scopes),
+            }
+        return ident, None
+
+    @staticmethod
+    def _invalid(*messages: str) -> dict[str, Any]:
+        return {
+            "ok": False,
+            "error": "invalid_arguments",
+            "response_metadata": {"messages": [f"[ERROR] {m}" for m in messages]},
+        }
+
+    async def _api_files_getUploadURLExternal(
+        self, args: dict[str, Any], token: str | None
+    ) -> dict[str, Any]:
+        ident, refused = self._file_writer(token)
+        if ident is None:
+            return refused or {}
+        filename = args.get("filename")
+        raw_length = args.get("length")
+        missing = [
+            k for k, v in (("filename", filename), ("length", raw_length)) if v in (None, "")
+        ]
+        if missing:
+            return self._invalid(*(f"missing required field: {k}" for k in missing))
+        try:
+            length = int(str(raw_length))
+        except ValueError:
+            return self._invalid("invalid type for field: length")
+        if length == 0:  # Slack documents missing_argument for exactly this case
+            return {"ok": False, "error": "missing_argument"}
+        if length < 0:
+            return self._invalid("length must be a positive integer")
+        alt_txt = args.get("alt_txt")
+        if alt_txt is not None and len(str(alt_txt)) > MAX_ALT_TXT:
+            return {"ok": False, "error": "alt_txt_too_large"}
+        file_id = f"F{next(self._ids):09d}"
+        key = f"{file_id}-{next(self._ids)}"
+        self.uploads[file_id] = FakeUpload(
+            file_id=file_id,
+            key=key,
+            team_id=ident.team_id,
+            filename=str(filename),
+            length=length,
+            alt_txt=None if alt_txt is None else str(alt_txt),
+            snippet_type=args.get("snippet_type"),
+        )
+        return {
+            "ok": True,
+            "upload_url": f"http://{self.host}:{self.port}/upload/v1/{key}",
+            "file_id": file_id,
+        }
+
+    async def _upload(self, request: web.Request) -> web.Response:
+        """The upload URL: the file's bytes, raw or as the file part of a multipart form.
+
+        Stricter than Slack promises in one way: the bytes must be exactly the `length`
+        given to files.getUploadURLExternal (a client that sends something else is wrong).
+        """
+        key = request.match_info["key"]
+        upload = next((u for u in self.uploads.values() if u.key == key), None)
+        if upload is None:
+            return web.Response(status=404, text="unknown upload url")
+        if request.content_type.startswith("multipart/"):
+            data = b""
+            reader = await request.multipart()
+            async for part in reader:
+                if isinstance(part, aiohttp.BodyPartReader) and part.filename is not None:
+                    data = bytes(await part.read())
+                    break
+        else:
+            data = await request.read()
+        self.requests.append(
+            RecordedRequest(path=request.path, args={"bytes": len(data)}, token=None)
+        )
+        await self._notify()
+        if upload.completed or upload.data is not None:
+            return web.Response(status=400, text="already uploaded")
+        if len(data) != upload.length:
+            return web.Response(status=400, text=f"expected {upload.length} bytes, got {len(data)}")
+        upload.data = data
+        upload.content_type = request.content_type
+        await self._notify()
+        return web.Response(text=f"OK - {len(data)}")
+
+    async def _api_files_completeUploadExternal(
+        self, args: dict[str, Any], token: str | None
+    ) -> dict[str, Any]:
+        ident, refused = self._file_writer(token)
+        if ident is None:
+            return refused or {}
+        raw = args.get("files")
+        if raw in (None, ""):
+            return self._invalid("missing required field: files")
+        try:
+            files = json.loads(raw) if isinstance(raw, str) else raw
+        except ValueError:
+            return self._invalid("invalid type for field: files")
+        if (
+            not isinstance(files, list)
+            or not files
+            or not all(isinstance(f, dict) and isinstance(f.get("id"), str) for f in files)
+        ):
+            return self._invalid("files must be a non-empty array of objects with an id")
+        channels = [c for c in str(args.get("channels") or "").split(",") if c]
+        if args.get("channel_id"):
+            channels.insert(0, str(args["channel_id"]))
+        thread_ts = args.get("thread_ts")
+        if thread_ts and len(channels) != 1:
+            return self._invalid("thread_ts needs exactly one channel")
+        for channel in channels:
+            if not _CHANNEL_ID.fullmatch(channel):
+                return {"ok": False, "error": "channel_not_found"}
+            if channel in self.not_in_channels:
+                return {"ok": False, "error": "not_in_channel"}
+        uploads = []
+        for item in files:
+            upload = self.uploads.get(item["id"])
+            # Unknown, another team's, not uploaded yet, or already completed (the method
+            # can be called once): to this caller the file does not exist.
+            if (
+                upload is None
+                or upload.team_id != ident.team_id
+                or upload.data is None
+                or upload.completed
+            ):
+                return {"ok": False, "error": "file_not_found"}
+            uploads.append((upload, item))
+        for upload, item in uploads:
+            upload.completed = True
+            upload.title = item.get("title") or upload.filename
+            upload.channels = tuple(channels)
+            upload.initial_comment = args.get("initial_comment")
+            upload.thread_ts = thread_ts
+        return {
+            "ok": True,
+            "files": [{"id": u.file_id, "title": u.title} for u, _ in uploads],
         }
 
     async def _api_apps_connections_open(

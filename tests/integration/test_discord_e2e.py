@@ -21,6 +21,7 @@ from adapters.discord import DiscordAdapter
 from bot.app import open_runtime
 from bot.messages import LLM_DOWN
 from bot.runtime import Runtime
+from bot.timeline import HEIGHT_PX, WIDTH_PX
 from sonality.agent import SonalityAgent
 from tests.fakes.anthropic_server import AnthropicFake, Fault
 from tests.fakes.discord_fixtures import (
@@ -33,6 +34,7 @@ from tests.fakes.discord_fixtures import (
 from tests.fakes.discord_server import FakeDiscord, FakeGuild, FakeUser, RecordedRequest
 from tests.integration.conftest import make_settings
 from tests.integration.test_isolation_and_commands import CANARY, CANARY_TEXT
+from tests.integration.test_timeline import png_size
 
 NO_PINGS = {"parse": [], "replied_user": False}
 TOPIC = CANARY["topics"][0]
@@ -319,3 +321,32 @@ async def test_rate_limited_reply_arrives_once_and_learning_happens_once(world: 
     agent = world.agent(world.guild_a)
     assert agent.sponge.interaction_count == 1 and agent.sponge.version == 1
     assert await world.runtime.db.community(world.community(world.guild_a)).pending_count() == 0
+
+
+async def test_timeline_arrives_as_an_attachment_of_the_commands_answer(world: World) -> None:
+    await teach_canary(world)
+    a = world.guild_a
+    callback, patch = await slash(world, a, "timeline")
+    assert not is_ephemeral(callback)  # a picture for everyone in the channel
+    [(filename, data)] = patch.files  # multipart: the PNG rides on the deferred answer's edit
+    assert filename == "timeline-v4.png"
+    assert png_size(data) == (WIDTH_PX, HEIGHT_PX)
+    assert patch.json["content"].startswith("**Timeline**\nOpinion timeline")
+    [attachment] = patch.json["attachments"]
+    assert attachment["filename"] == filename
+    assert attachment["description"].startswith(f"Opinion timeline: {TOPIC}")  # alt text
+
+    options = [
+        {"name": "topic", "type": 3, "value": "zebra"},
+        {"name": "days", "type": 4, "value": 30},
+    ]
+    _, patch = await slash(world, a, "timeline", options=options)
+    [(filename, _)] = patch.files
+    assert filename == f"timeline-v4-{TOPIC}.png"
+    # The synced command tree offers the subcommand with both options, bounded.
+    [sync] = world.fake.find("PUT", "/commands")
+    [group] = sync.json
+    [sub] = [o for o in group["options"] if o["name"] == "timeline"]
+    by_name = {o["name"]: o for o in sub["options"]}
+    assert by_name["topic"]["autocomplete"] is True and by_name["topic"]["type"] == 3
+    assert (by_name["days"]["min_value"], by_name["days"]["max_value"]) == (1, 365)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -25,12 +26,14 @@ from bot.app import open_runtime
 from bot.messages import LLM_DOWN, Community
 from bot.runtime import Runtime
 from bot.settings import Settings
+from bot.timeline import HEIGHT_PX, WIDTH_PX
 from providers.anthropic import AnthropicLLM
 from sonality.agent import SonalityAgent
 from tests.fakes.anthropic_server import AnthropicFake, Delay, Fault
 from tests.fakes.slack_server import FakeSlack, post_signed
 from tests.integration.conftest import chat_requests, make_settings, prompt_of
 from tests.integration.test_isolation_and_commands import CANARY, CANARY_TEXT
+from tests.integration.test_timeline import png_size
 from tests.slack.conftest import (  # noqa: F401  (fixtures "fake", "http")
     APP_TOKEN,
     BOT_TOKEN,
@@ -302,3 +305,28 @@ async def test_llm_outage_posts_one_apology_and_changes_nothing(
     assert agent.sponge.version == version and agent.sponge.interaction_count == count
     assert await store.latest_version() == stored
     assert fake.reactions == set(), "the thinking reaction is removed after the apology"
+
+
+async def test_timeline_is_uploaded_to_the_channel_the_command_came_from(
+    bot: SlackBot, anthropic_server: AnthropicFake
+) -> None:
+    await bot.teach_canary(anthropic_server)
+    form = command_form(bot.fake, "timeline zebra 30", user="U1", team="T1", rid="rt")
+    form["channel_id"] = "C0TIMELINE"
+    status, _, _ = await post_signed(bot.http, adapter_url(bot.adapter), SECRET, form=form)
+    assert status == 200
+    await bot.fake.wait_for(bot.fake.shared_files, what="the uploaded timeline")
+    await bot.fake.settle(quiet=0.1)
+    [upload] = bot.fake.shared_files()
+    assert upload.filename == f"timeline-v4-{TOPIC}.png"
+    assert png_size(upload.data or b"") == (WIDTH_PX, HEIGHT_PX)
+    assert upload.alt_txt is not None and upload.alt_txt.startswith(f"Opinion timeline: {TOPIC}")
+    [start] = bot.fake.calls("files.getUploadURLExternal")
+    assert start.token == BOT_TOKEN and start.args["length"] == str(len(upload.data or b""))
+    [complete] = bot.fake.calls("files.completeUploadExternal")
+    assert complete.args["channel_id"] == "C0TIMELINE"
+    assert json.loads(complete.args["files"]) == [{"id": upload.file_id, "title": "Timeline"}]
+    assert upload.channels == ("C0TIMELINE",)
+    assert upload.initial_comment is not None
+    assert upload.initial_comment.startswith("Opinion timeline: how my view on")
+    assert "rt" not in bot.fake.responses  # the picture in the channel is the answer
