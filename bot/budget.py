@@ -102,6 +102,7 @@ class _Day:
     spent_usd: float = 0.0
     usage: Usage = field(default_factory=Usage)
     warned: bool = False
+    reached: bool = False  # "limit reached" logged (once a day and limit)
     refused_calls: int = 0
     # Members already told today that the limit is reached (each is told once).
     noticed: set[str] = field(default_factory=set)
@@ -191,6 +192,7 @@ class BudgetLedger:
         entry = self._days.get(community_id)
         if entry is not None:
             entry.warned = False
+            entry.reached = False
             entry.noticed.clear()
 
     # ------------------------------------------------------------------ spend
@@ -206,7 +208,9 @@ class BudgetLedger:
         )
 
     async def exhausted(self, community_id: str) -> bool:
-        return (await self.status(community_id)).exhausted
+        status = await self.status(community_id)
+        self._maybe_warn(community_id, status)  # a limit lowered below the spend, too
+        return status.exhausted
 
     async def check(self, community_id: str) -> None:
         """Raise `BudgetExceeded` if the community may not call the model now."""
@@ -254,6 +258,18 @@ class BudgetLedger:
 
     def _maybe_warn(self, community_id: str, status: BudgetStatus) -> None:
         entry = self._days.get(community_id)
+        if entry is not None and status.exhausted and not entry.reached:
+            entry.reached = True
+            assert status.limit.usd is not None
+            log.info(
+                "community %s reached its daily limit of %s (spent %s): no model calls "
+                "until midnight %s",
+                community_id,
+                format_usd(status.limit.usd),
+                format_usd(status.spent_usd),
+                self.tz,
+                extra={"community": community_id},
+            )
         if entry is None or entry.warned or not status.near_limit:
             return
         entry.warned = True
@@ -264,6 +280,7 @@ class BudgetLedger:
             format_usd(status.spent_usd),
             format_usd(status.limit.usd),
             100 * status.spent_usd / status.limit.usd if status.limit.usd else 100,
+            extra={"community": community_id},
         )
 
     async def _entry(self, community_id: str) -> _Day:

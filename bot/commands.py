@@ -292,7 +292,13 @@ class CommandHandlers:
             limit = await self._budget.follow_default(cid)
         else:
             limit = await self._budget.set_limit(cid, _usd_arg(raw), set_by=actor)
-        log.info("daily limit in %s set to %s by %s", cid, limit, request.caller.id)
+        log.info(
+            "daily limit in %s set to %s by %s",
+            cid,
+            _limit_text(limit),
+            request.caller.id,
+            extra={"community": cid},
+        )
         # Learning held back by the old limit may go on now (a no-op if none waits).
         (await self._agent_for(request.community)).resume_learning()
         spend = await self._budget.status(cid)
@@ -317,6 +323,7 @@ class CommandHandlers:
             version,
             request.caller.id,
             restored.version,
+            extra={"community": request.community.id},
         )
         if version == 0:
             text = (

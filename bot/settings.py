@@ -9,7 +9,7 @@ in one line (`bot/startup.py`) and then hands the engine what passed.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Self
+from typing import Literal, Self
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import Field, SecretStr, field_validator, model_validator
@@ -146,7 +146,14 @@ class Settings(BaseSettings):
         default=300.0, gt=0, alias="SONALITY_HEALTH_LLM_FAILING_SECONDS"
     )
 
+    # --- logging (bot/logs.py): stdout by default, a rotated file only when named -------
     log_level: str = Field(default="INFO", alias="SONALITY_LOG_LEVEL")
+    log_file: Path | None = Field(default=None, alias="SONALITY_LOG_FILE")
+    log_file_max_bytes: int = Field(
+        default=10 * 1024 * 1024, ge=1000, alias="SONALITY_LOG_FILE_MAX_BYTES"
+    )
+    log_file_backups: int = Field(default=5, ge=1, le=1000, alias="SONALITY_LOG_FILE_BACKUPS")
+    log_format: Literal["text", "json"] = Field(default="text", alias="SONALITY_LOG_FORMAT")
 
     @field_validator("timezone")
     @classmethod

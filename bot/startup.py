@@ -11,7 +11,6 @@ the engine's configuration and the bot.
 from __future__ import annotations
 
 import asyncio
-import logging
 import re
 import sys
 import tempfile
@@ -24,6 +23,7 @@ from pydantic import SecretStr, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_settings import SettingsError
 
+from bot import logs
 from bot.interface import StartupError
 from bot.lock import DataDirLock
 from bot.settings import Settings
@@ -47,7 +47,10 @@ def run() -> int:
     except StartupError as exc:
         return _refuse(exc)
     with lock:
-        configure_logging(settings)
+        try:
+            configure_logging(settings)
+        except StartupError as exc:  # SONALITY_LOG_FILE cannot be opened
+            return _refuse(exc)
         configure_engine(settings)
         from bot.app import run_bot  # heavy (Chroma, SDKs): only once the checks passed
 
@@ -204,16 +207,15 @@ def prepare_data_dir(path: Path) -> None:
 
 
 def configure_logging(settings: Settings) -> None:
-    interactive_terminal = not (settings.discord_enabled or settings.slack_enabled)
-    handlers: list[logging.Handler] = [logging.FileHandler(settings.data_dir / "sonality.log")]
-    stderr = logging.StreamHandler()
-    # In the terminal community, chat owns the screen: only problems go to stderr.
-    stderr.setLevel(logging.WARNING if interactive_terminal else settings.log_level)
-    handlers.append(stderr)
-    logging.basicConfig(
+    """stdout, or (terminal community) warnings on stderr; a rotated file if named."""
+    logs.configure_logging(
         level=settings.log_level,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        handlers=handlers,
+        # In the terminal community, chat owns the screen: only problems go to stderr.
+        interactive_terminal=not (settings.discord_enabled or settings.slack_enabled),
+        log_file=settings.log_file,
+        max_bytes=settings.log_file_max_bytes,
+        backups=settings.log_file_backups,
+        log_format=settings.log_format,
     )
 
 
