@@ -32,6 +32,8 @@ MAIN_SETTINGS: tuple[tuple[str, str], ...] = (
     ("SONALITY_RATE_LIMIT_MESSAGES", "per member and window (Discord, Slack)"),
     ("SONALITY_DAILY_BUDGET_USD", "daily spending limit per community"),
     ("SONALITY_LOG_LEVEL", "DEBUG, INFO, WARNING, ERROR or CRITICAL"),
+    ("SONALITY_LOG_FILE", "also log to this file, rotated (unset: stdout only)"),
+    ("SONALITY_LOG_FORMAT", "text, or json: one JSON object per line"),
 )
 
 MODES = """\
