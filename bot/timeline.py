@@ -555,8 +555,21 @@ def _grid(panels: int) -> tuple[int, int]:
     return {1: (1, 1), 2: (1, 2), 3: (1, 3), 4: (2, 2)}.get(panels, (2, 3))
 
 
+#: Legend entries per row, and how much of a name is shown there.
+LEGEND_COLUMNS = 5
+LEGEND_NAME_CHARS = 16
+CAPTION = (
+    "Line: stance. Shaded: how far one argument could still move it (narrower = more confident)."
+)
+
+
 def render_png(timeline: Timeline) -> bytes:
-    """The picture, WIDTH_PX × HEIGHT_PX; see the module docstring for what it shows."""
+    """The picture, WIDTH_PX × HEIGHT_PX; see the module docstring for what it shows.
+
+    Laid out for a chat preview at about half size: large type, few ticks, one shared
+    stance scale for every panel, and a bottom block (x label, legend, caption) whose
+    height follows the legend's rows, measured in pixels so nothing overlaps.
+    """
     import matplotlib
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -565,101 +578,107 @@ def render_png(timeline: Timeline) -> bytes:
 
     figure = Figure(figsize=(WIDTH_PX / DPI, HEIGHT_PX / DPI), dpi=DPI)
     FigureCanvasAgg(figure)
+    styles = _member_styles(timeline.members)
+    handles, labels = _legend_entries(timeline, styles, Line2D)
+    legend_rows = math.ceil(len(handles) / LEGEND_COLUMNS)
+    # Pixels from the bottom: caption, legend (title + rows), x label, tick labels.
+    legend_bottom = 30
+    legend_top = legend_bottom + (28 * (legend_rows + 1) + 6 if handles else 0)
+    xlabel_y = legend_top + 6
+    axes_bottom = xlabel_y + 58
     with matplotlib.rc_context(STYLE):
         rows, cols = _grid(len(timeline.series))
         grid = figure.add_gridspec(
-            rows, cols, left=0.1, right=0.985, top=0.8, bottom=0.27, hspace=0.55, wspace=0.1
+            rows,
+            cols,
+            left=0.1,
+            right=0.985,
+            top=0.8,
+            bottom=axes_bottom / HEIGHT_PX,
+            hspace=0.55,
+            wspace=0.1,
         )
-        styles = _member_styles(timeline.members)
-        limit = _y_limit(timeline.series)
+        low, high = _y_range(timeline.series)
         axes: list[Axes] = []
         for index, series in enumerate(timeline.series):
             share = axes[0] if axes else None
             ax = figure.add_subplot(grid[index // cols, index % cols], sharex=share, sharey=share)
             axes.append(ax)
-            _panel(ax, series, timeline, styles, title_chars=60 // cols)
-            ax.set_ylim(-limit, limit)
-            ax.yaxis.set_major_locator(MaxNLocator(nbins=4, symmetric=True))
+            _panel(ax, series, timeline, styles, title_chars=44 // cols)
+            ax.set_ylim(low, high)
+            ax.yaxis.set_major_locator(MaxNLocator(nbins=4))
             ax.xaxis.set_major_locator(MaxNLocator(nbins=4, integer=True))
             if index % cols:
                 ax.tick_params(labelleft=False)
-            if index // cols < rows - 1 and index + cols < len(timeline.series):
+            if index + cols < len(timeline.series):  # a panel below shows the ticks
                 ax.tick_params(labelbottom=False)
-        low, high = timeline.first_interaction, timeline.last_interaction
-        pad = max(1.0, (high - low) * 0.02)
-        axes[0].set_xlim(low - pad, high + pad)
-        figure.supxlabel("interaction (messages learned from)", y=0.175, fontsize=15)
+        first, last = timeline.first_interaction, timeline.last_interaction
+        pad = max(1.0, (last - first) * 0.02)
+        axes[0].set_xlim(first - pad, last + pad)
+        figure.supxlabel(
+            "interaction (messages learned from)", y=xlabel_y / HEIGHT_PX, va="bottom", fontsize=15
+        )
         figure.supylabel("stance (− against, + for)", x=0.012, fontsize=15)
         figure.suptitle(_title(timeline), fontsize=19, fontweight="bold", y=0.985)
-        people: list[Line2D] = []
-        names: list[str] = []
-        for member in timeline.members[:MAX_MEMBERS]:
-            colour, marker = styles[member.id]
-            people.append(_dot(Line2D, colour, marker))
-            names.append(_short(member.name, 22))
-        if len(timeline.members) > MAX_MEMBERS:
-            people.append(_dot(Line2D, OTHERS_COLOUR, "h"))
-            names.append(f"{len(timeline.members) - MAX_MEMBERS} others")
-        if any(m.member_id is None for s in timeline.series for m in s.moves):
-            people.append(_dot(Line2D, UNKNOWN_COLOUR, "o"))
-            names.append("not recorded")
-        events: list[Line2D] = []
-        kinds: list[str] = []
-        for kind in dict.fromkeys(m.kind for m in timeline.markers):
-            colour, style, width = MARKER_STYLES[kind]
-            events.append(Line2D([], [], color=colour, linestyle=style, linewidth=width))
-            kinds.append(kind)
-        # Two legends side by side: whose arguments the dots are, and what the lines mark.
-        both = bool(people) and bool(events)
-        legend: dict[str, Any] = {
-            "frameon": False,
-            "title_fontsize": 13,
-            "handletextpad": 0.4,
-            "columnspacing": 1.0,
-        }
-        if people:
+        if handles:
             figure.legend(
-                people,
-                names,
-                loc="lower right" if both else "lower center",
-                bbox_to_anchor=(0.56 if both else 0.5, 0.05),
-                ncol=min(len(people), 4 if both else 6),
-                title="whose argument moved it",
-                **legend,
+                handles,
+                labels,
+                loc="lower center",
+                bbox_to_anchor=(0.5, legend_bottom / HEIGHT_PX),
+                ncol=min(len(handles), LEGEND_COLUMNS),
+                frameon=False,
+                title=_legend_title(timeline, handles),
+                title_fontsize=13,
+                handletextpad=0.4,
+                columnspacing=1.0,
+                borderaxespad=0,
+                borderpad=0,
             )
-        if events:
-            figure.legend(
-                events,
-                kinds,
-                loc="lower left" if both else "lower center",
-                bbox_to_anchor=(0.6 if both else 0.5, 0.05),
-                ncol=len(events),
-                title="events",
-                **legend,
-            )
-        figure.text(
-            0.5,
-            0.012,
-            "Line: stance. Shaded: how far one argument could still move it "
-            "(narrower = more confident).",
-            ha="center",
-            va="bottom",
-            fontsize=12,
-            color="#444444",
-        )
+        figure.text(0.5, 6 / HEIGHT_PX, CAPTION, ha="center", fontsize=12, color="#444444")
         out = io.BytesIO()
         figure.savefig(out, format="png", dpi=DPI)
     return out.getvalue()
 
 
+def _legend_entries(
+    timeline: Timeline, styles: dict[str, tuple[str, str]], line2d: Any
+) -> tuple[list[Any], list[str]]:
+    """Members (whose arguments the dots are), then the kinds of events marked."""
+    handles: list[Any] = []
+    labels: list[str] = []
+    for member in timeline.members[:MAX_MEMBERS]:
+        colour, marker = styles[member.id]
+        handles.append(_dot(line2d, colour, marker))
+        labels.append(_short(member.name, LEGEND_NAME_CHARS))
+    if len(timeline.members) > MAX_MEMBERS:
+        handles.append(_dot(line2d, OTHERS_COLOUR, "h"))
+        labels.append(f"{len(timeline.members) - MAX_MEMBERS} others")
+    if any(m.member_id is None for s in timeline.series for m in s.moves):
+        handles.append(_dot(line2d, UNKNOWN_COLOUR, "o"))
+        labels.append("not recorded")
+    for kind in dict.fromkeys(m.kind for m in timeline.markers):
+        colour, style, width = MARKER_STYLES[kind]
+        handles.append(line2d([], [], color=colour, linestyle=style, linewidth=width))
+        labels.append(kind)
+    return handles, labels
+
+
+def _legend_title(timeline: Timeline, handles: Sequence[Any]) -> str:
+    dots = any(s.moves for s in timeline.series)
+    lines = bool(timeline.markers)
+    if dots and lines:
+        return "dots: whose argument moved it   ·   lines: events"
+    return "dots: whose argument moved it" if dots else "lines: events"
+
+
 def _title(timeline: Timeline) -> str:
-    name = _short(timeline.community, 40)
     span = f"v{timeline.first_version}–v{timeline.last_version}"
     if timeline.days:
         span += f", last {timeline.days} day{'s' if timeline.days != 1 else ''}"
     elif timeline.truncated:
         span += f" (the last {MAX_VERSIONS:,} versions)"
-    return f"How the personality of {name} changed its mind\n{span}"
+    return f"Opinion timeline of {_short(timeline.community, 38)}\n{span}"
 
 
 def _short(text: str, width: int) -> str:
@@ -689,15 +708,20 @@ def _member_styles(members: Sequence[Member]) -> dict[str, tuple[str, str]]:
     return styles
 
 
-def _y_limit(series: Sequence[BeliefSeries]) -> float:
-    """One symmetric y range for every panel, so stances compare at a glance."""
-    top = config.OPINION_BASE_RATE
+def _y_range(series: Sequence[BeliefSeries]) -> tuple[float, float]:
+    """One stance range for every panel, so stances compare at a glance: the stances
+    and their bands, always with zero in view, never narrower than one full step."""
+    low, high = 0.0, 0.0
     for s in series:
         for point in s.points:
             if point.stance is not None:
-                low, high = reach(point.stance, point.confidence)
-                top = max(top, abs(low), abs(high))
-    return min(1.0, top * 1.12)
+                band_low, band_high = reach(point.stance, point.confidence)
+                low, high = min(low, band_low), max(high, band_high)
+    if high - low < 2 * config.OPINION_BASE_RATE:
+        middle = (high + low) / 2
+        low, high = middle - config.OPINION_BASE_RATE, middle + config.OPINION_BASE_RATE
+    pad = (high - low) * 0.06
+    return max(-1.0, low - pad), min(1.0, high + pad)
 
 
 def _panel(
@@ -722,17 +746,22 @@ def _panel(
     for marker in timeline.markers:
         colour, style, width = MARKER_STYLES[marker.kind]
         ax.axvline(marker.interaction, color=colour, linestyle=style, linewidth=width, zorder=2)
+    dots: dict[tuple[str, str], list[tuple[int, float]]] = {}
     for move in series.moves:
         if move.stance is None:
             continue
         if move.member_id is None:
-            colour, shape = UNKNOWN_COLOUR, "o"
+            style_of = (UNKNOWN_COLOUR, "o")
         else:
-            colour, shape = styles.get(move.member_id, (OTHERS_COLOUR, "h"))
+            style_of = styles.get(move.member_id, (OTHERS_COLOUR, "h"))
+        dots.setdefault(style_of, []).append((move.interaction, move.stance))
+    # Full size up to a few dozen moves, then smaller, so a busy belief stays legible.
+    size = max(25.0, 120.0 * math.sqrt(30 / max(30, len(series.moves))))
+    for (colour, shape), at in dots.items():
         ax.scatter(
-            [move.interaction],
-            [move.stance],
-            s=120,
+            [x for x, _ in at],
+            [y for _, y in at],
+            s=size,
             color=colour,
             marker=shape,
             edgecolors="#000000",

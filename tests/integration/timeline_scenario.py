@@ -1,10 +1,10 @@
 """A scripted community for the opinion timeline: two members argue, a third chats.
 
-Used by the timeline tests and by the docs example (`python -m tests.integration.
-timeline_example OUT.png`), so the picture in the README is exactly what the tests
-check. Everything goes through the real runtime and the loopback model server; the
-server's rule-based brain scores the arguments (the rules below), the engine does the
-rest: staging, cooling, netting, reflection, rollback.
+Used by the timeline tests and by the docs example (`timeline_example.py`), so the
+picture in the README is exactly what the tests check. Everything goes through the
+real runtime and the loopback model server; the server's rule-based brain scores the
+arguments (the rules below), the engine does the rest: staging, cooling, netting,
+reflection, rollback.
 
 What happens, by interaction (cooling period 3 unless said otherwise):
 
