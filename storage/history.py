@@ -26,11 +26,13 @@ Whether the next version is stored as a patch is decided by `plan_row`:
 * a keyframe when the patch is at least half the size of the full state (it saves little
   and lengthens every later rebuild);
 * a keyframe once the patches since the last keyframe would outweigh it
-  `KEYFRAME_RATIO` times, or the chain would pass `MAX_CHAIN` versions.
+  `KEYFRAME_RATIO` times (and `MIN_CHAIN_CHARS`), or the chain would pass `MAX_CHAIN`
+  versions.
 
 The last rule bounds both costs, whatever the state's size: keyframes add at most
 1 / `KEYFRAME_RATIO` to the bytes the patches take, and a rebuild reads at most
-(1 + `KEYFRAME_RATIO`) × its keyframe's bytes and applies at most `MAX_CHAIN` patches.
+(1 + `KEYFRAME_RATIO`) × its keyframe's bytes (or the keyframe and `MIN_CHAIN_CHARS`)
+and applies at most `MAX_CHAIN` patches.
 
 The database guards the chain too: a patch row is refused unless the version right
 before it belongs to the same keyframe's chain (a trigger), and rows can be neither
@@ -52,6 +54,12 @@ KEYFRAME_RATIO = 2
 """A new keyframe once the patches since the last one would exceed this many times its
 size: keyframes then cost at most half of what the patches cost, and a rebuild reads
 at most three keyframes' worth of bytes."""
+
+MIN_CHAIN_CHARS = 8_000
+"""...and not before the patches since the last keyframe add up to this much. A row of
+this table over about 1,000 bytes (the seed's state is 950) spills into an overflow
+page of its own, so even a small keyframe takes over 4 KB on disk; this spreads it over
+about 80 chat messages. A rebuild then reads at most this much more."""
 
 MAX_CHAIN = 400
 """Patches after one keyframe at most, so a rebuild applies a bounded number of them
@@ -88,18 +96,22 @@ class PlannedRow(BaseModel):
 
 def merge_diff(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     """The merge patch that turns `old` into `new` (assumed free of nulls; `plan_row`
-    checks the result)."""
+    checks that applying it gives `new` exactly)."""
     patch: dict[str, Any] = {}
     for key, value in new.items():
         if key not in old:
             patch[key] = value
             continue
         before = old[key]
+        # Whole unchanged subtrees are skipped by one comparison in C. (An int that
+        # became an equal float inside one is missed here and caught by the check.)
+        if value == before and type(value) is type(before):
+            continue
         if isinstance(value, dict) and isinstance(before, dict):
             inner = merge_diff(before, value)
             if inner:
                 patch[key] = inner
-        elif value != before or type(value) is not type(before):
+        else:
             patch[key] = value
     for key in old:
         if key not in new:
@@ -141,13 +153,15 @@ def plan_row(tip: ChainTip | None, state: SpongeState, cause: str) -> PlannedRow
     if tip is None or tip.version != state.version - 1 or cause in FULL_CAUSES:
         return keyframe
     base = from_json(tip.state_json)
-    patch_json = to_json(merge_diff(base, new))
+    patch = merge_diff(base, new)
+    patch_json = to_json(patch)
     patch_chars = tip.patch_chars + len(patch_json)
     if (
         2 * len(patch_json) >= len(full_json)
-        or patch_chars > KEYFRAME_RATIO * tip.keyframe_chars
+        or patch_chars > max(KEYFRAME_RATIO * tip.keyframe_chars, MIN_CHAIN_CHARS)
         or state.version - tip.keyframe > MAX_CHAIN
-        or to_json(merge_apply(base, from_json(patch_json))) != full_json
+        # What `rebuild` will do, checked now (merge_apply never changes the patch).
+        or to_json(merge_apply(base, patch)) != full_json
     ):
         return keyframe
     return PlannedRow(
