@@ -1,6 +1,7 @@
 """Benchmarks of the whole bot against a loopback LLM of fixed latency.
 
-Run: `python3 scripts/bench.py` (or `.venv/bin/python -m bench.run`). Prints one line
+Run: `python3 scripts/bench.py` (or `.venv/bin/python -m bench.run`); `--help` lists
+the figures by name and `--only 1,3b,5` runs some of them. Prints one line
 per figure, each with the workload that produced it and the target it is held to.
 Nothing here is a test: the figures depend on the machine and are for people to read.
 
@@ -42,6 +43,8 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
+from bench import cli
+from bench.cli import Figure
 from bench.cost import describe, measure_cost
 from bench.storage import figure_storage
 from bot.app import open_runtime
@@ -535,21 +538,106 @@ async def figure_cost(work: Path) -> None:
         )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--only", default="1,2,3,4,5,6", help="comma-separated figure numbers")
-    parser.add_argument("--episodes", type=int, default=10_000)
-    parser.add_argument("--latency", type=float, default=0.5, help="LLM latency for figure 1")
-    parser.add_argument("--messages", type=int, default=200, help="messages for figure 2")
-    parser.add_argument("--seconds", type=float, default=15.0, help="duration of figure 3")
-    parser.add_argument("--known", type=int, default=1000)
+def _figure_1(work: Path, args: argparse.Namespace) -> None:
+    asyncio.run(figure_reply_ratio(work, args.episodes, args.latency, n=20))
+    asyncio.run(figure_reply_ratio(work, args.episodes, args.latency, 20, "openai"))
+
+
+#: Every figure by the name `--only` takes, in report order (see the module docstring).
+FIGURES: tuple[Figure, ...] = (
+    Figure(
+        "1",
+        "reply time ÷ one bare LLM round trip, 10,000 episodes, both providers (≤ 1.05)",
+        _figure_1,
+    ),
+    Figure(
+        "2",
+        "own time per message, the LLM answering at once (p50 ≤ 25 ms, p99 ≤ 100 ms)",
+        lambda work, a: asyncio.run(figure_own_time(work, a.episodes, a.messages)),
+    ),
+    Figure(
+        "3",
+        "LLM calls/s, 100 communities at once, 200 ms latency, cap 32 (≥ 80% of cap)",
+        lambda work, a: asyncio.run(figure_throughput(work, 100, 0.2, 32, a.seconds, None)),
+    ),
+    Figure(
+        "3b",
+        "figure 3 with SONALITY_CHROMA_MAX_OPEN=128",
+        lambda work, a: asyncio.run(figure_throughput(work, 100, 0.2, 32, a.seconds, 128)),
+    ),
+    Figure(
+        "3c",
+        "figure 3 with SONALITY_MEMORY_PROCESS=true",
+        lambda work, a: asyncio.run(
+            figure_throughput(work, 100, 0.2, 32, a.seconds, None, process=True)
+        ),
+    ),
+    Figure(
+        "4",
+        "memory of all processes, 1,000 communities known, 100 active (PSS < 500 MB)",
+        lambda work, a: figure_memory(work, a.known, a.active),
+    ),
+    Figure(
+        "5",
+        "cost per message, several model setups, both providers (≤ 1.3×, ≤ 1,500)",
+        lambda work, a: asyncio.run(figure_cost(work)),
+    ),
+    Figure(
+        "6",
+        "bytes on disk per 1,000 messages, SQLite and Chroma (< 1 MB per 1,000 chat)",
+        lambda work, a: asyncio.run(figure_storage(work, report, fast=a.storage_messages)),
+    ),
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = cli.build_parser(__doc__.split("\n")[0], FIGURES)
     parser.add_argument(
-        "--storage-messages", type=int, default=100_000, help="figure 6's fast path"
+        "--episodes",
+        type=int,
+        default=10_000,
+        help="episodes stored for figures 1 and 2 (default %(default)s)",
     )
-    parser.add_argument("--active", type=int, default=100)
+    parser.add_argument(
+        "--latency",
+        type=float,
+        default=0.5,
+        help="LLM latency in seconds for figure 1 (default %(default)s)",
+    )
+    parser.add_argument(
+        "--messages", type=int, default=200, help="messages for figure 2 (default %(default)s)"
+    )
+    parser.add_argument(
+        "--seconds",
+        type=float,
+        default=15.0,
+        help="how long figure 3 runs, in seconds (default %(default)s)",
+    )
+    parser.add_argument(
+        "--known",
+        type=int,
+        default=1000,
+        help="communities known for figure 4 (default %(default)s)",
+    )
+    parser.add_argument(
+        "--storage-messages",
+        type=int,
+        default=100_000,
+        help="messages in figure 6's fast path (default %(default)s)",
+    )
+    parser.add_argument(
+        "--active",
+        type=int,
+        default=100,
+        help="communities active for figure 4 (default %(default)s)",
+    )
     parser.add_argument("--phase", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--data", type=Path, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 
     if args.phase:
@@ -560,25 +648,11 @@ def main() -> None:
             asyncio.run(measure_active(args.data, int(value)))
         return
 
-    wanted = {int(x) for x in args.only.split(",")}
     print(f"# Sonality Bot benchmarks on {os.cpu_count()} cores, Python {sys.version.split()[0]}")
     with tempfile.TemporaryDirectory(prefix="sonality-bench-") as tmp:
         work = Path(tmp)
-        if 1 in wanted:
-            asyncio.run(figure_reply_ratio(work, args.episodes, args.latency, n=20))
-            asyncio.run(figure_reply_ratio(work, args.episodes, args.latency, 20, "openai"))
-        if 2 in wanted:
-            asyncio.run(figure_own_time(work, args.episodes, args.messages))
-        if 3 in wanted:
-            asyncio.run(figure_throughput(work, 100, 0.2, 32, args.seconds, None))
-            asyncio.run(figure_throughput(work, 100, 0.2, 32, args.seconds, 128))
-            asyncio.run(figure_throughput(work, 100, 0.2, 32, args.seconds, None, process=True))
-        if 4 in wanted:
-            figure_memory(work, args.known, args.active)
-        if 5 in wanted:
-            asyncio.run(figure_cost(work))
-        if 6 in wanted:
-            asyncio.run(figure_storage(work, report, fast=args.storage_messages))
+        for figure in args.only:
+            figure.run(work, args)
 
 
 if __name__ == "__main__":
