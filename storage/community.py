@@ -17,7 +17,7 @@ and `latest_state` rebuild the full state, so callers never see the difference.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from sonality.llm import Usage
 from sonality.memory.sponge import SpongeState
@@ -43,7 +43,7 @@ from storage.base import (
     to_db_time,
     to_json,
 )
-from storage.history import ChainTip, plan_row, read_chain, rebuild
+from storage.history import ChainTip, plan_row, read_chain, read_span, rebuild, replay
 from storage.models import (
     InteractionAlreadyDoneError,
     StoredAuditEvent,
@@ -113,6 +113,25 @@ class CommunityStore:
     async def state_at(self, version: int) -> SpongeState | None:
         tip = await self._read_tip(version)
         return None if tip is None else _load_state(tip.state_json)
+
+    async def states_at(self, versions: Iterable[int]) -> dict[int, SpongeState]:
+        """The states at several versions (those that exist), read in one go.
+
+        For history views that want many versions: the rows from the keyframe of the
+        lowest to the highest are read once and replayed in order, instead of each
+        version being rebuilt from its keyframe on its own.
+        """
+        wanted = {v for v in versions if v >= 0}
+        if not wanted:
+            return {}
+        cid = self.community_id
+        low, high = min(wanted), max(wanted)
+        rows = await self._db._run_read(lambda conn: read_span(conn, cid, low, high))
+        return {
+            version: _load_state(to_json(state))
+            for version, state in replay(cid, rows)
+            if version in wanted
+        }
 
     async def _read_tip(self, version: int | None) -> ChainTip | None:
         """Version `version` (None: the latest) rebuilt from its keyframe. The rows are

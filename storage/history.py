@@ -42,6 +42,7 @@ updated nor deleted (history is evidence).
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterator
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -179,10 +180,14 @@ def plan_row(tip: ChainTip | None, state: SpongeState, cause: str) -> PlannedRow
 
 # --- reading -------------------------------------------------------------------------------
 
+_ROWS = (
+    "SELECT version, keyframe, state_json FROM personality_versions "
+    "WHERE community_id = ? AND version BETWEEN ? AND ? ORDER BY version"
+)
 
-def read_chain(conn: sqlite3.Connection, community_id: str, version: int | None) -> list[Row]:
-    """(version, keyframe, state_json) from the keyframe of `version` (None: the latest)
-    up to it, oldest first; empty if there is no such version. Run in one snapshot."""
+
+def _chain_start(conn: sqlite3.Connection, community_id: str, version: int | None) -> Row | None:
+    """(version, first version of its chain) of `version` (None: the latest), or None."""
     if version is None:
         row = fetchone(
             conn,
@@ -198,15 +203,54 @@ def read_chain(conn: sqlite3.Connection, community_id: str, version: int | None)
             (community_id, version),
         )
     if row is None:
+        return None
+    return int(row[0]), int(row[0]) if row[1] is None else int(row[1])
+
+
+def read_chain(conn: sqlite3.Connection, community_id: str, version: int | None) -> list[Row]:
+    """(version, keyframe, state_json) from the keyframe of `version` (None: the latest)
+    up to it, oldest first; empty if there is no such version. Run in one snapshot."""
+    found = _chain_start(conn, community_id, version)
+    if found is None:
         return []
-    last, start = int(row[0]), row[1]
-    first = last if start is None else int(start)
-    return fetchall(
+    last, first = found
+    return fetchall(conn, _ROWS, (community_id, first, last))
+
+
+def read_span(conn: sqlite3.Connection, community_id: str, low: int, high: int) -> list[Row]:
+    """The rows needed to rebuild every version from `low` to `high`: from the keyframe
+    of `low` (or of the first version after it) up to `high`, oldest first."""
+    first = fetchone(
         conn,
-        "SELECT version, keyframe, state_json FROM personality_versions "
-        "WHERE community_id = ? AND version BETWEEN ? AND ? ORDER BY version",
-        (community_id, first, last),
+        "SELECT version FROM personality_versions WHERE community_id = ? AND version >= ? "
+        "ORDER BY version LIMIT 1",
+        (community_id, low),
     )
+    if first is None:
+        return []
+    found = _chain_start(conn, community_id, int(first[0]))
+    return [] if found is None else fetchall(conn, _ROWS, (community_id, found[1], high))
+
+
+def replay(community_id: str, rows: list[Row]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Each version of `rows` (as the readers above return them) with its full state,
+    in order. The dict is changed in place by the next step: use it before moving on."""
+    state: dict[str, Any] | None = None
+    keyframe = expected = -1
+    for version, base, text in rows:
+        version = int(version)
+        if base is None:
+            state, keyframe = from_json(str(text)), version
+        elif state is None or int(base) != keyframe or version != expected:
+            raise StorageError(
+                f"{community_id}: v{version} has no keyframe to start from"
+                if state is None
+                else f"{community_id}: v{version} breaks the chain of v{keyframe}"
+            )
+        else:
+            merge_apply(state, from_json(str(text)))
+        expected = version + 1
+        yield version, state
 
 
 def rebuild(community_id: str, rows: list[Row]) -> ChainTip | None:
@@ -214,29 +258,23 @@ def rebuild(community_id: str, rows: list[Row]) -> ChainTip | None:
     if not rows:
         return None
     first = rows[0]
-    keyframe = int(first[0])
     if first[1] is not None:
         raise StorageError(f"{community_id}: the chain of v{rows[-1][0]} has no keyframe")
-    if len(rows) == 1:
+    if len(rows) == 1:  # a keyframe: its text is the state
         text = str(first[2])
+        version = int(first[0])
         return ChainTip(
-            version=keyframe,
+            version=version,
             state_json=text,
-            keyframe=keyframe,
+            keyframe=version,
             keyframe_chars=len(text),
             patch_chars=0,
         )
-    state = from_json(str(first[2]))
-    patch_chars = 0
-    for offset, (version, base, patch) in enumerate(rows[1:], start=1):
-        if int(version) != keyframe + offset or base is None or int(base) != keyframe:
-            raise StorageError(f"{community_id}: v{version} breaks the chain of v{keyframe}")
-        patch_chars += len(patch)
-        merge_apply(state, from_json(str(patch)))
+    *_, (last, state) = replay(community_id, rows)
     return ChainTip(
-        version=int(rows[-1][0]),
+        version=last,
         state_json=to_json(state),
-        keyframe=keyframe,
+        keyframe=int(first[0]),
         keyframe_chars=len(first[2]),
-        patch_chars=patch_chars,
+        patch_chars=sum(len(r[2]) for r in rows[1:]),
     )

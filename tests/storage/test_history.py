@@ -107,6 +107,22 @@ async def test_every_version_reads_back_as_committed(
     assert await cold.state_at(len(committed)) is None
 
 
+async def test_many_versions_read_in_one_go_equal_each_read_alone(db: Database) -> None:
+    committed = await play(db, seed=7, steps=200)
+    store = db.community(CID)
+    assert await store.states_at(committed) == committed
+    rng = random.Random(8)
+    some = [*rng.sample(sorted(committed), 25), -1, len(committed), len(committed) + 5]
+    found = await store.states_at(some)
+    assert found == {v: committed[v] for v in some if v in committed}
+    # A span starting in the middle of a chain still starts from its keyframe.
+    assert await store.states_at([len(committed) - 1]) == {
+        len(committed) - 1: committed[len(committed) - 1]
+    }
+    assert await store.states_at([]) == {}
+    assert await db.community("discord:none").states_at([0, 1]) == {}
+
+
 async def test_history_survives_reopen_and_goes_on_from_it(db_path: Path) -> None:
     first = await Database.open(db_path)
     committed = await play(first, seed=4, steps=80)
