@@ -523,7 +523,10 @@ class SlackAdapter:
         client.retry_handlers.append(AsyncRateLimitErrorRetryHandler(max_retry_count=2))
         secret = s.slack_signing_secret.get_secret_value() if s.slack_signing_secret else None
         app = AsyncApp(
-            name="sonality",
+            # Bolt names a logger after its app and resets that logger's level to the
+            # root's on every request; named "sonality" it would reset the engine's
+            # package logger, so it is named under this adapter instead.
+            name=f"{__name__}.bolt",
             client=client,
             # Socket Mode skips signature checks; an unused secret keeps Bolt from
             # falling back to the process environment.
