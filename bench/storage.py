@@ -530,7 +530,6 @@ async def fast_path(
 # --------------------------------------------------------------------------- the figure
 Report = Callable[..., None]
 
-KINDS = ("chat", "topics")
 LABELS = {"chat": "plain chat", "topics": "after 75 topics were argued"}
 
 
@@ -587,7 +586,7 @@ def fast_in_parallel(work: Path, messages: int) -> list[StorageFigures]:
         )
         for kind, chroma in (("chat", "chroma"), ("topics", "no-chroma"))
     ]
-    figures = []
+    figures = []  # plain chat, then topics
     for proc in procs:
         out, _ = proc.communicate()
         if proc.returncode:
@@ -600,36 +599,43 @@ async def figure_storage(
     work: Path, report: Report, real: int = 1_000, fast: int = 100_000
 ) -> None:
     """Figure 6: the real engine at `real` messages, the fast path at `real` (to hold
-    against it) and at `fast`, each with plain chat and after 75 topics."""
-    runs = [await real_engine(work, kind, real) for kind in KINDS]
-    runs += [await fast_path(work, kind, real) for kind in KINDS]
+    against it) and at `fast`, each with plain chat and after 75 topics; one line per
+    run as it ends."""
+    for path in ("real engine", "fast path"):
+        runner = real_engine if path == "real engine" else fast_path
+        plain = await runner(work, "chat", real)
+        line(report, plain, plain)
+        line(report, await runner(work, "topics", real), plain)
     if fast != real:
-        runs += await asyncio.to_thread(fast_in_parallel, work, fast)
-    plain = {(f.path, f.messages): f for f in runs if f.kind == "chat"}
-    for f in runs:
-        how = (
-            "the real engine (runtime, loopback Anthropic fake, real Chroma and embeddings)"
-            if f.path == "real engine"
-            else "the fast path (the engine's state arithmetic without a model, the real "
-            "CommunityStore"
-            + (
-                " and EpisodeStore, Chroma written in batches of 500)"
-                if f.chroma_written
-                else "; no Chroma: its episodes are plain chat's)"
-            )
+        plain, topics = await asyncio.to_thread(fast_in_parallel, work, fast)
+        line(report, plain, plain)
+        line(report, topics, plain)
+
+
+def line(report: Report, f: StorageFigures, plain: StorageFigures) -> None:
+    how = (
+        "the real engine (runtime, loopback Anthropic fake, real Chroma and embeddings)"
+        if f.path == "real engine"
+        else "the fast path (the engine's state arithmetic without a model, the real "
+        "CommunityStore"
+        + (
+            " and EpisodeStore, Chroma written in batches of 500)"
+            if f.chroma_written
+            else "; no Chroma: its episodes are plain chat's)"
         )
-        setup = "150 arguments on 75 topics, then " if f.kind == "topics" else ""
-        report(
-            f"6. disk per 1,000 messages, {LABELS[f.kind]}, {f.path}, {f.messages:,} messages",
-            describe(f, plain[(f.path, f.messages)]),
-            f"one community, 20 members, replies of about 100 tokens: {setup}{WARMUP} chat "
-            f"messages, then {f.messages:,} measured, through {how}; SQLite file + WAL "
-            "after a checkpoint (split by table), Chroma directory; nothing pruned yet "
-            "(retention counts in days)",
-            "SQLite kept for good < 1 MB per 1,000 chat messages; bytes within 10% of plain "
-            "chat after many topics; linear (halves within 10%) from 10,000 messages",
-            verdict(f, plain[(f.path, f.messages)]),
-        )
+    )
+    setup = "150 arguments on 75 topics, then " if f.kind == "topics" else ""
+    report(
+        f"6. disk per 1,000 messages, {LABELS[f.kind]}, {f.path}, {f.messages:,} messages",
+        describe(f, plain),
+        f"one community, 20 members, replies of about 100 tokens: {setup}{WARMUP} chat "
+        f"messages, then {f.messages:,} measured, through {how}; SQLite file + WAL after a "
+        "checkpoint (split by table), Chroma directory; nothing pruned yet (retention "
+        "counts in days)",
+        "SQLite kept for good < 1 MB per 1,000 chat messages; bytes within 10% of plain "
+        "chat after many topics; linear (halves within 10%) from 10,000 messages",
+        verdict(f, plain),
+    )
 
 
 if __name__ == "__main__":
