@@ -48,7 +48,7 @@ from openai.types.chat import (
 from openai.types.chat.chat_completion_message import ChatCompletionMessage
 from openai.types.shared_params import FunctionDefinition, ResponseFormatJSONSchema
 
-from sonality import config
+from providers import DEFAULT_MODELS
 from sonality.llm import ChatTurn, LLMClient, LLMError, SystemBlock, TextResult, ToolResult, Usage
 
 log = logging.getLogger(__name__)
@@ -86,7 +86,7 @@ class OpenAILLM(LLMClient):
         *,
         api_key: str | None = None,
         base_url: str | None = None,
-        default_model: str = config.MODEL,
+        default_model: str = DEFAULT_MODELS["openai"][0],
         max_retries: int = 3,
         timeout: float = 60.0,
         max_concurrency: int = 8,
