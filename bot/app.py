@@ -31,7 +31,8 @@ from sonality.memory.embed_lane import EmbeddingLane
 from sonality.memory.embedding import default_embedding_function
 from sonality.memory.process import LocalMemory, MemoryHost, MemoryProcess
 from sonality.priority import ReplyPriority
-from storage import Database
+from storage import Database, StorageError
+from storage.platform import KEY_HOWTO
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +85,7 @@ async def open_runtime(
         client = RecordingLLM(llm, llm_health or LLMHealth())  # still just an LLMClient
         db = await Database.open(settings.resolved_database_path, timezone=settings.timezone)
         stack.push_async_callback(db.close)
+        await use_secret_key(db, settings)
         embed = await asyncio.to_thread(
             default_embedding_function, settings.resolved_model_cache_dir
         )
@@ -114,6 +116,27 @@ async def open_runtime(
         stack.push_async_callback(runtime.close)
         await _resume_unfinished(db, registry)
         yield runtime
+
+
+def require_secret_key(settings: Settings) -> None:
+    """Multi-workspace Slack stores a bot token per workspace: never in plain text."""
+    if settings.slack_enabled and settings.slack_oauth and settings.secret_key is None:
+        raise StartupError(
+            f"Slack OAuth (SLACK_CLIENT_ID) stores workspace tokens and needs "
+            f"SONALITY_SECRET_KEY to encrypt them; {KEY_HOWTO}"
+        )
+
+
+async def use_secret_key(db: Database, settings: Settings) -> None:
+    """Hand the key to storage; plain rows of an older file are encrypted now."""
+    if settings.secret_key is None:
+        return
+    try:
+        encrypted = await db.use_secret_key(settings.secret_key.get_secret_value())
+    except StorageError as err:
+        raise StartupError(str(err)) from None
+    if encrypted:
+        log.info("encrypted %d stored Slack installation(s) with SONALITY_SECRET_KEY", encrypted)
 
 
 def open_memory(settings: Settings) -> MemoryHost:
@@ -161,6 +184,7 @@ def _adapters(settings: Settings, runtime: Runtime) -> list[Adapter]:
 
 async def run_bot(settings: Settings) -> int:
     """Run until SIGINT/SIGTERM (or end of input in the terminal); returns an exit code."""
+    require_secret_key(settings)
     await check_models(settings)  # a wrong key, model or URL stops us here, in one line
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

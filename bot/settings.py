@@ -86,6 +86,14 @@ class Settings(BaseSettings):
     # Days the audit trail (ESS ratings, reflections, rollbacks), moderator actions and
     # daily token usage are kept: a year of "who changed what, and what did it cost".
     audit_retention_days: int = Field(default=365, ge=1, alias="SONALITY_AUDIT_RETENTION_DAYS")
+    # Days a community's data is kept after the bot is removed from it (Discord guild
+    # left/kicked, Slack app uninstalled or its tokens revoked); 0 = erased at once. Long
+    # enough to survive an accidental kick, short enough not to keep a community that left.
+    delete_after_removal_days: int = Field(
+        default=30, ge=0, alias="SONALITY_DELETE_AFTER_REMOVAL_DAYS"
+    )
+    # Fernet key that encrypts stored Slack installation tokens (multi-workspace mode).
+    secret_key: SecretStr | None = Field(default=None, alias="SONALITY_SECRET_KEY")
 
     # --- conversation ------------------------------------------------------------
     max_message_chars: int = Field(default=4000, ge=100, alias="SONALITY_MAX_MESSAGE_CHARS")
@@ -163,6 +171,27 @@ class Settings(BaseSettings):
         except (ZoneInfoNotFoundError, ValueError):
             raise ValueError("must be an IANA time zone such as UTC or Europe/Berlin") from None
         return value
+
+    @field_validator("secret_key")
+    @classmethod
+    def _fernet_key(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None:
+            return None
+        from storage.models import StorageError
+        from storage.platform import KEY_HOWTO, make_cipher
+
+        try:
+            make_cipher(value.get_secret_value())
+        except StorageError:
+            raise ValueError(
+                f"must be a Fernet key (32 url-safe base64 bytes); {KEY_HOWTO}"
+            ) from None
+        return value
+
+    @property
+    def slack_oauth(self) -> bool:
+        """Installable in many workspaces: tokens come from OAuth and are stored."""
+        return self.slack_client_id is not None
 
     @field_validator("log_level")
     @classmethod

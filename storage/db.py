@@ -352,3 +352,6 @@ def _configure(conn: sqlite3.Connection, path: Path) -> None:
     conn.execute("PRAGMA foreign_keys=ON")
     conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
     conn.execute("PRAGMA synchronous=NORMAL")
+    # Deleted rows (erased communities, replaced Slack tokens, forgotten members) are
+    # overwritten with zeros instead of lingering in free pages of the file.
+    conn.execute("PRAGMA secure_delete=ON")

@@ -7,6 +7,12 @@ platform SDKs; the adapters translate their SDK objects to and from plain dicts.
   redelivered message must not be answered twice, also not after a restart.
 - Installations: multi-workspace Slack apps get one bot token per workspace via OAuth.
 - OAuth state: the CSRF token of an install flow, valid once and only until it expires.
+
+Installations hold bot tokens, which act for a whole workspace. With a secret key
+(SONALITY_SECRET_KEY, given through `use_secret_key`) their JSON is stored encrypted
+(Fernet: AES-128-CBC with an HMAC, so a wrong key or a changed row is detected rather
+than decrypted to garbage), as ``fernet:<token>`` in ``data_json``. Rows written before a
+key was set are plain JSON; `use_secret_key` encrypts them in place, once, on start.
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ import sqlite3
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
+
+from cryptography.fernet import Fernet, InvalidToken
 
 from sonality.store import utcnow
 from storage.base import SqlBase, execute, from_json, to_db_time, to_json
@@ -44,7 +52,90 @@ def _installations_where(
     return where, params
 
 
+ENCRYPTED_PREFIX = "fernet:"
+"""Marks an encrypted ``data_json``; plain JSON always starts with ``{``."""
+
+KEY_HOWTO = (
+    "make one with: python -c 'from cryptography.fernet import Fernet; "
+    "print(Fernet.generate_key().decode())'"
+)
+
+
+def make_cipher(key: str) -> Fernet:
+    """A Fernet for SONALITY_SECRET_KEY, or a one-line `StorageError` if it is no key."""
+    try:
+        return Fernet(key.strip().encode("ascii"))
+    except (ValueError, UnicodeEncodeError):
+        raise StorageError(
+            f"SONALITY_SECRET_KEY is not a valid key (32 url-safe base64 bytes); {KEY_HOWTO}"
+        ) from None
+
+
+def _wrong_key() -> StorageError:
+    return StorageError(
+        "SONALITY_SECRET_KEY does not decrypt the stored Slack installations: they were "
+        "saved with another key (set that key again, or reinstall the app in each workspace)"
+    )
+
+
+def _seal(cipher: Fernet, payload: str) -> str:
+    return ENCRYPTED_PREFIX + cipher.encrypt(payload.encode("utf-8")).decode("ascii")
+
+
 class PlatformStore(SqlBase):
+    # Set by `use_secret_key`; None: installations are stored and read as plain JSON.
+    _cipher: Fernet | None = None
+
+    # --- secret key --------------------------------------------------------------------
+
+    async def use_secret_key(self, key: str) -> int:
+        """Encrypt installations with `key` from now on; returns how many plain rows it
+        encrypted on the way (the migration of files written before a key was set).
+
+        Refuses (one-line `StorageError`) a malformed key, or a key that cannot decrypt
+        rows already encrypted: a silently wrong key would make every workspace look
+        uninstalled. The check and the re-encryption run in one transaction.
+        """
+        cipher = make_cipher(key)
+
+        def work(conn: sqlite3.Connection) -> int:
+            rows = [
+                (int(r[0]), str(r[1]))
+                for r in conn.execute("SELECT id, data_json FROM installations").fetchall()
+            ]
+            plain = [(i, d) for i, d in rows if not d.startswith(ENCRYPTED_PREFIX)]
+            sealed = [d for _, d in rows if d.startswith(ENCRYPTED_PREFIX)]
+            if sealed:
+                try:
+                    cipher.decrypt(sealed[0][len(ENCRYPTED_PREFIX) :].encode("ascii"))
+                except InvalidToken:
+                    raise _wrong_key() from None
+            for row_id, data in plain:
+                execute(
+                    conn,
+                    "UPDATE installations SET data_json = ? WHERE id = ?",
+                    (_seal(cipher, data), row_id),
+                )
+            return len(plain)
+
+        encrypted = await self._run_write(work)
+        self._cipher = cipher
+        return encrypted
+
+    def _open_installation(self, stored: str) -> Any:
+        if not stored.startswith(ENCRYPTED_PREFIX):
+            return from_json(stored)
+        if self._cipher is None:
+            raise StorageError(
+                "the stored Slack installations are encrypted: set SONALITY_SECRET_KEY "
+                "to the key they were saved with"
+            )
+        try:
+            raw = self._cipher.decrypt(stored[len(ENCRYPTED_PREFIX) :].encode("ascii"))
+        except InvalidToken:
+            raise _wrong_key() from None
+        return from_json(raw.decode("utf-8"))
+
     # --- event dedup -------------------------------------------------------------------
 
     async def mark_event_seen(
@@ -88,6 +179,8 @@ class PlatformStore(SqlBase):
             key.get("enterprise_id"), key.get("team_id"), key.get("user_id"), is_enterprise
         )
         payload = to_json(dict(data))
+        if self._cipher is not None:
+            payload = _seal(self._cipher, payload)
         installed_at = to_db_time(utcnow())
 
         def work(conn: sqlite3.Connection) -> None:
@@ -123,7 +216,7 @@ class PlatformStore(SqlBase):
         )
         if row is None:
             return None
-        data = from_json(str(row[0]))
+        data = self._open_installation(str(row[0]))
         return dict(data) if isinstance(data, dict) else None
 
     async def delete_installation(
