@@ -27,7 +27,7 @@ from providers.pricing import ModelPrice, cost_usd
 from sonality import config
 from sonality.agent import RollbackError, SonalityAgent, cumulative_shift
 from sonality.ess import ESSResult, normalize_topic
-from sonality.memory.sponge import SpongeState
+from sonality.memory.sponge import MoveSource, SpongeState
 from sonality.store import VersionInfo
 from storage import USAGE_ROLES, DailyUsage, Database, UsageRole
 
@@ -151,6 +151,7 @@ class CommandHandlers:
         staged = [u for u in state.staged_opinion_updates if query in u.topic]
         if not topics and not staged:
             return CommandResult(text=f"I have no belief about `{query}`.", ok=False, private=True)
+        names = await self._member_names(request.community, state)
         lines = []
         for topic in topics[:MAX_LIST]:
             value = state.opinion_vectors[topic]
@@ -164,6 +165,8 @@ class CommandHandlers:
                 )
                 if meta.provenance:
                     line += f"\n    why: {meta.provenance}"
+                if meta.moved_by:
+                    line += f"\n    last moved by {credit_text(meta.moved_by, names)}"
             lines.append(line)
         if len(topics) > MAX_LIST:
             lines.append(f"… and {len(topics) - MAX_LIST} more (ask for a topic).")
@@ -188,7 +191,11 @@ class CommandHandlers:
         if not versions:
             return CommandResult(text="No versions yet.", title="History")
         if show_all:
-            return CommandResult(text="\n".join(map(_fmt_version, versions)), title="History")
+            credits = await self._move_credits(request.community, versions)
+            every = [_fmt_version(v) + credits.get(v.version, "") for v in versions]
+            return CommandResult(text="\n".join(every), title="History")
+        notable = [v for v in versions if _notable(v)][: limit + 1]
+        credits = await self._move_credits(request.community, notable)
         lines: list[str] = []
         folded: list[VersionInfo] = []  # plain chat since the last version shown
         shown = 0
@@ -201,11 +208,47 @@ class CommandHandlers:
             if folded:
                 lines.append(_fold(folded))
                 folded = []
-            lines.append(_fmt_version(version))
+            lines.append(_fmt_version(version) + credits.get(version.version, ""))
             shown += 1
         if folded:
             lines.append(_fold(folded))
         return CommandResult(text="\n".join(lines), title="History")
+
+    async def _member_names(self, community: Community, *states: SpongeState) -> dict[str, str]:
+        """Names of the members credited in `states`, as stored with their messages."""
+        members = {
+            source.member
+            for state in states
+            for meta in state.belief_meta.values()
+            for source in meta.moved_by
+        }
+        return await self._db.speaker_names(community.id, members)
+
+    async def _move_credits(
+        self, community: Community, versions: list[VersionInfo]
+    ) -> dict[int, str]:
+        """For each version that committed an opinion move, who caused it and in which
+        version, read from the committed state (the commit itself is often just the
+        message that closed the cooling period, and must not take the credit)."""
+        wanted = [v for v in versions if "committed" in v.change]
+        if not wanted:
+            return {}
+        store = self._db.community(community.id)
+        states = await store.states_at(v.version for v in wanted)
+        names = await self._member_names(community, *states.values())
+        credits: dict[int, str] = {}
+        for version in wanted:
+            state = states.get(version.version)
+            if state is None:
+                continue
+            parts = [
+                f"{topic} by {credit_text(meta.moved_by, names)}"
+                for topic, meta in sorted(state.belief_meta.items())
+                if meta.moved_by and meta.last_reinforced == version.interaction_count
+            ]
+            if parts:
+                credits[version.version] = " | moved: " + "; ".join(parts)
+        return credits
 
     async def _cmd_snapshot(self, request: CommandRequest) -> CommandResult:
         if request.args:
@@ -534,6 +577,17 @@ def _fold(run: list[VersionInfo]) -> str:
     span = f"v{low}" if low == high else f"v{low}–v{high}"
     noun = "message" if len(run) == 1 else "messages"
     return f"   … {len(run)} chat {noun} ({span}): no opinion or narrative changed"
+
+
+def credit_text(sources: list[MoveSource], names: Mapping[str, str]) -> str:
+    """ "Alice (v5), Bob (v7)": the members whose updates were netted into one move, and
+    the versions that staged them, largest contribution first. A member is shown by the
+    name stored with their messages (a forgotten member's pseudonym), else by the key."""
+    parts = []
+    for source in sources:
+        who = names.get(source.member) or source.member or "unknown member"
+        parts.append(f"{who} (v{source.version})" if source.version else who)
+    return ", ".join(parts)
 
 
 def actor_name(user: User) -> str:

@@ -439,7 +439,13 @@ class SonalityAgent:
         self._update_topics(state, ess)
         disagreed = _disagrees(state, ess)
         committed = self._apply_due(state)
-        staged = self._update_opinions(state, ess)
+        staged = self._update_opinions(
+            state,
+            ess,
+            interaction_id=record.id,
+            member=record.speaker.id,
+            version=self.sponge.version + 1,
+        )
         state.track_disagreement(disagreed)
         insight = await self._extract_insight(ess, record, usage)
         if insight:
@@ -634,11 +640,20 @@ class SonalityAgent:
         return applied
 
     @staticmethod
-    def _update_opinions(state: SpongeState, ess: ESSResult) -> list[dict[str, Any]]:
+    def _update_opinions(
+        state: SpongeState,
+        ess: ESSResult,
+        *,
+        interaction_id: str = "",
+        member: str = "",
+        version: int = 0,
+    ) -> list[dict[str, Any]]:
         """Stage belief moves for strong, directional evidence, with Bayesian resistance.
 
         effective magnitude = magnitude / (confidence + 1), where arguing against the
-        current stance adds |current position| to the confidence.
+        current stance adds |current position| to the confidence. Each update carries
+        its source (`interaction_id`, its speaker `member` and `version`, the version
+        this commit creates), so the credit for a move stays with the argument that caused it.
         """
         sign = ess.opinion_direction.sign
         if not (ess.score > config.ESS_THRESHOLD and ess.topics and sign != 0):
@@ -658,6 +673,9 @@ class SonalityAgent:
                 effective,
                 config.OPINION_COOLING_PERIOD,
                 provenance=f"ESS {ess.score:.2f}: {ess.summary[:160]}",
+                interaction_id=interaction_id,
+                member=member,
+                version=version,
             )
             staged.append({"topic": topic, "delta": round(sign * effective, 6), "due": due})
         return staged

@@ -72,6 +72,24 @@ def _clamp(value: float, low: float = -1.0, high: float = 1.0) -> float:
     return max(low, min(high, value))
 
 
+class MoveSource(BaseModel):
+    """Which member's message produced one staged opinion update.
+
+    Why it is kept per update and survives netting: the version that commits a move is
+    just whichever message happened to close the cooling period (possibly a troll's),
+    so credit, and a member's later request to be forgotten, must follow the message
+    that caused the update. `member` is the engine's opaque speaker key, `version` the
+    personality version whose commit staged the update. The community is the store's.
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
+    interaction_id: str = ""
+    member: str = ""
+    version: int = 0
+    delta: float = 0.0
+
+
 class BeliefMeta(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
@@ -79,6 +97,9 @@ class BeliefMeta(BaseModel):
     evidence_count: int = 1
     last_reinforced: int = 0
     provenance: str = ""
+    # The updates netted into the belief's latest committed move, largest |delta| first
+    # (empty for beliefs committed before sources were recorded).
+    moved_by: list[MoveSource] = Field(default_factory=list)
 
 
 class BehavioralSignature(BaseModel):
@@ -105,6 +126,18 @@ class StagedOpinionUpdate(BaseModel):
     staged_at: int
     due_interaction: int
     provenance: str = ""
+    # Who caused it (see MoveSource); empty for updates staged before this was recorded.
+    interaction_id: str = ""
+    member: str = ""
+    version: int = 0
+
+    def source(self) -> MoveSource:
+        return MoveSource(
+            interaction_id=self.interaction_id,
+            member=self.member,
+            version=self.version,
+            delta=self.signed_magnitude,
+        )
 
 
 class HiddenMemories(BaseModel):
@@ -149,6 +182,7 @@ class SpongeState(BaseModel):
         magnitude: float,
         provenance: str = "",
         evidence_increment: int = 1,
+        moved_by: list[MoveSource] | None = None,
     ) -> None:
         """Move the stance on `topic` and record the evidence behind it.
 
@@ -169,6 +203,7 @@ class SpongeState(BaseModel):
         meta.confidence = belief_confidence(meta.evidence_count)
         meta.last_reinforced = self.interaction_count
         meta.provenance = provenance
+        meta.moved_by = list(moved_by or [])
 
     def stage_opinion_update(
         self,
@@ -177,6 +212,10 @@ class SpongeState(BaseModel):
         magnitude: float,
         cooling_period: int,
         provenance: str = "",
+        *,
+        interaction_id: str = "",
+        member: str = "",
+        version: int = 0,
     ) -> int:
         """Queue a belief change to be committed after `cooling_period` interactions.
 
@@ -192,6 +231,9 @@ class SpongeState(BaseModel):
                 staged_at=self.interaction_count,
                 due_interaction=due,
                 provenance=provenance,
+                interaction_id=interaction_id,
+                member=member,
+                version=version,
             )
         )
         return due
@@ -202,7 +244,8 @@ class SpongeState(BaseModel):
         Why net: two arguments in opposite directions during one cooling period should
         partly cancel rather than whipsaw the stance. Each topic's net delta is applied
         once, with the number of netted updates as the evidence increment and the
-        newest non-empty provenance.
+        newest non-empty provenance. Every netted update's source (member, message,
+        causing version) is kept in the belief's `moved_by`, largest |delta| first.
 
         Choice for an exact zero net: the stance is left where it is (the evidence
         cancelled out), but the evidence is still counted, because having heard strong
@@ -231,12 +274,14 @@ class SpongeState(BaseModel):
                 net = 0.0
             provenance = next((u.provenance for u in reversed(updates) if u.provenance), "")
             direction = 0.0 if net == 0.0 else math.copysign(1.0, net)
+            sources = sorted((u.source() for u in updates), key=lambda m: -abs(m.delta))
             self.update_opinion(
                 topic,
                 direction,
                 abs(net),
                 provenance=provenance,
                 evidence_increment=len(updates),
+                moved_by=sources,
             )
             noun = "update" if len(updates) == 1 else "updates"
             summaries.append(f"{topic} {net:+.3f} ({len(updates)} {noun})")

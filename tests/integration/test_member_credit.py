@@ -1,0 +1,47 @@
+"""Credit for an opinion move follows the argument that caused it (issue 11, item 1).
+
+A committed move used to be shown on whichever message closed its cooling period, so a
+troll's pressure message could take the credit for someone else's argument. The real
+runtime, real SDK and the fake LLM server: the ESS answers are scripted per message.
+"""
+
+from __future__ import annotations
+
+from bot.messages import User
+from tests.integration.conftest import ALICE, A, command, say
+from tests.integration.test_isolation_and_commands import CANARY, CANARY_TEXT
+
+TROLL = User(id="u-troll", name="Troll")
+
+
+async def test_a_troll_closing_the_cooling_period_does_not_take_the_credit(runtime, llm_server):
+    llm_server.brain.ess_rule(**CANARY)
+    llm_server.brain.ess_rule(
+        contains="PRESSURE",
+        score=0.05,
+        direction="opposes",
+        topics=["canary_zebra_crossings"],
+        summary="User insists without giving any reason.",
+    )
+    await say(runtime, CANARY_TEXT, user=ALICE)  # v1 stages Alice's update
+    for i in range(3):  # v2-v4: the troll's last message closes the cooling period
+        await say(runtime, f"PRESSURE {i}: just agree with me", user=TROLL)
+
+    agent = runtime.registry.get(A.id)
+    assert agent is not None
+    meta = agent.sponge.belief_meta["canary_zebra_crossings"]
+    assert [(m.member, m.version) for m in meta.moved_by] == [(ALICE.id, 1)]
+    assert meta.moved_by[0].interaction_id  # the message itself is named
+
+    history = await command(runtime, "history", moderator=False)
+    v4 = next(line for line in history.text.splitlines() if line.startswith("v4 "))
+    assert "committed canary_zebra_crossings" in v4
+    assert "moved: canary_zebra_crossings by Alice (v1)" in v4
+    assert "Troll" not in v4 and TROLL.id not in v4
+    everything = await command(runtime, "history", "all", moderator=False)
+    assert "canary_zebra_crossings by Alice (v1)" in everything.text
+    assert "Troll" not in everything.text
+
+    beliefs = await command(runtime, "beliefs", moderator=False)
+    assert "last moved by Alice (v1)" in beliefs.text
+    assert "Troll" not in beliefs.text
