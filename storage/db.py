@@ -50,6 +50,7 @@ from storage.models import (
 )
 from storage.people import PeopleStore
 from storage.platform import PlatformStore
+from storage.removal import RemovalStore
 from storage.retention import RetentionStore
 
 log = logging.getLogger(__name__)
@@ -58,7 +59,7 @@ BUSY_TIMEOUT_MS = 5000
 """How long a write waits for another process holding the file's write lock (ms)."""
 
 
-class Database(BufferStore, PlatformStore, PeopleStore, RetentionStore):
+class Database(BufferStore, PlatformStore, PeopleStore, RetentionStore, RemovalStore):
     """The open database. Create with `await Database.open(path)`; `await close()` at exit."""
 
     def __init__(

@@ -273,7 +273,47 @@ _V4: list[str] = [
     """,
 ]
 
-MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4]
+_V5_REMOVALS: list[str] = [
+    # Communities the bot was removed from (Discord guild left or kicked, Slack app
+    # uninstalled): the bot stays silent there, and their data is erased at `delete_at`
+    # unless the bot is added back first (storage/removal.py). No foreign key: a
+    # community can be removed before it ever spoke to the bot.
+    """
+    CREATE TABLE community_removals (
+        community_id TEXT PRIMARY KEY,
+        removed_at TEXT NOT NULL,
+        delete_at TEXT NOT NULL
+    ) WITHOUT ROWID
+    """,
+    "CREATE INDEX community_removals_by_deadline ON community_removals (delete_at)",
+    # The audit trail of whole-community erasures, and the one gate through which
+    # personality_versions rows may be deleted: only while an unfinished erasure of
+    # that community exists. storage/removal.py opens one, deletes and closes it in a
+    # single transaction, so no other writer ever sees the gate open.
+    """
+    CREATE TABLE community_erasures (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        community_id TEXT NOT NULL,
+        removed_at TEXT,
+        started_at TEXT NOT NULL,
+        finished_at TEXT,
+        rows_deleted INTEGER
+    )
+    """,
+    "CREATE INDEX community_erasures_open ON community_erasures (community_id, finished_at)",
+    "DROP TRIGGER personality_versions_no_delete",
+    """
+    CREATE TRIGGER personality_versions_no_delete
+    BEFORE DELETE ON personality_versions
+    WHEN NOT EXISTS (
+        SELECT 1 FROM community_erasures
+        WHERE community_id = OLD.community_id AND finished_at IS NULL
+    )
+    BEGIN SELECT RAISE(ABORT, 'personality_versions is append-only'); END
+    """,
+]
+
+MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5_REMOVALS]
 """Index i holds the statements that take the schema from version i to i + 1."""
 
 SCHEMA_VERSION = len(MIGRATIONS)

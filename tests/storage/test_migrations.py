@@ -26,6 +26,8 @@ EXPECTED_TABLES = {
     "oauth_states",
     "episode_outbox",
     "schema_migrations",
+    "community_removals",
+    "community_erasures",
 }
 
 

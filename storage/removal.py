@@ -1,0 +1,201 @@
+"""When the bot is removed from a community: a grace period, then every row erased.
+
+Why a grace period at all: a guild owner who kicks the bot by mistake, or a Slack admin
+who reinstalls the app, expects the personality back as it was. A community that
+really left expects its members' words gone. So removal only records a deadline
+(`mark_removed`); adding the bot back before it cancels the erasure (`mark_returned`),
+and after it the community starts again from the seed.
+
+Why erasure needs its own door: `personality_versions` is append-only, enforced by a
+trigger, because history is evidence. The one exception is erasing a whole community,
+and it goes through `community_erasures`: the trigger lets a version row be deleted
+only while an unfinished erasure of that same community exists. `erase_community`
+opens that row, deletes, and closes it with the count, all in ONE transaction, so no
+other writer ever sees the gate open, and the closed row stays as the audit record of
+what was erased and when (it names the community, never a member).
+
+Which tables: every table with a ``community_id`` column, found in the schema at run
+time, so a table added by a later migration is erased too without anyone remembering
+to list it here. Foreign keys are checked at commit (``defer_foreign_keys``), so the
+order of the deletes does not matter.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Literal
+
+from storage.base import (
+    SqlBase,
+    execute,
+    fetchall,
+    fetchone,
+    platform_of,
+    run_on_sqlite_thread,
+    to_db_time,
+)
+
+# Kept by an erasure: the removal list is handled explicitly, the erasure log is the audit.
+_NOT_ERASED = frozenset({"community_removals", "community_erasures"})
+# Deleted last, in this order, after every table that may refer to them.
+_LAST = ("personality_versions", "communities")
+
+Return = Literal["kept", "erased", "not-removed"]
+
+
+@dataclass(frozen=True)
+class Removal:
+    community_id: str
+    removed_at: datetime
+    delete_at: datetime
+
+
+def _community_tables(conn: sqlite3.Connection) -> list[str]:
+    """Every table holding per-community rows, `_LAST` at the end."""
+    names = [
+        str(r[0])
+        for r in fetchall(
+            conn,
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
+            "ORDER BY name",
+        )
+    ]
+    tables = []
+    for name in names:
+        if name in _NOT_ERASED or name in _LAST:
+            continue
+        columns = {str(c[1]) for c in fetchall(conn, f'PRAGMA table_info("{name}")')}
+        if "community_id" in columns:
+            tables.append(name)
+    return tables + [t for t in _LAST if t in names]
+
+
+def erase_in_transaction(conn: sqlite3.Connection, community_id: str, at: datetime) -> int:
+    """Delete every row of `community_id` (inside the caller's write transaction);
+    returns the number of rows deleted. See the module docstring for the gate."""
+    removal = fetchone(
+        conn, "SELECT removed_at FROM community_removals WHERE community_id = ?", (community_id,)
+    )
+    stamp = to_db_time(at)
+    execute(conn, "PRAGMA defer_foreign_keys = ON")
+    erasure_id = conn.execute(
+        "INSERT INTO community_erasures (community_id, removed_at, started_at) VALUES (?, ?, ?)",
+        (community_id, removal[0] if removal else None, stamp),
+    ).lastrowid
+    deleted = 0
+    for table in _community_tables(conn):
+        column = "id" if table == "communities" else "community_id"
+        deleted += execute(conn, f'DELETE FROM "{table}" WHERE "{column}" = ?', (community_id,))
+    if platform_of(community_id) == "slack":
+        # The workspace's bot (and user) tokens: "slack:T042" is team T042 (or, for an
+        # org-wide install, enterprise E…).
+        native = community_id.partition(":")[2]
+        deleted += execute(
+            conn,
+            "DELETE FROM installations WHERE team_id = ? OR (team_id = '' AND enterprise_id = ?)",
+            (native, native),
+        )
+    execute(conn, "DELETE FROM community_removals WHERE community_id = ?", (community_id,))
+    execute(
+        conn,
+        "UPDATE community_erasures SET finished_at = ?, rows_deleted = ? WHERE id = ?",
+        (stamp, deleted, erasure_id),
+    )
+    return deleted
+
+
+class RemovalStore(SqlBase):
+    async def mark_removed(self, community_id: str, at: datetime, keep_for: timedelta) -> Removal:
+        """Note that the bot was removed at `at`; erase at `at + keep_for`.
+
+        A second removal event for a community already removed (Slack sends both
+        ``tokens_revoked`` and ``app_uninstalled``; a shard may replay GUILD_DELETE)
+        keeps the first deadline: the clock does not restart.
+        """
+
+        def work(conn: sqlite3.Connection) -> Removal:
+            execute(
+                conn,
+                "INSERT OR IGNORE INTO community_removals (community_id, removed_at, delete_at) "
+                "VALUES (?, ?, ?)",
+                (community_id, to_db_time(at), to_db_time(at + keep_for)),
+            )
+            row = fetchone(
+                conn,
+                "SELECT removed_at, delete_at FROM community_removals WHERE community_id = ?",
+                (community_id,),
+            )
+            assert row is not None
+            return Removal(
+                community_id, datetime.fromisoformat(row[0]), datetime.fromisoformat(row[1])
+            )
+
+        return await self._run_write(work)
+
+    async def mark_returned(self, community_id: str, at: datetime) -> Return:
+        """The bot was added back at `at`. Before the deadline the removal is cancelled
+        ("kept"); at or after it the community is erased now if housekeeping has not
+        done it yet ("erased"), so it starts from the seed either way."""
+        stamp = to_db_time(at)
+
+        def work(conn: sqlite3.Connection) -> Return:
+            row = fetchone(
+                conn,
+                "SELECT delete_at FROM community_removals WHERE community_id = ?",
+                (community_id,),
+            )
+            if row is None:
+                return "not-removed"
+            if str(row[0]) <= stamp:
+                erase_in_transaction(conn, community_id, at)
+                return "erased"
+            execute(conn, "DELETE FROM community_removals WHERE community_id = ?", (community_id,))
+            return "kept"
+
+        outcome = await self._run_write(work)
+        if outcome == "erased":
+            await self.truncate_wal()
+        return outcome
+
+    async def removals(self) -> list[Removal]:
+        rows = await self._fetchall(
+            "SELECT community_id, removed_at, delete_at FROM community_removals ORDER BY delete_at"
+        )
+        return [
+            Removal(str(r[0]), datetime.fromisoformat(r[1]), datetime.fromisoformat(r[2]))
+            for r in rows
+        ]
+
+    async def due_erasures(self, now: datetime) -> list[str]:
+        """Removed communities whose grace period is over at `now`."""
+        rows = await self._fetchall(
+            "SELECT community_id FROM community_removals WHERE delete_at <= ? ORDER BY delete_at",
+            (to_db_time(now),),
+        )
+        return [str(r[0]) for r in rows]
+
+    async def erase_community(self, community_id: str, at: datetime) -> int:
+        """Delete every SQLite row of `community_id` now, in one transaction; returns the
+        rows deleted. Chroma and in-memory state are the caller's (bot/) to clear."""
+        deleted = await self._run_write(lambda conn: erase_in_transaction(conn, community_id, at))
+        await self.truncate_wal()
+        return deleted
+
+    async def truncate_wal(self) -> None:
+        """Copy the WAL into the file and empty it: the WAL still holds the pages as they
+        were before the delete (secure_delete zeroes the file's pages, not old frames)."""
+        self._ensure_open()
+        await run_on_sqlite_thread(
+            self._conn, lambda conn: conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        )
+
+    async def erasures(self, community_id: str) -> list[tuple[str, str | None, int | None]]:
+        """The audit record: (started_at, finished_at, rows_deleted) per erasure."""
+        rows = await self._fetchall(
+            "SELECT started_at, finished_at, rows_deleted FROM community_erasures "
+            "WHERE community_id = ? ORDER BY id",
+            (community_id,),
+        )
+        return [(str(r[0]), r[1], r[2]) for r in rows]
