@@ -36,6 +36,7 @@ from adapters.sanitize import MAX_COMMUNITY_NAME_CHARS, clean_command, clean_nam
 from bot.interface import ChatRuntime, StartupError
 from bot.messages import (
     INTERNAL_ERROR,
+    PRIVATE_COMMANDS,
     CommandRequest,
     CommandResult,
     Community,
@@ -138,6 +139,19 @@ class _Hooks:
 
     async def on_message(self, message: discord.Message) -> None:
         await self._adapter._on_message(message)
+
+    # GUILD_DELETE without `unavailable` (kicked, banned, the guild deleted, or left);
+    # an outage (`unavailable: true`) is on_guild_unavailable and changes nothing.
+    async def on_guild_remove(self, guild: discord.Guild) -> None:
+        await self._adapter._on_guild_membership(guild, removed=True)
+
+    # GUILD_CREATE: a new invite (join), or a guild present on connect (available),
+    # which is also how a re-invite made while the bot was offline shows up.
+    async def on_guild_join(self, guild: discord.Guild) -> None:
+        await self._adapter._on_guild_membership(guild, removed=False)
+
+    async def on_guild_available(self, guild: discord.Guild) -> None:
+        await self._adapter._on_guild_membership(guild, removed=False)
 
 
 class _Client(_Hooks, discord.Client):
@@ -286,6 +300,22 @@ class DiscordAdapter:
             )
 
     # ------------------------------------------------------------------ messages
+    async def _on_guild_membership(self, guild: discord.Guild, *, removed: bool) -> None:
+        """Tell the runtime the bot left or (re)joined a guild; never raises into
+        discord.py's dispatcher."""
+        community_id = f"{PLATFORM}:{guild.id}"
+        try:
+            if removed:
+                await self._runtime.community_removed(
+                    community_id, "removed from the Discord server"
+                )
+            else:
+                await self._runtime.community_added(community_id)
+        except Exception:
+            log.exception(
+                "could not record the bot %s %s", "leaving" if removed else "joining", community_id
+            )
+
     async def _on_message(self, message: discord.Message) -> None:
         incoming = self.to_incoming(message)
         if incoming is None:
@@ -521,6 +551,7 @@ class DiscordAdapter:
             ("snapshot", "The current personality snapshot"),
             ("status", "How the personality is doing"),
             ("reflect", "Reflect now instead of tonight"),
+            ("my-data", "Everything kept about you, as a private file"),
             ("help", "What the /sonality commands do"),
         ):
             group.command(name=name, description=description)(without_options(name))
@@ -562,9 +593,12 @@ class DiscordAdapter:
 
         A non-moderator calling a moderator command is deferred ephemerally because the
         refusal should only be seen by them, and an ephemeral flag cannot be added later.
+        A command about the caller alone (`PRIVATE_COMMANDS`) is always deferred so.
         """
         moderator = self.is_moderator(interaction)
-        ephemeral = needs_moderator(name, tuple(args)) and not moderator
+        ephemeral = (needs_moderator(name, tuple(args)) and not moderator) or (
+            name in PRIVATE_COMMANDS
+        )
         channel_id = interaction.channel_id
         try:
             await interaction.response.defer(thinking=True, ephemeral=ephemeral)

@@ -60,6 +60,7 @@ from bot.interface import ChatRuntime, StartupError
 from bot.messages import (
     COMMAND_NAMES,
     INTERNAL_ERROR,
+    PRIVATE_COMMANDS,
     CommandRequest,
     CommandResult,
     Community,
@@ -924,6 +925,8 @@ class SlackAdapter:
                     if unposted is None:
                         return
                     result = unposted
+                elif result.files and result.ok and name in PRIVATE_COMMANDS:
+                    result = await self._dm_files(client, team, str(user_id), result)
             await self._respond(respond, team, channel, name, result)
 
     async def _post_files(
@@ -960,6 +963,38 @@ class SlackAdapter:
                 log.warning("Slack file upload failed (team=%s channel=%s): %r", team, channel, e)
         note = f"(I could not post the picture: {problem}.)"
         return result.model_copy(update={"text": f"{result.text}\n\n{note}", "private": True})
+
+    async def _dm_files(
+        self, client: AsyncWebClient, team: str, user_id: str, result: CommandResult
+    ) -> CommandResult:
+        """Send a private command's files to the caller in a direct message (Slack has
+        no ephemeral files): conversations.open, then the upload v2 flow into that DM.
+        Returns the ephemeral answer to give: where the file went, or why it did not."""
+        try:
+            opened = await client.conversations_open(users=user_id)
+            dm = str((opened.get("channel") or {}).get("id") or "")
+            if not dm:
+                raise ValueError("conversations.open returned no channel")
+            await client.files_upload_v2(
+                file_uploads=[
+                    {"file": f.data, "filename": f.name, "title": result.title or f.name}
+                    for f in result.files
+                ],
+                channel=dm,
+                initial_comment=to_mrkdwn(result.text),
+            )
+            note = "I sent you the file in a direct message."
+        except SlackApiError as e:
+            error = str(e.response.get("error", "")) if e.response is not None else ""
+            problem = _UPLOAD_PROBLEMS.get(error, f"Slack answered {error or 'an error'}")
+            log.warning("Slack DM of a file failed (team=%s user=%s): %s", team, user_id, error)
+            note = f"(I could not send you the file: {problem}. Please try again later.)"
+        except Exception as e:
+            log.warning("Slack DM of a file failed (team=%s user=%s): %r", team, user_id, e)
+            note = "(I could not send you the file: the upload did not go through.)"
+        return result.model_copy(
+            update={"text": f"{result.text}\n\n{note}", "private": True, "files": ()}
+        )
 
     async def _respond(
         self,

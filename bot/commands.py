@@ -22,6 +22,7 @@ from bot.budget import (
     total_tokens,
 )
 from bot.messages import CommandRequest, CommandResult, Community, User, needs_moderator
+from bot.mydata import run_my_data
 from bot.timeline import run_timeline
 from providers.pricing import ModelPrice, cost_usd
 from sonality import config
@@ -49,6 +50,7 @@ HELP = """\
 /sonality rollback <version> [reason]   moderators: restore a version (undoable)
 /sonality reflect           moderators: consolidate what I've learned now
 /sonality budget <usd>|off|default   moderators: set this community's daily limit
+/sonality my-data           everything I keep about you, as a private JSON file
 /sonality help              this list"""
 
 MAX_LIST = 15
@@ -102,7 +104,7 @@ class CommandHandlers:
 
     async def run(self, request: CommandRequest) -> CommandResult:
         name = request.name.strip().lower()
-        handler = getattr(self, f"_cmd_{name}", None)
+        handler = getattr(self, f"_cmd_{name.replace('-', '_')}", None)
         if handler is None:
             return CommandResult(
                 text=f"Unknown command `{request.name}`.\n\n{HELP}", ok=False, private=True
@@ -321,6 +323,10 @@ class CommandHandlers:
 
     async def _cmd_timeline(self, request: CommandRequest) -> CommandResult:
         return await run_timeline(self._db, request)
+
+    async def _cmd_my_data(self, request: CommandRequest) -> CommandResult:
+        agent = await self._agent_for(request.community)
+        return await run_my_data(self._db, agent, request)
 
     async def _cmd_budget(self, request: CommandRequest) -> CommandResult:
         cid = request.community.id

@@ -115,8 +115,11 @@ COMMAND_NAMES: tuple[str, ...] = (
     "usage",
     "budget",
     "timeline",
+    "my-data",
     "help",
 )
+#: Commands whose answer is about the caller alone: always delivered only to them.
+PRIVATE_COMMANDS: frozenset[str] = frozenset({"my-data"})
 MODERATOR_COMMANDS: frozenset[str] = frozenset({"rollback", "reflect", "budget"})
 #: Moderator commands that anyone may run without arguments, to look rather than change.
 READ_ONLY_WITHOUT_ARGS: frozenset[str] = frozenset({"budget"})

@@ -48,6 +48,7 @@ from storage.models import (
     UsageRole,
     UsageTotals,
 )
+from storage.export import ExportStore
 from storage.people import PeopleStore
 from storage.platform import PlatformStore
 from storage.removal import RemovalStore
@@ -59,7 +60,7 @@ BUSY_TIMEOUT_MS = 5000
 """How long a write waits for another process holding the file's write lock (ms)."""
 
 
-class Database(BufferStore, PlatformStore, PeopleStore, RetentionStore, RemovalStore):
+class Database(BufferStore, PlatformStore, PeopleStore, RetentionStore, ExportStore, RemovalStore):
     """The open database. Create with `await Database.open(path)`; `await close()` at exit."""
 
     def __init__(

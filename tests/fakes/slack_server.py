@@ -131,6 +131,7 @@ class FakeSlack:
         self.acks: list[dict[str, Any]] = []
         self.reactions: set[tuple[str, str, str]] = set()
         self.uploads: dict[str, FakeUpload] = {}  # file id -> upload
+        self.dms: dict[str, str] = {}  # user id(s) -> the DM channel conversations.open gave
         self.ws_connections = 0
         self._ws: web.WebSocketResponse | None = None
         self._changed = asyncio.Condition()
@@ -386,6 +387,43 @@ class FakeSlack:
                 "profile": {"display_name": user.name, "real_name": user.name},
             },
         }
+
+    async def _api_conversations_open(
+        self, args: dict[str, Any], token: str | None
+    ) -> dict[str, Any]:
+        """A DM (one user) or group DM (2-8 users) with the bot, the same channel every
+        time for the same people; Slack's errors for the cases a client can get wrong."""
+        ident = self._identity(token)
+        if ident is None:
+            return {"ok": False, "error": "not_authed" if not token else "invalid_auth"}
+        if "im:write" not in ident.scopes:
+            return {
+                "ok": False,
+                "error": "missing_scope",
+                "needed": "channels:manage,groups:write,im:write,mpim:write",
+                "provided": ",".join(ident.scopes),
+            }
+        if args.get("channel"):
+            channel = str(args["channel"])
+            if channel not in self.dms.values():
+                return {"ok": False, "error": "channel_not_found"}
+            return {"ok": True, "channel": {"id": channel}}
+        users = [u for u in str(args.get("users") or "").split(",") if u]
+        if not users:
+            return {"ok": False, "error": "users_list_not_supplied"}
+        if len(users) > 8:
+            return {"ok": False, "error": "too_many_users"}
+        for uid in users:
+            user = self.users.get(uid)
+            if user is None:
+                return {"ok": False, "error": "user_not_found"}
+            if user.is_bot:
+                return {"ok": False, "error": "cannot_dm_bot"}
+        key = ",".join(sorted(users))
+        if key not in self.dms:
+            prefix = "D" if len(users) == 1 else "G"
+            self.dms[key] = f"{prefix}{next(self._ids):09d}"
+        return {"ok": True, "channel": {"id": self.dms[key]}}
 
     # -- files: the upload v2 flow (files.getUploadURLExternal, POST, complete) ----------
 

@@ -1,0 +1,193 @@
+"""What the SQLite file holds about one member of one community (`/sonality my-data`).
+
+Why a read of its own: a member asking "what do you keep about me?" must get every row
+that is theirs, from every table that quotes or names them, and nothing of anyone
+else's. Each query is scoped by community and by the member's platform id; the bot
+adds the episodes held in Chroma (`bot.mydata`), which this package cannot see.
+
+The tables read, and why each: ``interactions`` (their messages, the replies and the
+tokens each reply cost), ``conversation_turns`` (the short-term buffer of their recent
+exchanges), ``episode_outbox`` (episodes of their messages not yet written to
+Chroma), ``audit_events`` of kind "ess" whose speaker is them (how each message was
+rated and which opinion updates it staged) and ``moderator_actions`` they took. Token
+usage per day (``usage_daily``) is per community, not per member, so it is not theirs;
+the per-message usage is.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from storage.base import SqlBase, fetchall, from_db_time, from_json
+
+#: SQLite's default limit on `?` parameters in one statement is 999 on older builds.
+_IDS_PER_QUERY = 500
+
+
+class StoredMessage(BaseModel):
+    """One message of the member and the bot's reply, as the outbox keeps it. Empty
+    texts mean retention already erased them."""
+
+    model_config = ConfigDict(frozen=True)
+
+    interaction_id: str
+    created_at: datetime
+    name_used: str
+    message: str
+    reply: str
+    status: str
+    model: str
+    usage: dict[str, Any]
+
+
+class StoredTurn(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    exchange: int
+    role: str
+    content: str
+    created_at: datetime
+
+
+class StoredRating(BaseModel):
+    """The audit trail's "ess" event of one of the member's messages: its rating and the
+    opinion updates it staged (topic, signed step, interaction due)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    version: int
+    interaction: int
+    created_at: datetime
+    payload: dict[str, Any]
+
+
+class StoredModeratorAction(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    action: str
+    args: str
+    reason: str
+    allowed: bool
+    created_at: datetime
+
+
+class MemberRows(BaseModel):
+    """Every SQLite row of one member in one community."""
+
+    model_config = ConfigDict(frozen=True)
+
+    messages: tuple[StoredMessage, ...] = ()
+    conversation_turns: tuple[StoredTurn, ...] = ()
+    unwritten_episodes: tuple[dict[str, Any], ...] = ()
+    ratings: tuple[StoredRating, ...] = ()
+    moderator_actions: tuple[StoredModeratorAction, ...] = ()
+
+    @property
+    def interaction_ids(self) -> list[str]:
+        return [m.interaction_id for m in self.messages]
+
+
+class ExportStore(SqlBase):
+    async def member_rows(self, community_id: str, member_id: str) -> MemberRows:
+        """All of `member_id`'s rows in `community_id`, oldest first, in one snapshot."""
+
+        def work(conn: sqlite3.Connection) -> MemberRows:
+            messages = tuple(
+                StoredMessage(
+                    interaction_id=str(r[0]),
+                    created_at=from_db_time(r[1]),
+                    name_used=str(r[2]),
+                    message=str(r[3]),
+                    reply=str(r[4]),
+                    status=str(r[5]),
+                    model=str(r[6]),
+                    usage=_dict(r[7]),
+                )
+                for r in fetchall(
+                    conn,
+                    "SELECT id, created_at, speaker_name, message, reply, status, model, "
+                    "usage_json FROM interactions WHERE community_id = ? AND speaker_id = ? "
+                    "ORDER BY seq",
+                    (community_id, member_id),
+                )
+            )
+            turns = tuple(
+                StoredTurn(
+                    exchange=int(r[0]),
+                    role=str(r[1]),
+                    content=str(r[2]),
+                    created_at=from_db_time(r[3]),
+                )
+                for r in fetchall(
+                    conn,
+                    "SELECT exchange, role, content, created_at FROM conversation_turns "
+                    "WHERE community_id = ? AND user_id = ? ORDER BY exchange, id",
+                    (community_id, member_id),
+                )
+            )
+            ids = [m.interaction_id for m in messages]
+            episodes: list[dict[str, Any]] = []
+            for start in range(0, len(ids), _IDS_PER_QUERY):
+                chunk = ids[start : start + _IDS_PER_QUERY]
+                marks = ", ".join("?" * len(chunk))
+                episodes += [
+                    _dict(r[0])
+                    for r in fetchall(
+                        conn,
+                        "SELECT episode_json FROM episode_outbox WHERE community_id = ? "
+                        f"AND episode_id IN ({marks}) ORDER BY seq",
+                        (community_id, *chunk),
+                    )
+                ]
+            ratings = tuple(
+                StoredRating(
+                    version=int(r[0]),
+                    interaction=int(r[1]),
+                    created_at=from_db_time(r[2]),
+                    payload=_dict(r[3]),
+                )
+                for r in fetchall(
+                    conn,
+                    "SELECT version, interaction, created_at, payload_json FROM audit_events "
+                    "WHERE community_id = ? AND kind = 'ess' "
+                    "AND json_extract(payload_json, '$.speaker') = ? ORDER BY id",
+                    (community_id, member_id),
+                )
+            )
+            actions = tuple(
+                StoredModeratorAction(
+                    action=str(r[0]),
+                    args=str(r[1]),
+                    reason=str(r[2]),
+                    allowed=bool(r[3]),
+                    created_at=from_db_time(r[4]),
+                )
+                for r in fetchall(
+                    conn,
+                    "SELECT action, args, reason, allowed, created_at FROM moderator_actions "
+                    "WHERE community_id = ? AND actor_id = ? ORDER BY id",
+                    (community_id, member_id),
+                )
+            )
+            return MemberRows(
+                messages=messages,
+                conversation_turns=turns,
+                unwritten_episodes=tuple(episodes),
+                ratings=ratings,
+                moderator_actions=actions,
+            )
+
+        return await self._run_read(work)
+
+
+def _dict(raw: object) -> dict[str, Any]:
+    """A JSON object column; anything else (an older or foreign writer) as {"raw": ...}."""
+    try:
+        value = from_json(str(raw)) if raw is not None else {}
+    except ValueError:
+        return {"raw": str(raw)}
+    return value if isinstance(value, dict) else {"raw": value}
