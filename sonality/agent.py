@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict
 
 from sonality import config
 from sonality.ess import ESSResult, classify
+from sonality.evidence import DECAY, MESSAGE, ROLLBACK, EvidenceStep, RecordedESS
 from sonality.llm import ChatTurn, LLMClient, LLMError, SystemBlock
 from sonality.memory.embed_lane import EmbeddingLane
 from sonality.memory.episodes import EpisodeMemory, document_of
@@ -473,6 +474,17 @@ class SonalityAgent:
             )
         )
         outcome = await self._maybe_reflect(state, usage, events, episodes)
+        evidence = [
+            EvidenceStep(
+                kind=MESSAGE,
+                interaction=state.interaction_count,
+                interaction_id=record.id,
+                member=record.speaker.id,
+                ess=recorded_ess(ess),
+            )
+        ]
+        if outcome is not None:  # every reflection starts with the decay step
+            evidence.append(_decay_step(state))
         episodes = await self._embedded(episodes)
         state.version = self.sponge.version + 1
         change = _describe_interaction(ess, staged, committed, insight, outcome)
@@ -485,6 +497,7 @@ class SonalityAgent:
                 usage=usage,
                 episodes=episodes,
                 interaction_id=record.id,
+                evidence=evidence,
             )
         )
         self._install(state)
@@ -819,6 +832,7 @@ class SonalityAgent:
                     usage=usage,
                     episodes=episodes,
                     actor=actor,
+                    evidence=[_decay_step(state)],
                 )
             )
             self._install(state)
@@ -870,6 +884,13 @@ class SonalityAgent:
                         )
                     ],
                     actor=actor,
+                    evidence=[
+                        EvidenceStep(
+                            kind=ROLLBACK,
+                            interaction=restored.interaction_count,
+                            target_version=version,
+                        )
+                    ],
                 )
             )
             self._install(restored)
@@ -954,6 +975,28 @@ def _rebase(state: SpongeState, interaction_count: int) -> SpongeState:
     for shift in restored.recent_shifts:
         shift.interaction += offset
     return restored
+
+
+def recorded_ess(ess: ESSResult) -> RecordedESS:
+    """The ESS result as the evidence log keeps it (see `sonality.evidence`)."""
+    return RecordedESS(
+        score=ess.score,
+        reasoning_type=str(ess.reasoning_type),
+        source_reliability=str(ess.source_reliability),
+        internal_consistency=ess.internal_consistency,
+        novelty=ess.novelty,
+        topics=tuple(ess.topics),
+        summary=ess.summary,
+        opinion_direction=str(ess.opinion_direction),
+        used_defaults=ess.used_defaults,
+    )
+
+
+def _decay_step(state: SpongeState) -> EvidenceStep:
+    """The decay a reflection just applied, at the rate `_reflect` used."""
+    return EvidenceStep(
+        kind=DECAY, interaction=state.interaction_count, rate=config.BELIEF_DECAY_RATE
+    )
 
 
 def _reflection_event(state: SpongeState, outcome: ReflectionOutcome) -> AuditEvent:

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from sonality.evidence import EvidenceStep
 from sonality.llm import Usage
 from sonality.memory.sponge import SpongeState
 
@@ -126,6 +127,8 @@ class StateCommit(BaseModel):
     episodes: list[Episode] = Field(default_factory=list)
     interaction_id: str | None = None  # outbox row acknowledged by this commit
     actor: str | None = None  # who caused it, for moderator actions
+    # What a replay of the opinions needs from this commit (see sonality.evidence).
+    evidence: list[EvidenceStep] = Field(default_factory=list)
 
 
 class VersionInfo(BaseModel):
@@ -189,3 +192,7 @@ class StateStore(Protocol):
         ...
 
     async def mark_episodes_written(self, episode_ids: list[str]) -> None: ...
+
+    async def evidence(self) -> list[EvidenceStep]:
+        """The community's evidence log, in commit order (see `sonality.evidence`)."""
+        ...

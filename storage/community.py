@@ -19,6 +19,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterable, Sequence
 
+from sonality.evidence import EvidenceStep
 from sonality.llm import Usage
 from sonality.memory.sponge import SpongeState
 from sonality.store import (
@@ -202,6 +203,17 @@ class CommunityStore:
             for event in commit.events
         ]
         episodes = [(cid, e.id, cid, e.model_dump_json(), stamp) for e in commit.episodes]
+        evidence = [
+            (
+                cid,
+                state.version,
+                step.kind,
+                step.interaction_id,
+                step.member,
+                step.model_dump_json(),
+            )
+            for step in commit.evidence
+        ]
 
         def work(conn: sqlite3.Connection) -> None:
             latest = _latest_version(conn, cid)
@@ -255,6 +267,15 @@ class CommunityStore:
                 insert_usage(
                     conn, cid, usage.purpose, usage.model, usage.usage, usage.created_at, tz
                 )
+            for evidence_row in evidence:
+                execute(
+                    conn,
+                    "INSERT INTO evidence_log (community_id, seq, version, kind, "
+                    "interaction_id, member, step_json) VALUES (?1, "
+                    "(SELECT COALESCE(MAX(seq), 0) + 1 FROM evidence_log WHERE community_id = ?1),"
+                    " ?2, ?3, ?4, ?5, ?6)",
+                    evidence_row,
+                )
             for episode_row in episodes:
                 execute(
                     conn,
@@ -298,6 +319,17 @@ class CommunityStore:
             )
 
         await self._db._run_write(work)
+
+    async def evidence(self) -> list[EvidenceStep]:
+        """The evidence log in commit order (what `sonality.replay` replays)."""
+        rows = await self._db._fetchall(
+            "SELECT version, step_json FROM evidence_log WHERE community_id = ? ORDER BY seq",
+            [self.community_id],
+        )
+        return [
+            EvidenceStep.model_validate_json(row[1]).model_copy(update={"version": int(row[0])})
+            for row in rows
+        ]
 
     # --- outbox --------------------------------------------------------------------------
 

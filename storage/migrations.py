@@ -313,7 +313,28 @@ _V5_REMOVALS: list[str] = [
     """,
 ]
 
-MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5_REMOVALS]
+_V6_EVIDENCE: list[str] = [
+    # The evidence log (sonality/evidence.py): every learned message's ESS result and
+    # speaker, every decay and rollback, in commit order, so forgetting a member can
+    # replay the opinions exactly without their messages. `member` and
+    # `interaction_id` are columns so a forget-me deletes that member's steps by index.
+    # Not audit: retention of the audit trail must not break the replay.
+    """
+    CREATE TABLE evidence_log (
+        community_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        version INTEGER NOT NULL,
+        kind TEXT NOT NULL CHECK (kind IN ('message', 'decay', 'rollback')),
+        interaction_id TEXT NOT NULL DEFAULT '',
+        member TEXT NOT NULL DEFAULT '',
+        step_json TEXT NOT NULL,
+        PRIMARY KEY (community_id, seq)
+    ) WITHOUT ROWID
+    """,
+    "CREATE INDEX evidence_log_by_member ON evidence_log (community_id, member)",
+]
+
+MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5_REMOVALS, _V6_EVIDENCE]
 """Index i holds the statements that take the schema from version i to i + 1."""
 
 SCHEMA_VERSION = len(MIGRATIONS)

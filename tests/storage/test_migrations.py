@@ -28,6 +28,7 @@ EXPECTED_TABLES = {
     "schema_migrations",
     "community_removals",
     "community_erasures",
+    "evidence_log",
 }
 
 
