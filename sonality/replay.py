@@ -1,0 +1,107 @@
+"""Recompute a community's opinions from its evidence log, leaving some members out.
+
+Why: "forget me" must undo a member's influence, not only delete their words. The
+update rules are deterministic, so replaying the recorded evidence (`sonality.evidence`)
+from the seed, in order, without the forgotten member's messages gives exactly the
+opinions the community would hold had those messages never been sent: the remaining
+messages are counted, cooled, netted and resisted as they would have been, and beliefs
+decay at the recorded reflection points (each after the messages that preceded it).
+
+Nothing here is a copy of a rule: each message goes through the agent's own steps
+(`SonalityAgent._update_topics`, `_apply_due`, `_update_opinions`, the same order as
+`_post_process`), decay through `SpongeState.decay_beliefs`, a rollback through the
+agent's `_rebase`. The rules' tunables are read from `sonality.config` at replay time,
+so a replay matches the record only while they are unchanged (the log keeps the decay
+rate of each decay, the one tunable a reflection takes as an argument).
+
+Only opinions and their bookkeeping (stances, belief metadata, staged updates, the
+interaction count, topic engagement, disagreement rate) are recomputed; the caller keeps
+the narrative and everything else from the current state. The replay is pure: no LLM,
+no store, no clock apart from the timestamps of recorded shifts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+
+from sonality.agent import SonalityAgent, _disagrees, _rebase
+from sonality.ess import ESSResult, OpinionDirection, ReasoningType, SourceReliability
+from sonality.evidence import DECAY, MESSAGE, ROLLBACK, EvidenceStep, RecordedESS
+from sonality.memory.sponge import SpongeState
+
+
+class ReplayError(ValueError):
+    """The evidence log cannot be replayed (for example a rollback to an unknown state)."""
+
+
+def ess_of(recorded: RecordedESS) -> ESSResult:
+    """The ESS result the rules saw, rebuilt from the log."""
+    return ESSResult(
+        score=recorded.score,
+        reasoning_type=ReasoningType(recorded.reasoning_type),
+        source_reliability=SourceReliability(recorded.source_reliability),
+        internal_consistency=recorded.internal_consistency,
+        novelty=recorded.novelty,
+        topics=tuple(recorded.topics),
+        summary=recorded.summary,
+        opinion_direction=OpinionDirection(recorded.opinion_direction),
+        used_defaults=recorded.used_defaults,
+    )
+
+
+def apply_message(state: SpongeState, step: EvidenceStep) -> None:
+    """One learned message, exactly as `SonalityAgent._post_process` applies it."""
+    if step.ess is None:
+        raise ReplayError(f"message step {step.interaction_id!r} has no ESS result")
+    ess = ess_of(step.ess)
+    state.interaction_count += 1
+    SonalityAgent._update_topics(state, ess)
+    disagreed = _disagrees(state, ess)
+    SonalityAgent._apply_due(state)
+    SonalityAgent._update_opinions(
+        state,
+        ess,
+        interaction_id=step.interaction_id,
+        member=step.member,
+        version=step.version,
+    )
+    state.track_disagreement(disagreed)
+
+
+def replay(
+    steps: Iterable[EvidenceStep],
+    *,
+    without_members: Collection[str] = (),
+    without_interactions: Collection[str] = (),
+    seed: SpongeState | None = None,
+) -> SpongeState:
+    """The opinions after `steps`, from `seed` (the seed personality by default), with
+    the messages of `without_members` and the interactions `without_interactions` left
+    out as if never sent.
+
+    A rollback restores the replayed state as of its target version (every step
+    recorded at or before that version), rebased to the current interaction count as the
+    agent does, so evidence a moderator undid stays undone in the replay too.
+    """
+    members = set(without_members)
+    interactions = set(without_interactions)
+    ordered = list(steps)
+    targets = sorted({s.target_version for s in ordered if s.kind == ROLLBACK}, reverse=True)
+    saved: dict[int, SpongeState] = {}
+    state = (seed or SpongeState()).model_copy(deep=True)
+    for step in ordered:
+        # States at rollback targets: the state before the first step of a later version.
+        while targets and targets[-1] < step.version:
+            saved[targets.pop()] = state.model_copy(deep=True)
+        if step.kind == MESSAGE:
+            if step.member in members or step.interaction_id in interactions:
+                continue
+            apply_message(state, step)
+        elif step.kind == DECAY:
+            state.decay_beliefs(step.rate)
+        elif step.kind == ROLLBACK:
+            target = saved.get(step.target_version)
+            if target is None:
+                raise ReplayError(f"rollback to v{step.target_version} before it was replayed")
+            state = _rebase(target, state.interaction_count)
+    return state
