@@ -230,10 +230,20 @@ async def test_ignores_bots_empty_and_unaddressed_messages(
             channel=channel, author=alice, content=f"{mention} barrier", mentions=[fake.bot]
         )
         await wait_sent(fake)
-        await asyncio.sleep(0.1)
-    assert [m.text for m in runtime.messages] == ["barrier"]
-    assert len(sent_messages(fake)) == 1
-    assert len(fake.find("POST", "/typing")) == 1
+        # Barrier: a second answer in the same channel; a late send or typing request
+        # for anything above would have been recorded by the time it is posted.
+        await fake.message_create(
+            channel=channel, author=alice, content=f"{mention} second barrier", mentions=[fake.bot]
+        )
+        await fake.wait_for(
+            lambda r: is_message_post(r) and r.json["content"] == "echo: second barrier"
+        )
+    assert [m.text for m in runtime.messages] == ["barrier", "second barrier"]
+    assert [r.json["content"] for r in sent_messages(fake)] == [
+        "echo: barrier",
+        "echo: second barrier",
+    ]
+    assert len(fake.find("POST", "/typing")) == 2
 
 
 async def test_long_answer_is_split_with_balanced_fences(
@@ -241,15 +251,20 @@ async def test_long_answer_is_split_with_balanced_fences(
 ) -> None:
     _, channel = guild_and_channel(fake)
     code = "\n".join(f"    step_{i} = compute({i})  # explain" for i in range(80))
-    answer = "Here is how.\n\n```python\n" + code + "\n```\n\n" + "And that is all. " * 110
+    answer = (
+        "Here is how.\n\n```python\n" + code + "\n```\n\n" + "And that is all. " * 110 + "Done."
+    )
     assert 4500 <= len(answer) < 6000
     runtime.answer = lambda m: Reply(text=answer)
     async with running(fake, runtime):
         trigger = await fake.message_create(
             channel=channel, author=alice, content=f"<@{fake.bot.id}> show", mentions=[fake.bot]
         )
-        await wait_sent(fake, count=3)
-        await asyncio.sleep(0.1)
+        # Barrier: the chunks go out one after another, so the one holding the answer's
+        # last word is the last of them.
+        await fake.wait_for(
+            lambda r: is_message_post(r) and r.json["content"].rstrip().endswith("Done.")
+        )
     bodies = [r.json for r in sent_messages(fake)]
     assert len(bodies) >= 3
     for body in bodies:
@@ -259,6 +274,7 @@ async def test_long_answer_is_split_with_balanced_fences(
         assert body["allowed_mentions"] == {"parse": [], "replied_user": False}
     joined = "".join(b["content"] for b in bodies)
     assert "step_59 = compute(59)" in joined and joined.count("```python") >= 2
+    assert joined.count("Done.") == 1
 
 
 async def test_notice_reply_is_sent_the_same_way(
