@@ -10,14 +10,24 @@ not by how much a community ever said:
   retention**. Nothing needs the text once the message is learned (the personality's
   versions, the episodes and the audit trail hold what came of it); the row's speaker
   id and name stay as long as the audit trail that names them.
+* ``conversation_turns`` (the short-term buffer, which quotes both sides): deleted
+  after the message retention, even when ``SONALITY_BUFFER_TTL_MINUTES`` (its usual,
+  much shorter expiry, ``prune_turns``) is set longer.
+* ``episode_outbox`` rows are work still to do and are kept, but the member's message
+  and the reply inside an unwritten episode are erased after the message retention
+  (Chroma only ever gets the ESS summary).
+* A summary that quotes the member: when a message could not be rated, its ESS
+  summary is the message's first words (`sonality.ess.safe_default_ess`). In the
+  "ess" audit events and the evidence log that summary is erased with the message.
 * ``audit_events``, ``moderator_actions`` and ``usage_daily`` (token usage per day):
   deleted after the **audit retention** (``SONALITY_AUDIT_RETENTION_DAYS``). The
   personality's history keeps each version's cause, change and actor for good.
+* ``evidence_log`` (what an exact opinion replay needs) is kept while the community
+  is: forget-me depends on it. It holds ESS results, not messages.
 * ``seen_events`` (platform event dedup) and ``oauth_states``: deleted once expired.
   They are also pruned as new ones arrive; this covers a platform that went quiet.
 * Not here: ``personality_versions`` are append-only (history is evidence; they are
-  stored small instead, see `storage.history`), ``conversation_turns`` expire by their
-  own TTL (``prune_turns``), and ``episode_outbox`` rows are work still to do.
+  stored small instead, see `storage.history`).
 
 Deleting runs in windows of `WINDOW` row ids, one short transaction each, so a first
 run on a large file never holds up replies for long.
@@ -31,7 +41,7 @@ from datetime import datetime, timedelta
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from storage.base import SqlBase, execute, local_day, to_db_time
+from storage.base import SqlBase, execute, fetchone, local_day, to_db_time
 
 WINDOW = 5_000
 """Row ids per transaction while deleting (a few milliseconds of work each)."""
@@ -52,6 +62,9 @@ class RetentionReport(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     texts_erased: int = 0  # finished interactions whose message and reply were erased
+    conversation_turns: int = 0
+    episode_texts_erased: int = 0  # unwritten episodes whose message and reply were erased
+    quoted_summaries_erased: int = 0  # fallback summaries (the message's first words)
     interactions: int = 0
     audit_events: int = 0
     moderator_actions: int = 0
@@ -65,6 +78,39 @@ class RetentionReport(BaseModel):
 
     def describe(self) -> str:
         return ", ".join(f"{name} {count}" for name, count in self.model_dump().items() if count)
+
+
+#: An ESS result whose summary is the fallback (`sonality.ess.safe_default_ess`): the
+#: first words of the member's message, so it is raw text and goes with the message.
+_QUOTING_SUMMARY = (
+    "json_extract(payload_json, '$.used_defaults') = 1 "
+    "AND json_extract(payload_json, '$.summary') != ''"
+)
+
+
+def _erase_quoting_evidence(conn: sqlite3.Connection, cutoff: str) -> int:
+    """The evidence log's fallback summaries (see `_QUOTING_SUMMARY`) of messages older
+    than `cutoff`, by the time of the interaction they record. A replay never reads the
+    summary, so erasing it changes no opinion. A file without the log (older schema in
+    a test) has nothing to erase."""
+    exists = fetchone(
+        conn, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'evidence_log'"
+    )
+    if exists is None:
+        return 0
+    return execute(
+        conn,
+        "UPDATE evidence_log SET step_json = json_set(step_json, '$.ess.summary', '') "
+        "WHERE kind = 'message' "
+        "AND json_extract(step_json, '$.ess.used_defaults') = 1 "
+        "AND json_extract(step_json, '$.ess.summary') != '' "
+        "AND (interaction_id IN (SELECT id FROM interactions "
+        "WHERE interactions.community_id = evidence_log.community_id AND created_at < ?) "
+        # its interaction row is gone: deleted by audit retention, so older still
+        "OR NOT EXISTS (SELECT 1 FROM interactions WHERE interactions.community_id = "
+        "evidence_log.community_id AND interactions.id = evidence_log.interaction_id))",
+        (cutoff,),
+    )
 
 
 class RetentionStore(SqlBase):
@@ -86,6 +132,16 @@ class RetentionStore(SqlBase):
             "AND (message != '' OR reply != '' OR last_error IS NOT NULL)",
             (message_cutoff,),
         )
+        turns = await self._in_windows(
+            "conversation_turns", "id", None, "created_at < ?", (message_cutoff,)
+        )
+        quoted = await self._in_windows(
+            "audit_events",
+            "id",
+            "payload_json = json_set(payload_json, '$.summary', '')",
+            f"created_at < ? AND kind = 'ess' AND {_QUOTING_SUMMARY}",
+            (message_cutoff,),
+        )
         audit = await self._in_windows(
             "audit_events", "id", None, "created_at < ?", (audit_cutoff,)
         )
@@ -93,16 +149,32 @@ class RetentionStore(SqlBase):
             "moderator_actions", "id", None, "created_at < ?", (audit_cutoff,)
         )
 
-        def small_tables(conn: sqlite3.Connection) -> tuple[int, int, int]:
+        def small_tables(conn: sqlite3.Connection) -> tuple[int, int, int, int, int]:
             return (
+                execute(
+                    conn,
+                    "UPDATE episode_outbox SET episode_json = json_set(episode_json, "
+                    "'$.user_message', '', '$.agent_response', '') "
+                    "WHERE (json_extract(episode_json, '$.user_message') != '' "
+                    "OR json_extract(episode_json, '$.agent_response') != '') "
+                    # by the message's time (its interaction row), else by the row's own
+                    "AND (created_at < ?1 OR episode_id IN (SELECT id FROM interactions "
+                    "WHERE interactions.community_id = episode_outbox.community_id "
+                    "AND interactions.created_at < ?1))",
+                    (message_cutoff,),
+                ),
+                _erase_quoting_evidence(conn, message_cutoff),
                 execute(conn, "DELETE FROM usage_daily WHERE day < ?", (first_day,)),
                 execute(conn, "DELETE FROM seen_events WHERE expires_at <= ?", (stamp,)),
                 execute(conn, "DELETE FROM oauth_states WHERE expires_at <= ?", (stamp,)),
             )
 
-        usage, seen, oauth = await self._run_write(small_tables)
+        outbox, evidence, usage, seen, oauth = await self._run_write(small_tables)
         return RetentionReport(
             texts_erased=erased,
+            conversation_turns=turns,
+            episode_texts_erased=outbox,
+            quoted_summaries_erased=quoted + evidence,
             interactions=interactions,
             audit_events=audit,
             moderator_actions=actions,
