@@ -63,8 +63,8 @@ async def learn(
             created_at=at,
         )
     )
-    payload = {"interaction_id": iid, "speaker": "U1", "summary": ess.summary}
-    payload["used_defaults"] = ess.used_defaults
+    payload: dict[str, object] = {"interaction_id": iid, "speaker": "U1"}
+    payload |= {"summary": ess.summary, "used_defaults": ess.used_defaults}
     await store.commit(
         StateCommit(
             state=state(version),
