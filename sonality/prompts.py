@@ -199,8 +199,8 @@ agree with the conclusion.
 
 novelty, 0.0 to 1.0: how new the argument is next to the agent's current views.
 topics: one to three lowercase snake_case labels, like nuclear_energy.
-summary: one neutral sentence on what the message argues, in your own words; never \
-quote or name the sender.
+summary: one neutral sentence in the third person on what the message argues ("The \
+sender argues that ..."), in your own words; never quote or name the sender.
 opinion_direction: supports or opposes its main topic, or neutral."""
 
 #: What changes with every message: the message itself and the agent's current views.
