@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ from bot.settings import Settings
 from providers.anthropic import AnthropicLLM
 from providers.openai import OpenAILLM
 from providers.pricing import cost_usd, price_for
-from sonality.llm import ChatTurn, LLMClient, SystemBlock, TextResult, ToolResult, Usage
+from sonality.llm import ForwardingLLM, LLMClient, TextResult, ToolResult, Usage
 from tests.fakes.anthropic_server import AnthropicFake
 from tests.fakes.openai_server import OpenAIFake
 
@@ -125,48 +125,15 @@ class Call:
     usage: Usage
 
 
-@dataclass
-class UsageTap:
+class UsageTap(ForwardingLLM):
     """Passes calls through and keeps each one's purpose, model and tokens."""
 
-    inner: LLMClient
-    calls: list[Call] = field(default_factory=list)
+    def __init__(self, inner: LLMClient) -> None:
+        super().__init__(inner)
+        self.calls: list[Call] = []
 
-    async def reply(
-        self,
-        *,
-        system: Sequence[SystemBlock],
-        messages: Sequence[ChatTurn],
-        max_tokens: int,
-        model: str | None = None,
-        purpose: str = "reply",
-    ) -> TextResult:
-        result = await self.inner.reply(
-            system=system, messages=messages, max_tokens=max_tokens, model=model, purpose=purpose
-        )
+    async def _after(self, purpose: str, result: TextResult | ToolResult) -> None:
         self.calls.append(Call(purpose, result.model, result.usage))
-        return result
-
-    async def call_tool(
-        self,
-        *,
-        system: Sequence[SystemBlock],
-        messages: Sequence[ChatTurn],
-        tool: dict[str, Any],
-        max_tokens: int,
-        model: str | None = None,
-        purpose: str = "tool",
-    ) -> ToolResult:
-        result = await self.inner.call_tool(
-            system=system,
-            messages=messages,
-            tool=tool,
-            max_tokens=max_tokens,
-            model=model,
-            purpose=purpose,
-        )
-        self.calls.append(Call(purpose, result.model, result.usage))
-        return result
 
 
 @dataclass(frozen=True)

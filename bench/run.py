@@ -38,7 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
@@ -54,7 +54,7 @@ from bot.settings import Settings
 from providers import DEFAULT_MODELS
 from providers.anthropic import AnthropicLLM
 from providers.openai import OpenAILLM
-from sonality.llm import ChatTurn, LLMClient, SystemBlock, TextResult, ToolResult
+from sonality.llm import ChatTurn, ForwardingLLM, LLMClient, R
 from sonality.memory.embedding import default_embedding_function
 from sonality.memory.episodes import Episode, EpisodeStore
 from sonality.memory.sponge import SEED_SNAPSHOT, SpongeState
@@ -170,58 +170,24 @@ def make_llm(base_url: str, cap: int, vendor: str = "anthropic") -> AnthropicLLM
 _reply_seconds: ContextVar[list[float] | None] = ContextVar("_reply_seconds", default=None)
 
 
-class TimedLLM:
+class TimedLLM(ForwardingLLM):
     """Counts calls and times each reply call, attributing it to the calling task."""
 
     def __init__(self, inner: LLMClient) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.calls = 0
 
-    async def reply(
-        self,
-        *,
-        system: Sequence[SystemBlock],
-        messages: Sequence[ChatTurn],
-        max_tokens: int,
-        model: str | None = None,
-        purpose: str = "reply",
-    ) -> TextResult:
+    async def _forward(
+        self, purpose: str, model: str | None, call: Callable[[], Awaitable[R]]
+    ) -> R:
         start = time.perf_counter()
         try:
-            return await self.inner.reply(
-                system=system,
-                messages=messages,
-                max_tokens=max_tokens,
-                model=model,
-                purpose=purpose,
-            )
+            return await call()
         finally:
             self.calls += 1
             sink = _reply_seconds.get()
             if sink is not None and purpose == "reply":
                 sink.append(time.perf_counter() - start)
-
-    async def call_tool(
-        self,
-        *,
-        system: Sequence[SystemBlock],
-        messages: Sequence[ChatTurn],
-        tool: dict[str, Any],
-        max_tokens: int,
-        model: str | None = None,
-        purpose: str = "tool",
-    ) -> ToolResult:
-        try:
-            return await self.inner.call_tool(
-                system=system,
-                messages=messages,
-                tool=tool,
-                max_tokens=max_tokens,
-                model=model,
-                purpose=purpose,
-            )
-        finally:
-            self.calls += 1
 
 
 def seeded_chroma(data_dir: Path, community_id: str, episodes: int) -> float:

@@ -22,17 +22,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta, tzinfo
-from typing import Any, Literal
+from typing import Literal
 from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, ConfigDict
 
 from bot.settings import Settings
 from providers.pricing import ModelPrice, cost_usd
-from sonality.llm import ChatTurn, LLMClient, LLMError, SystemBlock, TextResult, ToolResult, Usage
+from sonality.llm import (
+    ForwardingLLM,
+    LLMClient,
+    LLMError,
+    R,
+    TextResult,
+    ToolResult,
+    Usage,
+)
 from sonality.store import utcnow
 from storage import Database
 
@@ -310,52 +318,23 @@ class BudgetLedger:
         return entry
 
 
-class MeteredLLM:
+class MeteredLLM(ForwardingLLM):
     """One community's view of the shared LLM client: checked against its daily limit
     before each call, and counted after it."""
 
     def __init__(self, inner: LLMClient, ledger: BudgetLedger, community_id: str) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.ledger = ledger
         self.community_id = community_id
 
-    async def reply(
-        self,
-        *,
-        system: Sequence[SystemBlock],
-        messages: Sequence[ChatTurn],
-        max_tokens: int,
-        model: str | None = None,
-        purpose: str = "reply",
-    ) -> TextResult:
+    async def _forward(
+        self, purpose: str, model: str | None, call: Callable[[], Awaitable[R]]
+    ) -> R:
         await self.ledger.check(self.community_id)
-        result = await self.inner.reply(
-            system=system, messages=messages, max_tokens=max_tokens, model=model, purpose=purpose
-        )
-        await self.ledger.record(self.community_id, result.model, result.usage)
-        return result
+        return await super()._forward(purpose, model, call)
 
-    async def call_tool(
-        self,
-        *,
-        system: Sequence[SystemBlock],
-        messages: Sequence[ChatTurn],
-        tool: dict[str, Any],
-        max_tokens: int,
-        model: str | None = None,
-        purpose: str = "tool",
-    ) -> ToolResult:
-        await self.ledger.check(self.community_id)
-        result = await self.inner.call_tool(
-            system=system,
-            messages=messages,
-            tool=tool,
-            max_tokens=max_tokens,
-            model=model,
-            purpose=purpose,
-        )
+    async def _after(self, purpose: str, result: TextResult | ToolResult) -> None:
         await self.ledger.record(self.community_id, result.model, result.usage)
-        return result
 
 
 # ---------------------------------------------------------------------- formatting

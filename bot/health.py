@@ -30,16 +30,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any
 
 from aiohttp import web
 
 from bot.interface import Adapter, StartupError
 from bot.settings import Settings
-from sonality.llm import ChatTurn, LLMClient, LLMError, SystemBlock, TextResult, ToolResult
+from sonality.llm import (
+    ForwardingLLM,
+    LLMClient,
+    LLMError,
+    R,
+)
 from storage import Database
 from storage.maintenance import ping
 
@@ -52,7 +57,6 @@ DATABASE_TIMEOUT_SECONDS = 5.0
 DEFAULT_MODEL_KEY = "default"
 
 Clock = Callable[[], datetime]
-R = TypeVar("R")
 
 
 def utc_now() -> datetime:
@@ -137,7 +141,7 @@ class LLMHealth:
         }
 
 
-class RecordingLLM:
+class RecordingLLM(ForwardingLLM):
     """The shared `LLMClient`, noting each call's outcome in an `LLMHealth`.
 
     Only `LLMError` (no answer after the client's own retries) counts as a failure: a
@@ -146,54 +150,14 @@ class RecordingLLM:
     """
 
     def __init__(self, inner: LLMClient, health: LLMHealth) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.health = health
 
-    async def reply(
-        self,
-        *,
-        system: Sequence[SystemBlock],
-        messages: Sequence[ChatTurn],
-        max_tokens: int,
-        model: str | None = None,
-        purpose: str = "reply",
-    ) -> TextResult:
-        return await self._noted(
-            model,
-            self.inner.reply(
-                system=system,
-                messages=messages,
-                max_tokens=max_tokens,
-                model=model,
-                purpose=purpose,
-            ),
-        )
-
-    async def call_tool(
-        self,
-        *,
-        system: Sequence[SystemBlock],
-        messages: Sequence[ChatTurn],
-        tool: dict[str, Any],
-        max_tokens: int,
-        model: str | None = None,
-        purpose: str = "tool",
-    ) -> ToolResult:
-        return await self._noted(
-            model,
-            self.inner.call_tool(
-                system=system,
-                messages=messages,
-                tool=tool,
-                max_tokens=max_tokens,
-                model=model,
-                purpose=purpose,
-            ),
-        )
-
-    async def _noted(self, model: str | None, call: Awaitable[R]) -> R:
+    async def _forward(
+        self, purpose: str, model: str | None, call: Callable[[], Awaitable[R]]
+    ) -> R:
         try:
-            result = await call
+            result = await call()
         except LLMError as exc:
             self.health.failed(model, exc)
             raise

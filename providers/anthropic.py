@@ -39,7 +39,16 @@ from anthropic.types import (
 from anthropic.types import Usage as SDKUsage
 
 from sonality import config
-from sonality.llm import ChatTurn, LLMClient, LLMError, SystemBlock, TextResult, ToolResult, Usage
+from sonality.llm import (
+    ChatTurn,
+    LLMClient,
+    LLMError,
+    SystemBlock,
+    TextResult,
+    TextSink,
+    ToolResult,
+    Usage,
+)
 
 log = logging.getLogger(__name__)
 
@@ -91,8 +100,12 @@ class AnthropicLLM(LLMClient):
         max_tokens: int,
         model: str | None = None,
         purpose: str = "reply",
+        on_text: TextSink | None = None,
     ) -> TextResult:
-        message = await self._create(purpose, system, messages, max_tokens, model)
+        if on_text is not None:
+            message = await self._stream(purpose, system, messages, max_tokens, model, on_text)
+        else:
+            message = await self._create(purpose, system, messages, max_tokens, model)
         text = "".join(block.text for block in message.content if isinstance(block, TextBlock))
         return TextResult(text=text, model=message.model, usage=_usage(message.usage))
 
@@ -167,6 +180,69 @@ class AnthropicLLM(LLMClient):
                     f" [request {request_id}]" if request_id else "",
                 )
                 raise LLMError(reason) from err
+
+    async def _stream(
+        self,
+        purpose: str,
+        system: Sequence[SystemBlock],
+        messages: Sequence[ChatTurn],
+        max_tokens: int,
+        model: str | None,
+        on_text: TextSink,
+    ) -> Message:
+        """The SDK's own Messages stream: each text delta goes to `on_text` as it comes.
+
+        A stream counts only when it reached `message_stop`: an `error` event part-way
+        (Anthropic sends `overloaded_error` that way) or a dropped connection raises
+        `LLMError`, so a cut-off reply is never taken for a whole one. Errors raised by
+        the sink itself pass through unchanged (they are the caller's, not the model's).
+        """
+        model = model or self.default_model
+        cached_system, cached_turns = _breakpoints(model, [], system, messages)
+        delivered = 0
+        async with self._slots:
+            try:
+                async with self._client.messages.stream(
+                    model=model,
+                    max_tokens=max_tokens,
+                    system=_system_param(system, cached_system) or anthropic.omit,
+                    messages=_messages_param(messages, cached_turns),
+                ) as stream:
+                    finished = False
+                    async for event in stream:
+                        if event.type == "text" and event.text:
+                            delivered += len(event.text)
+                            try:
+                                await on_text(event.text)
+                            except Exception as err:
+                                raise _SinkFailed(err) from err
+                        elif event.type == "message_stop":
+                            finished = True
+                    if not finished:
+                        raise LLMError(self._broken(purpose, model, delivered, "it ended early"))
+                    return await stream.get_final_message()
+            except _SinkFailed as failed:
+                raise failed.error from None
+            except LLMError:
+                raise
+            except anthropic.AnthropicError as err:
+                if delivered or (
+                    isinstance(err, anthropic.APIStatusError) and err.status_code < 300
+                ):
+                    raise LLMError(
+                        self._broken(purpose, model, delivered, _stream_error(err))
+                    ) from err
+                reason = self._describe(err)
+                log.warning("Anthropic %s stream (model %s) failed: %s", purpose, model, reason)
+                raise LLMError(reason) from err
+            except Exception as err:  # the transport's own error when the connection drops
+                reason = f"{type(err).__name__}: {str(err)[:200]}"
+                raise LLMError(self._broken(purpose, model, delivered, reason)) from err
+
+    def _broken(self, purpose: str, model: str, delivered: int, why: str) -> str:
+        reason = f"the Anthropic reply stream broke after {delivered} characters ({why})"
+        log.warning("Anthropic %s stream (model %s): %s", purpose, model, reason)
+        return reason
 
     def _describe(self, err: anthropic.AnthropicError) -> str:
         """A one-line reason an operator can act on (key, quota, outage, network)."""
@@ -264,6 +340,23 @@ def _messages_param(turns: Sequence[ChatTurn], cached: set[int]) -> list[Message
         else:
             params.append(AssistantMessageParam(role="assistant", content=content))
     return params
+
+
+class _SinkFailed(Exception):
+    """Carries an exception raised by the caller's sink past the stream's error handling."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _stream_error(err: anthropic.AnthropicError) -> str:
+    """What an `error` event in the stream said (`overloaded_error: Overloaded`)."""
+    body = getattr(err, "body", None)
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        detail = body["error"]
+        return f"{detail.get('type', 'error')}: {str(detail.get('message', ''))[:200]}"
+    return f"{type(err).__name__}: {str(err)[:200]}"
 
 
 def _usage(usage: SDKUsage) -> Usage:

@@ -39,6 +39,7 @@ from openai.types import CompletionUsage
 from openai.types.chat import (
     ChatCompletion,
     ChatCompletionAssistantMessageParam,
+    ChatCompletionChunk,
     ChatCompletionFunctionToolParam,
     ChatCompletionMessageParam,
     ChatCompletionNamedToolChoiceParam,
@@ -49,7 +50,16 @@ from openai.types.chat.chat_completion_message import ChatCompletionMessage
 from openai.types.shared_params import FunctionDefinition, ResponseFormatJSONSchema
 
 from providers import DEFAULT_MODELS
-from sonality.llm import ChatTurn, LLMClient, LLMError, SystemBlock, TextResult, ToolResult, Usage
+from sonality.llm import (
+    ChatTurn,
+    LLMClient,
+    LLMError,
+    SystemBlock,
+    TextResult,
+    TextSink,
+    ToolResult,
+    Usage,
+)
 
 log = logging.getLogger(__name__)
 
@@ -139,8 +149,13 @@ class OpenAILLM(LLMClient):
         max_tokens: int,
         model: str | None = None,
         purpose: str = "reply",
+        on_text: TextSink | None = None,
     ) -> TextResult:
         model = model or self.default_model
+        if on_text is not None:
+            return await self._stream_reply(
+                purpose, model, _messages_param(system, messages), max_tokens, on_text
+            )
         completion = await self._complete(
             purpose, model, _messages_param(system, messages), max_tokens
         )
@@ -342,6 +357,98 @@ class OpenAILLM(LLMClient):
             response_format=response_format,
             extra_headers=self._headers,
         )
+
+    async def _stream_reply(
+        self,
+        purpose: str,
+        model: str,
+        messages: list[ChatCompletionMessageParam],
+        max_tokens: int,
+        on_text: TextSink,
+    ) -> TextResult:
+        """A streamed chat completion: each content delta goes to `on_text` as it comes.
+
+        `include_usage` asks for the final usage chunk (servers that ignore it leave the
+        usage at zero). A stream counts only when a choice finished: an `error` chunk
+        part-way, a dropped connection or an end without `finish_reason` raises
+        `LLMError`. Errors raised by the sink itself pass through unchanged.
+        """
+        parts: list[str] = []
+        delivered = 0
+        finished = False
+        answered_by = model
+        usage = Usage()
+        async with self._slots:
+            try:
+                stream = await self._open_stream(model, messages, max_tokens)
+                async with stream:
+                    async for chunk in stream:
+                        answered_by = chunk.model or answered_by
+                        if chunk.usage is not None:
+                            usage = _usage(chunk.usage)
+                        for choice in chunk.choices:
+                            if choice.index != 0:
+                                continue
+                            piece = choice.delta.content if choice.delta is not None else None
+                            if piece:
+                                parts.append(piece)
+                                delivered += len(piece)
+                                try:
+                                    await on_text(piece)
+                                except Exception as err:
+                                    raise _SinkFailed(err) from err
+                            if choice.finish_reason is not None:
+                                finished = True
+            except _SinkFailed as failed:
+                raise failed.error from None
+            except openai.OpenAIError as err:
+                # An `error` chunk part-way arrives as the bare `APIError`.
+                if delivered or type(err) is openai.APIError:
+                    why = _api_message(err)
+                    raise LLMError(self._broken(purpose, model, delivered, why)) from err
+                reason = self._describe(err)
+                log.warning("OpenAI %s stream (model %s) failed: %s", purpose, model, reason)
+                raise LLMError(reason, retry_after=_retry_after(err)) from err
+            except Exception as err:  # the transport's own error when the connection drops
+                why = f"{type(err).__name__}: {str(err)[:200]}"
+                raise LLMError(self._broken(purpose, model, delivered, why)) from err
+        if not finished:
+            raise LLMError(self._broken(purpose, model, delivered, "it ended early"))
+        return TextResult(text="".join(parts), model=answered_by, usage=usage)
+
+    async def _open_stream(
+        self, model: str, messages: list[ChatCompletionMessageParam], max_tokens: int
+    ) -> openai.AsyncStream[ChatCompletionChunk]:
+        """`_create` for a stream: the same token-limit renaming on refusal."""
+        renamed = model in self._completion_token_models
+        try:
+            return await self._client.chat.completions.create(
+                model=model,
+                messages=messages,
+                max_tokens=openai.omit if renamed else max_tokens,
+                max_completion_tokens=max_tokens if renamed else openai.omit,
+                stream=True,
+                stream_options={"include_usage": True},
+                extra_headers=self._headers,
+            )
+        except openai.APIStatusError as err:
+            if renamed or not _wants_max_completion_tokens(err):
+                raise
+        log.info("model %s takes max_completion_tokens instead of max_tokens", model)
+        self._completion_token_models.add(model)
+        return await self._client.chat.completions.create(
+            model=model,
+            messages=messages,
+            max_completion_tokens=max_tokens,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_headers=self._headers,
+        )
+
+    def _broken(self, purpose: str, model: str, delivered: int, why: str) -> str:
+        reason = f"the reply stream from {self.endpoint} broke after {delivered} characters ({why})"
+        log.warning("OpenAI %s stream (model %s): %s", purpose, model, reason)
+        return reason
 
     def _remember_level(self, model: str, level: int) -> None:
         if self._tool_levels.get(model) == level:
@@ -560,6 +667,14 @@ def connection_failure(err: BaseException) -> str | None:
             return f"TLS error: {cause.reason or cause}"
         cause = cause.__cause__ or cause.__context__
     return None
+
+
+class _SinkFailed(Exception):
+    """Carries an exception raised by the caller's sink past the stream's error handling."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 def _retry_after(err: openai.OpenAIError) -> float | None:

@@ -8,8 +8,8 @@ official SDK; tests drive that implementation against a loopback server.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Literal, Protocol
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -87,6 +87,12 @@ class LLMError(RuntimeError):
         self.retry_after = retry_after
 
 
+#: Receives the text of a streamed reply piece by piece, in order, as it arrives.
+TextSink = Callable[[str], Awaitable[None]]
+
+R = TypeVar("R", TextResult, ToolResult)
+
+
 class LLMClient(Protocol):
     """What the engine needs from a language model."""
 
@@ -98,8 +104,15 @@ class LLMClient(Protocol):
         max_tokens: int,
         model: str | None = None,
         purpose: str = "reply",
+        on_text: TextSink | None = None,
     ) -> TextResult:
-        """Return a plain text answer. Raises `LLMError` when none can be had."""
+        """Return a plain text answer. Raises `LLMError` when none can be had.
+
+        With `on_text` the provider streams: the sink gets each piece of text as it
+        arrives, and the returned result is still the whole reply with its usage. A
+        stream that breaks part-way raises `LLMError`; the pieces already given to the
+        sink are then all there is, and they are not a reply.
+        """
         ...
 
     async def call_tool(
@@ -114,3 +127,71 @@ class LLMClient(Protocol):
     ) -> ToolResult:
         """Force the model to call `tool` once and return its input. Raises `LLMError`."""
         ...
+
+
+class ForwardingLLM(LLMClient):
+    """An `LLMClient` that hands every call to `inner` unchanged (the stream sink too).
+
+    Why one base: the host wraps the shared client several times (spending limit,
+    health, bench timing, evaluation meter), and every wrapper must forward each
+    argument, including ones added later such as `on_text`. Subclasses override
+    `_after` to note a finished call, or `_forward` to act around it.
+    """
+
+    def __init__(self, inner: LLMClient) -> None:
+        self.inner = inner
+
+    async def reply(
+        self,
+        *,
+        system: Sequence[SystemBlock],
+        messages: Sequence[ChatTurn],
+        max_tokens: int,
+        model: str | None = None,
+        purpose: str = "reply",
+        on_text: TextSink | None = None,
+    ) -> TextResult:
+        async def call() -> TextResult:
+            return await self.inner.reply(
+                system=system,
+                messages=messages,
+                max_tokens=max_tokens,
+                model=model,
+                purpose=purpose,
+                on_text=on_text,
+            )
+
+        return await self._forward(purpose, model, call)
+
+    async def call_tool(
+        self,
+        *,
+        system: Sequence[SystemBlock],
+        messages: Sequence[ChatTurn],
+        tool: dict[str, Any],
+        max_tokens: int,
+        model: str | None = None,
+        purpose: str = "tool",
+    ) -> ToolResult:
+        async def call() -> ToolResult:
+            return await self.inner.call_tool(
+                system=system,
+                messages=messages,
+                tool=tool,
+                max_tokens=max_tokens,
+                model=model,
+                purpose=purpose,
+            )
+
+        return await self._forward(purpose, model, call)
+
+    async def _forward(
+        self, purpose: str, model: str | None, call: Callable[[], Awaitable[R]]
+    ) -> R:
+        """Make the call (`call()` starts it), then `_after`. Override to act around it."""
+        result = await call()
+        await self._after(purpose, result)
+        return result
+
+    async def _after(self, purpose: str, result: TextResult | ToolResult) -> None:
+        """Called with each successful result; nothing by default."""

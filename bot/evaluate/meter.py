@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from providers.pricing import ModelPrice, cost_usd
-from sonality.llm import ChatTurn, LLMClient, SystemBlock, TextResult, ToolResult, Usage
+from sonality.llm import ForwardingLLM, LLMClient, TextResult, ToolResult, Usage
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +73,7 @@ def prior_cost(purpose: str, model: str, prices: Mapping[str, ModelPrice] | None
     return cost_usd(model, Usage(input_tokens=tokens_in, output_tokens=tokens_out), prices)
 
 
-class SpendMeter(LLMClient):
+class SpendMeter(ForwardingLLM):
     """An `LLMClient` that passes every call through and prices what it used."""
 
     def __init__(
@@ -85,7 +84,7 @@ class SpendMeter(LLMClient):
         max_usd: float | None = None,
         on_call: Callable[[], None] | None = None,
     ) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.prices: Mapping[str, ModelPrice] = prices or {}
         self.max_usd = max_usd
         self.on_call = on_call
@@ -115,41 +114,8 @@ class SpendMeter(LLMClient):
         return sorted(self._totals.values(), key=lambda t: (t.purpose, t.model))
 
     # ------------------------------------------------------------------ LLMClient
-    async def reply(
-        self,
-        *,
-        system: Sequence[SystemBlock],
-        messages: Sequence[ChatTurn],
-        max_tokens: int,
-        model: str | None = None,
-        purpose: str = "reply",
-    ) -> TextResult:
-        result = await self.inner.reply(
-            system=system, messages=messages, max_tokens=max_tokens, model=model, purpose=purpose
-        )
+    async def _after(self, purpose: str, result: TextResult | ToolResult) -> None:
         self._count(purpose, result.model, result.usage)
-        return result
-
-    async def call_tool(
-        self,
-        *,
-        system: Sequence[SystemBlock],
-        messages: Sequence[ChatTurn],
-        tool: dict[str, Any],
-        max_tokens: int,
-        model: str | None = None,
-        purpose: str = "tool",
-    ) -> ToolResult:
-        result = await self.inner.call_tool(
-            system=system,
-            messages=messages,
-            tool=tool,
-            max_tokens=max_tokens,
-            model=model,
-            purpose=purpose,
-        )
-        self._count(purpose, result.model, result.usage)
-        return result
 
     def _count(self, purpose: str, model: str, usage: Usage) -> None:
         cost = cost_usd(model, usage, self.prices)

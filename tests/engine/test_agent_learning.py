@@ -24,7 +24,7 @@ from chromadb.api.types import Embeddings
 
 from sonality import config
 from sonality.agent import SonalityAgent
-from sonality.llm import ChatTurn, LLMError, SystemBlock, TextResult, ToolResult
+from sonality.llm import ChatTurn, LLMError, SystemBlock, TextResult, TextSink, ToolResult
 from sonality.memory.sponge import SEED_SNAPSHOT, BeliefMeta, Shift, SpongeState
 from sonality.store import SEMANTIC, AuditEvent, Episode, UsageRecord
 from storage import Database
@@ -62,6 +62,7 @@ class ScriptedLLM:
         max_tokens: int,
         model: str | None = None,
         purpose: str = "reply",
+        on_text: TextSink | None = None,
     ) -> TextResult:
         self.purposes.append(purpose)
         if purpose == "reflection":
@@ -70,6 +71,8 @@ class ScriptedLLM:
             return TextResult(text=self.reflection, model="scripted")
         if purpose == "insight":
             return TextResult(text=self.insight, model="scripted")
+        if on_text is not None:
+            await on_text("Noted.")
         return TextResult(text="Noted.", model="scripted")
 
     async def call_tool(

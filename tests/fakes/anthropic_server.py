@@ -29,6 +29,16 @@ an identical prefix written before by the same model and still alive (5 minutes,
 refreshed on every hit; `"ttl": "1h"` for an hour), found at a breakpoint or up to 20
 blocks before one; a write covers what lies between the read and the last breakpoint.
 Tokens are estimated as one per 4 characters of each block.
+
+Streaming (`"stream": true`) answers in Anthropic's server-sent events: message_start
+(with the input and cache usage), content_block_start, ping, one content_block_delta
+`text_delta` per word, content_block_stop, message_delta (stop reason, output usage),
+message_stop. Every rule above applies first, so a refused request is a plain error
+response, as the real API gives before a stream starts. `server.first_token_seconds`
+and `server.tokens_per_second` pace the words (0: no pacing). A `Broken` script item
+streams part of its text, then breaks: `how="error"` sends the `error` event
+(`overloaded_error`) the way Anthropic does mid-stream, `how="drop"` cuts the
+connection.
 """
 
 from __future__ import annotations
@@ -44,7 +54,7 @@ import uuid
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 from aiohttp import web
 
@@ -88,7 +98,32 @@ class Delay:
     then: Text | ToolUse | Fault | None = None
 
 
-ScriptItem = Text | ToolUse | Fault | Delay
+@dataclass(frozen=True)
+class Broken:
+    """A streamed answer that breaks after about `after` characters of `text`."""
+
+    text: str
+    after: int
+    how: Literal["error", "drop"] = "error"
+
+
+ScriptItem = Text | ToolUse | Fault | Delay | Broken
+
+
+def stream_pieces(text: str) -> list[str]:
+    """How the fakes cut a streamed text: one piece per word with its trailing space
+    (a token stands in for a word; the pacing counts pieces)."""
+    return re.findall(r"\S+\s*|\s+", text)
+
+
+async def pace(index: int, first_token_seconds: float, tokens_per_second: float) -> None:
+    """Wait before piece `index`: the time to first token, then 1/rate per piece."""
+    if index == 0:
+        if first_token_seconds > 0:
+            await asyncio.sleep(first_token_seconds)
+    elif tokens_per_second > 0:
+        await asyncio.sleep(1.0 / tokens_per_second)
+
 
 #: Model ids the fake's Models API knows (current ones and their dated aliases).
 KNOWN_MODELS = (
@@ -386,6 +421,9 @@ class AnthropicFake:
         # What `GET /v1/models/{id}` knows; other ids get the real 404 envelope.
         self.known_models: set[str] = set(KNOWN_MODELS)
         self.latency = latency
+        # Pacing of streamed answers (0: as fast as the loop goes).
+        self.first_token_seconds = 0.0
+        self.tokens_per_second = 0.0
         self.brain = Brain()
         self.requests: list[RecordedRequest] = []
         self.in_flight = 0
@@ -463,7 +501,7 @@ class AnthropicFake:
     async def _not_found(self, request: web.Request) -> web.Response:
         return _error(404, "not_found_error", f"{request.method} {request.path} not found")
 
-    async def _messages(self, request: web.Request) -> web.Response:
+    async def _messages(self, request: web.Request) -> web.StreamResponse:
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
@@ -471,7 +509,7 @@ class AnthropicFake:
         finally:
             self.in_flight -= 1
 
-    async def _answer(self, request: web.Request) -> web.Response:
+    async def _answer(self, request: web.Request) -> web.StreamResponse:
         raw = await request.read()
         try:
             body = json.loads(raw)
@@ -502,7 +540,81 @@ class AnthropicFake:
             item = self.brain.answer(recorded)
         if isinstance(item, Fault):
             return _fault(item)
+        if body.get("stream") is True:
+            return await self._stream(request, recorded, item)
+        if isinstance(item, Broken):
+            return _fault(Fault(529))  # without a stream there is nothing to break part-way
         return web.json_response(self._message(recorded, item), headers={"request-id": _id("req_")})
+
+    async def _stream(
+        self, request: web.Request, recorded: RecordedRequest, item: Text | ToolUse | Broken
+    ) -> web.StreamResponse:
+        """The answer as Anthropic streams it (see the module docstring)."""
+        if isinstance(item, ToolUse):
+            return _error(400, "invalid_request_error", "the fake streams text answers only")
+        text = item.text if isinstance(item, Broken) else item
+        message = self._message(recorded, text if isinstance(text, Text) else Text(text))
+        full = "".join(block["text"] for block in message["content"])
+        usage = dict(message["usage"])
+        start_usage = {**usage, "output_tokens": 1}
+        response = web.StreamResponse(
+            headers={
+                "content-type": "text/event-stream; charset=utf-8",
+                "cache-control": "no-cache",
+                "request-id": _id("req_"),
+            }
+        )
+        await response.prepare(request)
+
+        async def send(event: str, data: dict[str, Any]) -> None:
+            line = f"event: {event}\ndata: {json.dumps(data)}\n\n"
+            await response.write(line.encode())
+
+        opening = {**message, "content": [], "stop_reason": None, "usage": start_usage}
+        await send("message_start", {"type": "message_start", "message": opening})
+        await send(
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "text", "text": ""},
+            },
+        )
+        await send("ping", {"type": "ping"})
+        sent = 0
+        for index, piece in enumerate(stream_pieces(full)):
+            if isinstance(item, Broken) and sent >= item.after:
+                if item.how == "drop":
+                    assert request.transport is not None
+                    request.transport.close()
+                    return response
+                await send(
+                    "error",
+                    {
+                        "type": "error",
+                        "error": {"type": "overloaded_error", "message": "Overloaded"},
+                    },
+                )
+                await response.write_eof()
+                return response
+            await pace(index, self.first_token_seconds, self.tokens_per_second)
+            delta = {"type": "text_delta", "text": piece}
+            await send(
+                "content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}
+            )
+            sent += len(piece)
+        await send("content_block_stop", {"type": "content_block_stop", "index": 0})
+        await send(
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                "usage": {"output_tokens": usage["output_tokens"]},
+            },
+        )
+        await send("message_stop", {"type": "message_stop"})
+        await response.write_eof()
+        return response
 
     def _message(self, request: RecordedRequest, item: Text | ToolUse) -> dict[str, Any]:
         content: list[dict[str, Any]]

@@ -70,6 +70,7 @@ from aiohttp import web
 
 from tests.fakes.anthropic_server import (
     Brain,
+    Broken,
     Delay,
     Fault,
     RecordedRequest,
@@ -77,11 +78,14 @@ from tests.fakes.anthropic_server import (
     Text,
     ToolUse,
     _content_text,
+    pace,
+    stream_pieces,
 )
 
 __all__ = [
     "KNOWN_MODELS",
     "Brain",
+    "Broken",
     "Delay",
     "Fault",
     "OpenAIFake",
@@ -349,6 +353,9 @@ class OpenAIFake:
         self.expected_api_key = api_key
         self.known_models: set[str] = set(KNOWN_MODELS)
         self.latency = latency
+        # Pacing of streamed answers (0: as fast as the loop goes).
+        self.first_token_seconds = 0.0
+        self.tokens_per_second = 0.0
         self.ignores_tool_choice = ignores_tool_choice
         self.malformed_arguments = malformed_arguments
         self.rejects_tools = rejects_tools
@@ -499,7 +506,7 @@ class OpenAIFake:
             404, f"Invalid URL ({request.method} {request.path})", "invalid_request_error"
         )
 
-    async def _chat(self, request: web.Request) -> web.Response:
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
@@ -507,7 +514,7 @@ class OpenAIFake:
         finally:
             self.in_flight -= 1
 
-    async def _answer(self, request: web.Request) -> web.Response:
+    async def _answer(self, request: web.Request) -> web.StreamResponse:
         raw = await request.read()
         try:
             body = json.loads(raw)
@@ -546,6 +553,13 @@ class OpenAIFake:
         lacking = self._lacking(body)
         if lacking is not None:
             return lacking
+        if body.get("stream_options") is not None and body.get("stream") is not True:
+            return _error(
+                400,
+                "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
+                "invalid_request_error",
+                param="stream_options",
+            )
 
         item = self._script.popleft() if self._script else None
         if isinstance(item, Delay):
@@ -555,6 +569,10 @@ class OpenAIFake:
             item = self.brain.answer(recorded.brain_view())
         if isinstance(item, Fault):
             return _fault(item)
+        if body.get("stream") is True:
+            return await self._stream(request, recorded, item)
+        if isinstance(item, Broken):
+            return _fault(Fault(503))  # without a stream there is nothing to break part-way
         completion = self._completion(recorded, item)
         self.responses.append(completion)
         return web.json_response(completion, headers=_headers())
@@ -641,6 +659,69 @@ class OpenAIFake:
             "service_tier": "default",
             "system_fingerprint": "fp_fake",
         }
+
+    async def _stream(
+        self, request: web.Request, recorded: OpenAIRequest, item: Text | ToolUse | Broken
+    ) -> web.StreamResponse:
+        """The answer as OpenAI streams it: `chat.completion.chunk` events, a last chunk
+        with the usage when `stream_options.include_usage`, then `[DONE]`. A `Broken`
+        item sends OpenAI's mid-stream `{"error": ...}` event or drops the connection."""
+        if isinstance(item, ToolUse):
+            return _error(400, "the fake streams text answers only", "invalid_request_error")
+        text = Text(item.text) if isinstance(item, Broken) else item
+        completion = self._completion(recorded, text)
+        self.responses.append(completion)
+        full = completion["choices"][0]["message"]["content"] or ""
+        options = recorded.body.get("stream_options")
+        with_usage = isinstance(options, dict) and options.get("include_usage") is True
+        response = web.StreamResponse(
+            headers=_headers({"content-type": "text/event-stream; charset=utf-8"})
+        )
+        await response.prepare(request)
+        base = {
+            "id": completion["id"],
+            "object": "chat.completion.chunk",
+            "created": completion["created"],
+            "model": completion["model"],
+            "service_tier": "default",
+            "system_fingerprint": "fp_fake",
+        }
+
+        async def send(choices: list[dict[str, Any]], usage: Any = None) -> None:
+            chunk = {**base, "choices": choices}
+            if with_usage:
+                chunk["usage"] = usage
+            await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+
+        def choice(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+            return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+
+        await send([choice({"role": "assistant", "content": "", "refusal": None})])
+        sent = 0
+        for index, piece in enumerate(stream_pieces(full)):
+            if isinstance(item, Broken) and sent >= item.after:
+                if item.how == "drop":
+                    assert request.transport is not None
+                    request.transport.close()
+                    return response
+                error = {
+                    "message": "The server had an error while processing your request.",
+                    "type": "server_error",
+                    "param": None,
+                    "code": None,
+                }
+                await response.write(f"data: {json.dumps({'error': error})}\n\n".encode())
+                await response.write_eof()
+                return response
+            await pace(index, self.first_token_seconds, self.tokens_per_second)
+            await send([choice({"content": piece})])
+            sent += len(piece)
+        await send([choice({}, "stop")])
+        if with_usage:
+            await send([], completion["usage"])
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
 
     def _usage(
         self, request: OpenAIRequest, output: str, overrides: Mapping[str, int | None]
@@ -773,8 +854,9 @@ def _invalid(body: dict[str, Any]) -> Problem | None:
         return f"Unrecognized request argument supplied: {unknown[0]}", None, None
     if not isinstance(body.get("model"), str) or not body["model"]:
         return "you must provide a model parameter", None, None
-    if body.get("stream"):
-        return "this fake does not stream; the client must not ask it to", "stream", None
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        return _wrong_type("stream", "boolean", stream)
     problem = _invalid_messages(body.get("messages"))
     if problem is None:
         for param in ("max_tokens", "max_completion_tokens"):
