@@ -23,7 +23,7 @@ import html
 import inspect
 import logging
 import uuid
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Collection, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict
 from sonality import config
 from sonality.ess import ESSResult, classify
 from sonality.evidence import DECAY, MESSAGE, ROLLBACK, EvidenceStep, RecordedESS
-from sonality.llm import ChatTurn, LLMClient, LLMError, SystemBlock
+from sonality.llm import ChatTurn, LLMClient, LLMError, SystemBlock, TextSink
 from sonality.memory.embed_lane import EmbeddingLane
 from sonality.memory.episodes import EpisodeMemory, document_of
 from sonality.memory.sponge import HiddenMemories, SpongeState
@@ -141,6 +141,8 @@ class SonalityAgent:
         self._resume = asyncio.Event()
         # ESS results of interactions whose learning waits, so a retry does not pay twice.
         self._classified: dict[str, ESSResult] = {}
+        # Members forgotten while running: their queued messages are never learned.
+        self._forgotten: set[str] = set()
         self._closed = False
         # Committed episodes not yet in Chroma (write-behind; durable in the store).
         self._unwritten: list[Episode] = []
@@ -255,13 +257,16 @@ class SonalityAgent:
         user_message: str,
         speaker: Speaker | None = None,
         conversation: Sequence[ChatTurn] | Awaitable[Sequence[ChatTurn]] = (),
+        on_text: TextSink | None = None,
     ) -> str:
         """Answer one message with a single LLM call; learning happens afterwards.
 
         `conversation` is the speaker's recent exchanges, or an awaitable of them: the
         host's buffer read then overlaps memory retrieval instead of preceding it.
-        Raises `LLMError` when the model cannot answer; nothing is recorded then, so a
-        failed reply leaves the personality untouched.
+        `on_text` receives the reply as it streams; the reply is recorded, and learning
+        starts, only once the whole of it has arrived.
+        Raises `LLMError` when the model cannot answer (a stream broken part-way too);
+        nothing is recorded then, so a failed reply leaves the personality untouched.
         """
         if self._closed:
             raise RuntimeError("agent is closed")
@@ -289,6 +294,7 @@ class SonalityAgent:
             max_tokens=config.RESPONSE_MAX_TOKENS,
             model=self.model,
             purpose="reply",
+            on_text=on_text,
         )
         reply = result.text.strip()
         if not reply:
@@ -363,6 +369,8 @@ class SonalityAgent:
         evidence is lost and no later message is learned before it. Any other failure
         counts as an attempt, and the store parks the interaction after a few.
         """
+        if record.speaker.id in self._forgotten:
+            return
         delay = LEARNING_RETRY_FIRST
         while True:
             usage: list[UsageRecord] = []  # filled by each LLM call of the attempt
@@ -895,6 +903,69 @@ class SonalityAgent:
             )
             self._install(restored)
             return restored
+
+    # ------------------------------------------------------------------ forget-me
+    async def forget_member(
+        self,
+        member: str | None,
+        *,
+        actor: str,
+        drop_insights: Collection[str] = (),
+        change: str = "forget-me: opinions replayed without one member",
+    ) -> SpongeState:
+        """Undo a member's influence: a new version whose opinions are the evidence log
+        replayed from the seed without their messages (`sonality.replay`).
+
+        The replayed opinions, their bookkeeping and the updates still cooling replace
+        the current ones, rebased to the current interaction count as a rollback is, so
+        memory ranges stay valid. The narrative stays until the next reflection; the
+        pending insights drawn from the member's messages (`drop_insights`) are dropped
+        so that reflection cannot bring their words back. Messages of the member still
+        waiting to be learned are skipped from now on.
+
+        `member` None replays the log as it stands: after a rollback to a version from
+        before a forget-me, the log (which no longer holds the forgotten member's
+        messages) gives the restored opinions without their influence.
+        """
+        from sonality.replay import replay  # the replay uses this module's steps
+
+        if member is not None:
+            self._forgotten.add(member)
+        without = () if member is None else (member,)
+        async with self._lock:
+            steps = await self.store.evidence()
+            current = self.sponge
+            replayed = _rebase(replay(steps, without_members=without), current.interaction_count)
+            state = current.model_copy(deep=True)
+            state.opinion_vectors = replayed.opinion_vectors
+            state.belief_meta = replayed.belief_meta
+            state.staged_opinion_updates = replayed.staged_opinion_updates
+            drop = set(drop_insights)
+            state.pending_insights = [i for i in state.pending_insights if i not in drop]
+            state.version = current.version + 1
+            moved = sorted(
+                t
+                for t in set(current.opinion_vectors) | set(state.opinion_vectors)
+                if current.opinion_vectors.get(t) != state.opinion_vectors.get(t)
+            )
+            change += f"; changed: {', '.join(moved)}" if moved else "; no opinion changed"
+            await self.store.commit(
+                StateCommit(
+                    state=state,
+                    cause="forget-me",
+                    change=change,
+                    events=[
+                        AuditEvent(
+                            kind="forget-me",
+                            interaction=state.interaction_count,
+                            payload={"actor": actor, "changed": moved},
+                        )
+                    ],
+                    actor=actor,
+                )
+            )
+            self._install(state)
+            return state
 
     # ------------------------------------------------------------------ traits
     @staticmethod

@@ -38,6 +38,8 @@ from storage.base import (
 )
 from storage.buffers import BufferStore
 from storage.community import CommunityStore
+from storage.export import ExportStore
+from storage.forget import ForgetStore
 from storage.migrations import migrate
 from storage.models import (
     BudgetOverride,
@@ -48,7 +50,6 @@ from storage.models import (
     UsageRole,
     UsageTotals,
 )
-from storage.export import ExportStore
 from storage.people import PeopleStore
 from storage.platform import PlatformStore
 from storage.removal import RemovalStore
@@ -60,7 +61,15 @@ BUSY_TIMEOUT_MS = 5000
 """How long a write waits for another process holding the file's write lock (ms)."""
 
 
-class Database(BufferStore, PlatformStore, PeopleStore, RetentionStore, ExportStore, RemovalStore):
+class Database(
+    BufferStore,
+    PlatformStore,
+    PeopleStore,
+    RetentionStore,
+    ExportStore,
+    RemovalStore,
+    ForgetStore,
+):
     """The open database. Create with `await Database.open(path)`; `await close()` at exit."""
 
     def __init__(

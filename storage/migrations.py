@@ -334,7 +334,54 @@ _V6_EVIDENCE: list[str] = [
     "CREATE INDEX evidence_log_by_member ON evidence_log (community_id, member)",
 ]
 
-MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5_REMOVALS, _V6_EVIDENCE]
+_V7_FORGET: list[str] = [
+    # The forget-me journal (storage/forget.py). A row is written before anything is
+    # deleted, so a forget-me interrupted by a crash is finished on the next start;
+    # `member_id` is cleared when it finishes, so the finished row keeps only the
+    # pseudonym, who asked (the member themself, or the moderator) and why.
+    """
+    CREATE TABLE forget_requests (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        community_id TEXT NOT NULL,
+        member_id TEXT,
+        pseudonym TEXT NOT NULL,
+        requested_by TEXT NOT NULL,
+        reason TEXT NOT NULL DEFAULT '',
+        version INTEGER,
+        redacting INTEGER NOT NULL DEFAULT 0 CHECK (redacting IN (0, 1)),
+        started_at TEXT NOT NULL,
+        finished_at TEXT,
+        CHECK (finished_at IS NULL OR member_id IS NULL)
+    )
+    """,
+    "CREATE INDEX forget_requests_open ON forget_requests (community_id, finished_at)",
+    # The one way past versions may change: while a forget-me of that community holds
+    # its redaction gate (set and cleared inside one transaction), and only the text
+    # columns, so the member's id and words can be replaced by their pseudonym. The
+    # version's number, cause, counts, time and chain stay exactly as written.
+    "DROP TRIGGER personality_versions_no_update",
+    """
+    CREATE TRIGGER personality_versions_no_update
+    BEFORE UPDATE ON personality_versions
+    WHEN NOT EXISTS (
+        SELECT 1 FROM forget_requests
+        WHERE community_id = OLD.community_id AND finished_at IS NULL AND redacting = 1
+    ) OR NEW.community_id IS NOT OLD.community_id OR NEW.version IS NOT OLD.version
+      OR NEW.cause IS NOT OLD.cause OR NEW.interaction_count IS NOT OLD.interaction_count
+      OR NEW.created_at IS NOT OLD.created_at OR NEW.keyframe IS NOT OLD.keyframe
+    BEGIN SELECT RAISE(ABORT, 'personality_versions is append-only'); END
+    """,
+]
+
+MIGRATIONS: list[list[str]] = [
+    _V1,
+    _V2,
+    _V3,
+    _V4,
+    _V5_REMOVALS,
+    _V6_EVIDENCE,
+    _V7_FORGET,
+]
 """Index i holds the statements that take the schema from version i to i + 1."""
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -29,6 +29,7 @@ EXPECTED_TABLES = {
     "community_removals",
     "community_erasures",
     "evidence_log",
+    "forget_requests",
 }
 
 
