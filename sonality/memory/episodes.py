@@ -287,6 +287,20 @@ class EpisodeStore:
             semantic = self._semantic(create=False)
             return self._episodic().count() + (semantic.count() if semantic is not None else 0)
 
+    def stored(self, ids: Sequence[str]) -> list[dict[str, Any]]:
+        """The episodes with these ids exactly as Chroma holds them (document and
+        metadata, no vector), so a member's data export shows what is really kept."""
+        if not ids:
+            return []
+        with self.chroma.use():
+            got = self._episodic().get(ids=list(ids), include=["documents", "metadatas"])
+        documents = got.get("documents") or [None] * len(got["ids"])
+        metadatas = got.get("metadatas") or [None] * len(got["ids"])
+        return [
+            {"id": i, "document": d, "metadata": dict(m or {})}
+            for i, d, m in zip(got["ids"], documents, metadatas, strict=True)
+        ]
+
     def embed_many(self, texts: Sequence[str]) -> Embeddings:
         """Vectors for several texts in one model pass (the embedding lane's unit)."""
         return self._embed(list(texts))
