@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
 from sonality.agent import SonalityAgent
@@ -100,3 +101,20 @@ async def reapply_after_rollback(
         change=f"forget-me re-applied after the rollback to v{target}",
     )
     return True
+
+
+async def resume_forgets(
+    db: Database, agent_for: Callable[[str], Awaitable[SonalityAgent]]
+) -> list[ForgetRequest]:
+    """Finish every forget-me a crash interrupted (run on start, before any message of
+    the community is learned); returns the requests finished."""
+    done = []
+    for request in await db.open_forgets():
+        log.warning(
+            "%s: finishing an interrupted forget-me (%s)",
+            request.community_id,
+            request.pseudonym,
+            extra={"community": request.community_id},
+        )
+        done.append(await finish_forget(db, await agent_for(request.community_id), request))
+    return done
