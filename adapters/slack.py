@@ -42,6 +42,7 @@ from slack_bolt.app.async_app import AsyncApp
 from slack_bolt.context.ack.async_ack import AsyncAck
 from slack_bolt.context.async_context import AsyncBoltContext
 from slack_bolt.context.respond.async_respond import AsyncRespond
+from slack_bolt.listener.async_builtins import AsyncTokenRevocationListeners
 from slack_bolt.middleware.async_middleware import AsyncMiddleware
 from slack_bolt.oauth.async_oauth_settings import AsyncOAuthSettings
 from slack_bolt.request.async_request import AsyncBoltRequest
@@ -274,9 +275,14 @@ def render_chunks(text: str, limit: int = MESSAGE_LIMIT) -> list[str]:
 class _InstallationStore(AsyncInstallationStore):
     """Bolt's installation store on top of `SlackStore`: multi-workspace tokens in SQLite."""
 
-    def __init__(self, store: SlackStore) -> None:
+    def __init__(
+        self, store: SlackStore, on_installed: Callable[[str], Awaitable[None]] | None = None
+    ) -> None:
         self._store = store
         self._log = logging.getLogger(__name__ + ".installations")
+        # Told the workspace (or org) id after each OAuth install: a reinstall cancels
+        # the erasure that uninstalling scheduled.
+        self._on_installed = on_installed
 
     @property
     def logger(self) -> logging.Logger:
@@ -291,6 +297,9 @@ class _InstallationStore(AsyncInstallationStore):
             "is_enterprise_install": is_org,
         }
         await self._store.save_installation(key, dict(installation.__dict__))
+        team = (None if is_org else installation.team_id) or installation.enterprise_id
+        if self._on_installed is not None and team:
+            await self._on_installed(team)
 
     async def async_save_bot(self, bot: Bot) -> None:
         # Bots are always saved as part of their installation (async_save).
@@ -511,7 +520,7 @@ class SlackAdapter:
                 user_scopes=[],
                 install_path=INSTALL_PATH,
                 redirect_uri_path=REDIRECT_PATH,
-                installation_store=_InstallationStore(self._store),
+                installation_store=_InstallationStore(self._store, self._reinstalled),
                 installation_store_bot_only=True,
                 state_store=_OAuthStateStore(self._store),
                 state_expiration_seconds=OAUTH_STATE_TTL_SECONDS,
@@ -539,9 +548,48 @@ class SlackAdapter:
         app.event("app_mention")(self._on_app_mention)
         app.event("message")(self._on_message)
         app.command("/sonality")(ack=self._ack_command, lazy=[self._run_command])
-        if oauth is not None:
-            app.enable_token_revocation_listeners()
+        # Our own listeners instead of Bolt's `enable_token_revocation_listeners()`: Bolt
+        # runs only the first matching listener, and these do what Bolt's do (delete the
+        # revoked installations) and then tell the runtime the bot is gone.
+        self._revocation = (
+            AsyncTokenRevocationListeners(oauth.installation_store) if oauth is not None else None
+        )
+        app.event("app_uninstalled")(self._on_app_uninstalled)
+        app.event("tokens_revoked")(self._on_tokens_revoked)
         return app
+
+    # -- membership --------------------------------------------------------------------------
+
+    async def _on_app_uninstalled(self, body: dict[str, Any], context: AsyncBoltContext) -> None:
+        if self._revocation is not None:
+            await self._revocation.handle_app_uninstalled_events(context)
+        await self._removed(body, context, "the Slack app was uninstalled")
+
+    async def _on_tokens_revoked(
+        self, body: dict[str, Any], event: dict[str, Any], context: AsyncBoltContext
+    ) -> None:
+        if self._revocation is not None:
+            await self._revocation.handle_tokens_revoked_events(event, context)
+        # Only the bot token matters here: without it the bot cannot read or answer.
+        # Revoked user tokens (`tokens.oauth`) leave the bot in place.
+        if (event.get("tokens") or {}).get("bot"):
+            await self._removed(body, context, "the Slack bot token was revoked")
+
+    async def _removed(self, body: dict[str, Any], context: AsyncBoltContext, why: str) -> None:
+        team = _team_of(body, context)
+        if not team:
+            log.warning("Slack %s without a team id: ignored", why)
+            return
+        try:
+            await self._runtime.community_removed(f"{PLATFORM}:{team}", why)
+        except Exception:
+            log.exception("could not record that %s (team=%s)", why, team)
+
+    async def _reinstalled(self, team: str) -> None:
+        try:
+            await self._runtime.community_added(f"{PLATFORM}:{team}")
+        except Exception:
+            log.exception("could not record the reinstall (team=%s)", team)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -786,6 +834,9 @@ class SlackAdapter:
         if not team or not channel or not user_id or not ts:
             log.debug("Slack event without team/channel/user/ts ignored: %s", body.get("event_id"))
             return
+        # Slack delivers a team's events only while the app is installed there, so one
+        # arriving means a (single-workspace) reinstall if the team was marked removed.
+        await self._reinstalled(team)
         client = context.client
         assert client is not None
         # Threads keep a conversation together; a DM is already a private conversation,

@@ -11,7 +11,7 @@ import contextlib
 import logging
 import signal
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from bot.budget import BudgetLedger, MeteredLLM
@@ -114,8 +114,19 @@ async def open_runtime(
         registry = CommunityRegistry(load_agent, settings.agent_idle_evict_minutes * 60)
         runtime = Runtime(settings, db, registry, memory, budget)
         stack.push_async_callback(runtime.close)
+        runtime.removals.forget_memory = _memory_eraser(memory)
+        await runtime.removals.load()
         await _resume_unfinished(db, registry)
         yield runtime
+
+
+def _memory_eraser(memory: MemoryHost) -> Callable[[str], Awaitable[None]]:
+    """Deleting a removed community's Chroma collections, off the event loop."""
+
+    async def forget(community_id: str) -> None:
+        await asyncio.to_thread(memory.drop_community, community_id)
+
+    return forget
 
 
 def require_secret_key(settings: Settings) -> None:

@@ -10,11 +10,19 @@ from __future__ import annotations
 from typing import Literal, Protocol
 
 from bot.messages import CommandRequest, CommandResult, Community, IncomingMessage, Reply
+from sonality.llm import TextSink
 
 
 class ChatRuntime(Protocol):
-    async def handle(self, message: IncomingMessage) -> Reply | None:
+    async def handle(
+        self, message: IncomingMessage, on_text: TextSink | None = None
+    ) -> Reply | None:
         """Answer one message (None: ignored, e.g. empty or not addressed).
+
+        With `on_text` the answer streams: the sink gets the reply's text piece by piece
+        as the model writes it, and the returned `Reply` has `streamed=True` (see
+        `Reply.streamed`). Notices given before any text (rate limit, spending limit,
+        the model being down) come back as usual, with nothing streamed.
 
         Never raises for bad input or LLM faults: those come back as a NOTICE reply.
         Post-processing continues in the background after this returns.
@@ -37,6 +45,15 @@ class ChatRuntime(Protocol):
         self, community: Community, kind: Literal["version", "topic"], prefix: str
     ) -> list[str]:
         """Autocomplete choices (version numbers or belief topics), best first, at most 25."""
+        ...
+
+    async def community_removed(self, community_id: str, reason: str) -> None:
+        """The bot was removed from a community: silent there at once, its data erased
+        after SONALITY_DELETE_AFTER_REMOVAL_DAYS unless it is added back first."""
+        ...
+
+    async def community_added(self, community_id: str) -> None:
+        """The bot is in a community (again): a pending erasure is cancelled."""
         ...
 
 

@@ -88,6 +88,19 @@ class CommunityRegistry:
             entries = [entry] if entry is not None else []
         await asyncio.gather(*(e.agent.drain() for e in entries))
 
+    async def unload(self, community_id: str) -> bool:
+        """Close one community's agent now (the bot was removed from it); its queued
+        learning finishes first. True if one was loaded."""
+        lock = self._loading.get(community_id)
+        if lock is not None:
+            async with lock:  # a load in progress finishes, then is closed here
+                pass
+        entry = self._entries.pop(community_id, None)
+        if entry is None:
+            return False
+        await entry.agent.close()
+        return True
+
     async def close_all(self) -> None:
         entries = list(self._entries.values())
         self._entries.clear()

@@ -30,6 +30,7 @@ from bot.messages import (
 )
 from bot.ratelimit import RateLimiter, Verdict
 from bot.registry import CommunityRegistry
+from bot.removal import CommunityRemovals
 from bot.settings import Settings
 from sonality.ess import normalize_topic
 from sonality.llm import ChatTurn, LLMError
@@ -76,11 +77,18 @@ class Runtime:
         self.last_message_at: dict[str, datetime] = {}
         self._background: set[asyncio.Task[None]] = set()
         self._touched: dict[str, tuple[datetime, str]] = {}
+        # Communities the bot was removed from: silent there, erased after the grace
+        # period (bot/removal.py). `open_runtime` loads it and wires Chroma's part.
+        self.removals = CommunityRemovals(
+            db, registry, settings.delete_after_removal_days, on_erased=self._forget_caches
+        )
 
     # ------------------------------------------------------------------ messages
     async def handle(self, message: IncomingMessage) -> Reply | None:
         if not self._accepting or not message.addressed or message.user.is_bot:
             return None
+        if self.removals.is_removed(message.community.id):
+            return None  # removed from there: not a word until it is added back
         text = message.text.strip()
         if not text:
             return None
@@ -203,6 +211,20 @@ class Runtime:
         except Exception:
             log.exception("autocomplete failed in %s", community.id)
             return []
+
+    # ------------------------------------------------------------------ membership
+    async def community_removed(self, community_id: str, reason: str) -> None:
+        """The platform says the bot is no longer in the community (kicked, left, app
+        uninstalled, tokens revoked)."""
+        await self.removals.removed(community_id, reason)
+
+    async def community_added(self, community_id: str) -> None:
+        """The bot is (again) in the community; cancels a pending erasure."""
+        await self.removals.added_back(community_id)
+
+    def _forget_caches(self, community_id: str) -> None:
+        self.last_message_at.pop(community_id, None)
+        self._touched.pop(community_id, None)
 
     # ------------------------------------------------------------------ lifecycle
     async def drain(self, community_id: str | None = None) -> None:

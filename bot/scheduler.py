@@ -125,6 +125,12 @@ class ReflectionScheduler:
             await self.run_retention(now)
         except Exception:
             log.exception("retention failed; it is tried again at the next housekeeping")
+        try:
+            # Communities the bot was removed from, once SONALITY_DELETE_AFTER_REMOVAL_DAYS
+            # have passed without it being added back (bot/removal.py).
+            await self.runtime.removals.erase_due(now)
+        except Exception:
+            log.exception("erasing removed communities failed; tried again next time")
 
     async def run_retention(self, now: datetime) -> RetentionReport | None:
         """Apply SONALITY_MESSAGE_RETENTION_DAYS and SONALITY_AUDIT_RETENTION_DAYS at

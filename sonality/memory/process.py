@@ -33,12 +33,23 @@ from typing import Any, Protocol, TypeVar, cast
 from chromadb.api.types import Documents, EmbeddingFunction, Embeddings
 
 from sonality.memory.embedding import default_embedding_function
-from sonality.memory.episodes import EpisodeMemory, EpisodeStore, with_vectors
+from sonality.memory.episodes import (
+    EpisodeMemory,
+    EpisodeStore,
+    collection_name_for,
+    with_vectors,
+)
 from sonality.memory.shared_chroma import SharedChroma
 from sonality.store import Episode, HiddenRange
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+
+def community_collections(community_id: str) -> list[str]:
+    """Both of a community's collections: episodes, and consolidated insights."""
+    name = collection_name_for(community_id)
+    return [name, f"{name}-semantic"]
 
 
 class MemoryService:
@@ -118,6 +129,11 @@ class MemoryService:
     def count(self, community_id: str) -> int:
         return self._store(community_id).count()
 
+    def drop_community(self, community_id: str) -> int:
+        with self._lock:
+            self._stores.pop(community_id, None)
+        return self._chroma.drop(community_collections(community_id))
+
     def reopens(self) -> int:
         return self._chroma.reopens
 
@@ -161,6 +177,10 @@ class MemoryHost(Protocol):
 
     def reopens(self) -> int: ...
 
+    def drop_community(self, community_id: str) -> int:
+        """Delete every memory of a community (erased after the bot was removed)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -184,6 +204,9 @@ class LocalMemory:
 
     def reopens(self) -> int:
         return self._chroma.reopens
+
+    def drop_community(self, community_id: str) -> int:
+        return self._chroma.drop(community_collections(community_id))
 
     def close(self) -> None:
         """The client stays open for the process (Chroma keeps one per directory)."""
@@ -239,6 +262,9 @@ class MemoryProcess:
 
     def reopens(self) -> int:
         return self.call(lambda service: service.reopens())
+
+    def drop_community(self, community_id: str) -> int:
+        return self.call(lambda service: service.drop_community(community_id))
 
     def close(self) -> None:
         with contextlib.suppress(Exception):

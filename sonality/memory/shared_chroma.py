@@ -28,7 +28,7 @@ import ctypes.util
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -115,6 +115,22 @@ class SharedChroma:
             if self._max_open is not None and len(self._open) > self._max_open:
                 self._reopen_due = True
         return found
+
+    def drop(self, names: Sequence[str]) -> int:
+        """Delete these collections and forget their handles (a community the bot was
+        removed from); returns how many existed. Missing ones are fine: a community's
+        semantic collection is only made on its first insight."""
+        dropped = 0
+        with self.use():
+            for name in names:
+                with self._cond:
+                    self._open.pop(name, None)
+                try:
+                    self._client.delete_collection(name)
+                except (NotFoundError, ValueError):
+                    continue
+                dropped += 1
+        return dropped
 
     def reopen_now(self) -> None:
         """Close and reopen the client once no call is in flight (housekeeping, tests)."""

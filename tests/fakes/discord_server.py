@@ -400,6 +400,25 @@ class FakeDiscord:
         await self.dispatch("MESSAGE_CREATE", data, guild_id=guild.id if guild else None)
         return data
 
+    async def remove_bot(self, guild: FakeGuild) -> None:
+        """The bot is kicked (or the guild deleted): Discord drops the guild and sends
+        GUILD_DELETE with an unavailable-guild object WITHOUT `unavailable`, which is
+        what tells a removal from an outage. Its channels are unknown to the bot after."""
+        self.guilds.remove(guild)
+        await self.dispatch("GUILD_DELETE", {"id": str(guild.id)}, guild_id=guild.id)
+
+    async def guild_outage(self, guild: FakeGuild) -> None:
+        """An outage: GUILD_DELETE with `unavailable: true`; the bot is still a member."""
+        await self.dispatch(
+            "GUILD_DELETE", {"id": str(guild.id), "unavailable": True}, guild_id=guild.id
+        )
+
+    async def add_bot(self, guild: FakeGuild) -> None:
+        """The bot is invited (back): the full guild in GUILD_CREATE, as on a join."""
+        if guild not in self.guilds:
+            self.guilds.append(guild)
+        await self.dispatch("GUILD_CREATE", self.guild_payload(guild), guild_id=guild.id)
+
     async def interaction_create(
         self,
         *,

@@ -9,7 +9,7 @@ The end-to-end tests in tests/integration use the real runtime instead.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Literal
 
 from bot.messages import (
@@ -20,6 +20,7 @@ from bot.messages import (
     Reply,
     needs_moderator,
 )
+from sonality.llm import TextSink
 
 
 class RecordingRuntime:
@@ -42,11 +43,21 @@ class RecordingRuntime:
         self.command_result = command_result
         self.completion_pool = completion_pool or {}
         self.gate: asyncio.Event | None = None  # when set, handle() waits for it
+        # When set, a message handed over with a stream sink is answered by it (it feeds
+        # the sink and returns the final reply, as the real runtime does).
+        self.stream: Callable[[IncomingMessage, TextSink], Awaitable[Reply | None]] | None = None
+        # (community id, reason) per removal; community ids the bot was (re)added to.
+        self.removed: list[tuple[str, str]] = []
+        self.added: list[str] = []
 
-    async def handle(self, message: IncomingMessage) -> Reply | None:
+    async def handle(
+        self, message: IncomingMessage, on_text: TextSink | None = None
+    ) -> Reply | None:
         self.messages.append(message)
         if self.gate is not None:
             await self.gate.wait()
+        if on_text is not None and self.stream is not None:
+            return await self.stream(message, on_text)
         return self.answer(message)
 
     async def run_command(self, request: CommandRequest) -> CommandResult:
@@ -60,6 +71,12 @@ class RecordingRuntime:
 
     def learning_status(self, community_id: str) -> str:
         return ""
+
+    async def community_removed(self, community_id: str, reason: str) -> None:
+        self.removed.append((community_id, reason))
+
+    async def community_added(self, community_id: str) -> None:
+        self.added.append(community_id)
 
     async def complete(
         self, community: Community, kind: Literal["version", "topic"], prefix: str

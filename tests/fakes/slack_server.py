@@ -606,6 +606,50 @@ class FakeSlack:
 
 
 # --------------------------------------------------------------------------------------
+# The events Slack sends when the app leaves a workspace (Events API envelopes)
+
+
+def app_uninstalled_event(*, team: str, event_id: str, api_app_id: str = "A0001") -> dict[str, Any]:
+    """An admin removed the app from the workspace: every token of it there is revoked
+    by then, so the envelope carries no `authorizations` to look a token up with."""
+    return {
+        "token": "legacy-verification-token",
+        "team_id": team,
+        "api_app_id": api_app_id,
+        "event": {"type": "app_uninstalled"},
+        "type": "event_callback",
+        "event_id": event_id,
+        "event_time": int(time.time()),
+    }
+
+
+def tokens_revoked_event(
+    *,
+    team: str,
+    event_id: str,
+    bot: list[str] | None = None,
+    oauth: list[str] | None = None,
+    api_app_id: str = "A0001",
+) -> dict[str, Any]:
+    """Tokens of the app were revoked; `tokens` lists the USER ids whose tokens went,
+    keyed by kind (`bot` for the bot user's xoxb token, `oauth` for users' xoxp)."""
+    tokens: dict[str, list[str]] = {}
+    if oauth:
+        tokens["oauth"] = oauth
+    if bot:
+        tokens["bot"] = bot
+    return {
+        "token": "legacy-verification-token",
+        "team_id": team,
+        "api_app_id": api_app_id,
+        "event": {"type": "tokens_revoked", "tokens": tokens},
+        "type": "event_callback",
+        "event_id": event_id,
+        "event_time": int(time.time()),
+    }
+
+
+# --------------------------------------------------------------------------------------
 # Signing requests the way Slack does
 
 
