@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from bot.messages import Attachment, CommandRequest, CommandResult
 from sonality.agent import SonalityAgent
+from sonality.memory.sponge import SpongeState
 from storage.export import (
     MemberRows,
     StoredMessage,
@@ -62,6 +63,20 @@ class OpinionUpdate(BaseModel):
     due_interaction: int
 
 
+class CreditedMove(BaseModel):
+    """A belief whose latest committed move the member's message took part in (the
+    belief's provenance, kept through netting): what their argument did to an opinion."""
+
+    model_config = ConfigDict(frozen=True)
+
+    topic: str
+    stance_now: float
+    interaction_id: str
+    version: int  # the version whose commit staged the update
+    delta: float
+    committed_at_interaction: int
+
+
 class UsageTotal(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -86,6 +101,7 @@ class MemberExport(BaseModel):
     unwritten_episodes: tuple[dict[str, Any], ...]
     ratings: tuple[StoredRating, ...]
     opinion_updates: tuple[OpinionUpdate, ...]
+    credited_moves: tuple[CreditedMove, ...] = ()
     moderator_actions: tuple[StoredModeratorAction, ...]
     reply_usage: UsageTotal
     not_per_member: str = NOT_PER_MEMBER
@@ -149,6 +165,7 @@ async def run_my_data(db: Any, agent: SonalityAgent, request: CommandRequest) ->
     if isinstance(memory, InspectableMemory) and rows.interaction_ids:
         episodes = await asyncio.to_thread(memory.stored, rows.interaction_ids)
     export = build_export(community_id, member_id, rows, episodes, datetime.now(UTC))
+    export = export.model_copy(update={"credited_moves": credited_moves(agent.sponge, member_id)})
     data = export.model_dump_json(indent=2).encode()
     memories = len(export.episodes) + len(export.unwritten_episodes)
     counts = (
@@ -168,6 +185,22 @@ async def run_my_data(db: Any, agent: SonalityAgent, request: CommandRequest) ->
                 description="Your data as JSON",
             ),
         ),
+    )
+
+
+def credited_moves(state: SpongeState, member_id: str) -> tuple[CreditedMove, ...]:
+    return tuple(
+        CreditedMove(
+            topic=topic,
+            stance_now=state.opinion_vectors.get(topic, 0.0),
+            interaction_id=source.interaction_id,
+            version=source.version,
+            delta=source.delta,
+            committed_at_interaction=meta.last_reinforced,
+        )
+        for topic, meta in sorted(state.belief_meta.items())
+        for source in meta.moved_by
+        if source.member == member_id
     )
 
 

@@ -78,6 +78,7 @@ async def test_the_export_holds_the_callers_rows_and_chroma_episodes(
     await say(runtime, ARGUMENT, user=ALICE)
     await say(runtime, f"I keep {THEIRS} as a pet", user=BOB)
     await say(runtime, "what do you think now?", user=ALICE)
+    await say(runtime, "and now?", user=BOB)  # closes the cooling period: a commit
     agent = runtime.registry.get(A.id)
     assert agent is not None
     await agent.flush_episodes()  # so the episodes come from Chroma, not the outbox
@@ -91,6 +92,10 @@ async def test_the_export_holds_the_callers_rows_and_chroma_episodes(
     assert data["unwritten_episodes"] == []
     [episode] = [e for e in data["episodes"] if e["id"] == data["messages"][0]["interaction_id"]]
     assert episode["document"] == RATING["summary"]  # what Chroma really holds
+    # The committed move credits Alice's argument, not Bob's message that closed it.
+    [move] = data["credited_moves"]
+    assert move["topic"] == "canary_zebra_crossings" and move["stance_now"] > 0
+    assert move["interaction_id"] == data["messages"][0]["interaction_id"]
     assert data["reply_usage"]["replies"] == 2 and data["reply_usage"]["output_tokens"] > 0
     assert "2 message(s)" in result.text
 
@@ -98,6 +103,7 @@ async def test_the_export_holds_the_callers_rows_and_chroma_episodes(
     theirs = await command(runtime, "my-data", user=BOB, moderator=False)
     text = theirs.files[0].data.decode()
     assert THEIRS in text and MINE not in text
+    assert json.loads(text)["credited_moves"] == []
     # A member with nothing stored gets an empty, valid file.
     nobody = await command(runtime, "my-data", user=User(id="u-new", name="New"), moderator=False)
     empty = json.loads(nobody.files[0].data)
