@@ -15,8 +15,12 @@ dead endpoint costs seconds, not the minutes the chat client would patiently wai
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 import anthropic
 import openai
@@ -24,12 +28,15 @@ import openai
 from bot.interface import StartupError
 from bot.settings import Settings
 from providers.openai import OPENAI_API_URL, OpenAILLM, connection_failure
+from storage.models import SchemaTooNewError, StorageError
+from storage.probe import probe_database, probe_sqlite_file
 
 log = logging.getLogger(__name__)
 
 CHECK_TIMEOUT_SECONDS = 10.0
 CHECK_RETRIES = 1
 ANTHROPIC_API_URL = "https://api.anthropic.com"
+CHROMA_FILE = "chroma.sqlite3"
 
 APIStatusError = anthropic.APIStatusError | openai.APIStatusError
 APIConnectionError = anthropic.APIConnectionError | openai.APIConnectionError
@@ -168,3 +175,80 @@ def _short(err: Exception) -> str:
     if isinstance(err, APIStatusError):
         return f"status {err.status_code}"
     return f"{type(err).__name__}: {str(err)[:120]}"
+
+
+# --- storage ---------------------------------------------------------------------------
+#
+# Why before any member is answered: a read-only database otherwise lets the bot start,
+# answer every message "Sorry, something went wrong" and keep writing Chroma files; a
+# damaged or foreign file ends in a traceback part-way through opening. Every check here
+# only reads (or creates and removes a temporary file of its own), so nothing the
+# operator has is ever changed, and each fault is one line saying what to do.
+
+
+def check_storage(settings: Settings) -> None:
+    """Raise `StartupError` if the database or Chroma's files cannot be used as they are."""
+    database = settings.resolved_database_path
+    db_setting = "SONALITY_DATABASE_PATH" if settings.database_path else "SONALITY_DATA_DIR"
+    _check_place(database, "the database", db_setting)
+    if database.is_file():
+        try:
+            probe_database(database)
+        except SchemaTooNewError as exc:
+            raise StartupError(f"the database {exc}") from None
+        except StorageError as exc:
+            raise StartupError(
+                f"the database {exc}; nothing was changed: restore it from a backup, or "
+                f"point {db_setting} elsewhere to start with an empty one"
+            ) from None
+    chroma_dir = settings.resolved_chroma_dir
+    chroma_setting = "SONALITY_CHROMA_DIR" if settings.chroma_dir else "SONALITY_DATA_DIR"
+    if chroma_dir.exists() and not chroma_dir.is_dir():
+        raise StartupError(
+            f"Chroma's directory {chroma_dir} is a file; move it away or set {chroma_setting}"
+        )
+    chroma_file = chroma_dir / CHROMA_FILE
+    _check_place(chroma_file, "Chroma's file", chroma_setting)
+    if chroma_file.is_file():
+        try:
+            probe_sqlite_file(chroma_file)
+        except StorageError as exc:
+            raise StartupError(
+                f"Chroma's file {exc}; nothing was changed: restore {chroma_dir} from a "
+                "backup (the members' remembered episodes live there)"
+            ) from None
+
+
+def _check_place(path: Path, what: str, setting: str) -> None:
+    """`path` (a file that may not exist yet) can be written, and so can its directory,
+    where SQLite keeps its -wal and -shm files next to it."""
+    if path.exists() and not path.is_file():
+        raise StartupError(f"{what} {path} is not a file; move it away or set {setting}")
+    if path.exists():
+        try:
+            fd = os.open(path, os.O_RDWR)  # opening for writing changes neither bytes nor mtime
+        except OSError as exc:
+            raise StartupError(
+                f"{what} {path} is read-only ({exc.strerror}); the bot writes to it: make it "
+                f"writable for uid {os.geteuid()} or set {setting}"
+            ) from None
+        os.close(fd)
+    directory = _nearest_existing(path.parent)
+    try:
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as exc:
+        if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+            raise StartupError(f"{what}'s directory {directory} is unusable ({exc})") from None
+        raise StartupError(
+            f"{what}'s directory {directory} is not writable ({exc.strerror}); SQLite keeps "
+            f"its journal next to {path.name}: make the directory writable for uid "
+            f"{os.geteuid()} or set {setting}"
+        ) from None
+
+
+def _nearest_existing(directory: Path) -> Path:
+    """The directory itself, or the ancestor it would be created in."""
+    while not directory.exists() and directory != directory.parent:
+        directory = directory.parent
+    return directory

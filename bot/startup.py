@@ -4,13 +4,16 @@ Why one module: a newcomer's first mistake is a setting, and every such mistake 
 end the same way, with ONE line naming the variable, the value and what is allowed,
 and exit code 2, never a traceback. The order matters and is kept here in one place:
 settings first (nothing touched yet), then the data directory, then the lock on it
-(before anything opens the database or writes the log), then logging, and only then
+(before anything opens the database or writes the log), then a read-only look at the
+database and Chroma's file (a damaged, foreign, too new or read-only file is named now,
+not by the first member to write), then logging, and only then
 the engine's configuration and the bot.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import sys
 import tempfile
@@ -26,6 +29,7 @@ from pydantic_settings import SettingsError
 from bot import logs
 from bot.interface import StartupError
 from bot.lock import DataDirLock
+from bot.preflight import check_storage
 from bot.settings import Settings
 from sonality import config as engine_config
 
@@ -48,8 +52,10 @@ def run() -> int:
         return _refuse(exc)
     with lock:
         try:
+            # Under the lock: no other bot can be changing the files while they are read.
+            check_storage(settings)
             configure_logging(settings)
-        except StartupError as exc:  # SONALITY_LOG_FILE cannot be opened
+        except StartupError as exc:  # a storage fault, or SONALITY_LOG_FILE cannot be opened
             return _refuse(exc)
         configure_engine(settings)
         from bot.app import run_bot  # heavy (Chroma, SDKs): only once the checks passed
@@ -202,7 +208,8 @@ def prepare_data_dir(path: Path) -> None:
             pass
     except OSError as exc:
         raise SettingError(
-            f"error: {where} is not allowed: the directory is not writable ({exc.strerror})"
+            f"error: {where} is not allowed: the directory is not writable ({exc.strerror}); "
+            f"make it writable for uid {os.geteuid()} or choose another directory"
         ) from None
 
 
