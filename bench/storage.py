@@ -50,13 +50,13 @@ from bot.app import open_runtime
 from bot.messages import Community, IncomingMessage, User
 from bot.runtime import Runtime
 from bot.settings import Settings
+from chroma_memory.embedding import default_embedding_function
+from chroma_memory.episodes import EpisodeStore
 from providers.anthropic import AnthropicLLM
 from sonality import config
 from sonality.agent import SonalityAgent, _disagrees
 from sonality.ess import ESSResult, OpinionDirection, ReasoningType, SourceReliability
 from sonality.llm import Usage
-from sonality.memory.embedding import default_embedding_function
-from sonality.memory.episodes import EpisodeStore
 from sonality.memory.sponge import SpongeState
 from sonality.store import (
     SEMANTIC,

@@ -59,8 +59,10 @@ def _env_log_level(name: str, default: str) -> str:
 
 
 # --- paths (the seed's single-user file layout; the bot keeps versions in SQLite) -------
+# Kept for seed compatibility: the seed's names, read by `SpongeState.save/load` callers.
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-DATA_DIR = PROJECT_ROOT / "data"
+# The bot's rule (SONALITY_DATA_DIR, default ./data), so both agree where data lives.
+DATA_DIR = Path(_env_str("SONALITY_DATA_DIR", "data"))
 SPONGE_FILE = DATA_DIR / "sponge.json"
 SPONGE_HISTORY_DIR = DATA_DIR / "sponge_history"
 CHROMADB_DIR = DATA_DIR / "chromadb"

@@ -30,8 +30,8 @@ import pytest
 import yaml
 
 from adapters.slack import CLOSE_GRACE_SECONDS
+from chroma_memory.embedding import ONNX_FILES, default_embedding_function
 from sonality.agent import SonalityAgent
-from sonality.memory.embedding import ONNX_FILES, default_embedding_function
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"

@@ -23,7 +23,7 @@ from chromadb.api.models.Collection import Collection
 from bot.app import open_runtime
 from bot.interface import StartupError
 from bot.messages import LLM_DOWN, SLOW_DOWN, IncomingMessage, ReplyKind
-from sonality.memory.process import MemoryProcess
+from chroma_memory.process import MemoryProcess
 from sonality.memory.sponge import SEED_SNAPSHOT, SpongeState
 from sonality.store import Episode, InteractionRecord, Speaker, StateCommit
 from storage.community import CommunityStore

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sonality.memory.embedding import (
+from chroma_memory.embedding import (
     FastMiniLML6V2,
     close_chroma_client,
     default_embedding_function,

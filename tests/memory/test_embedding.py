@@ -15,8 +15,8 @@ import numpy.typing as npt
 import pytest
 from chromadb.utils.embedding_functions.onnx_mini_lm_l6_v2 import ONNXMiniLM_L6_V2
 
-from sonality.memory import embedding as emb
-from sonality.memory.embedding import (
+from chroma_memory import embedding as emb
+from chroma_memory.embedding import (
     ONNX_FILES,
     FastMiniLML6V2,
     close_chroma_client,

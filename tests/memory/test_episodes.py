@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
-from sonality.memory.embedding import FastMiniLML6V2, close_chroma_client, make_chroma_client
-from sonality.memory.episodes import EPISODIC, SEMANTIC, Episode, EpisodeStore, collection_name_for
-from sonality.memory.shared_chroma import SharedChroma
+from chroma_memory.embedding import FastMiniLML6V2, close_chroma_client, make_chroma_client
+from chroma_memory.episodes import EpisodeStore
+from chroma_memory.shared_chroma import SharedChroma
+from sonality.memory.episodes import EPISODIC, SEMANTIC, Episode, collection_name_for
 
 NUCLEAR = "Nuclear power plants are a safe, low-carbon source of electricity"
 SOURDOUGH = "Sourdough bread needs a long, cold fermentation for flavour"
@@ -146,19 +147,25 @@ def test_empty_store_returns_nothing(store: EpisodeStore) -> None:
 # -- writing ------------------------------------------------------------------------------
 
 
-def test_store_records_the_seed_metadata(store: EpisodeStore) -> None:
-    long_user = "u" * 900
-    episode_id = store.store(long_user, "r" * 900, 0.42, ["energy", "policy"], "", 7)
+def test_store_keeps_only_what_recall_and_hiding_need(store: EpisodeStore) -> None:
+    episode_id = store.store("u" * 900, "r" * 900, 0.42, ["energy", "policy"], NUCLEAR, 7)
     raw = store.chroma.client.get_collection(store.collection_name)
     got = raw.get(ids=[episode_id], include=["metadatas", "documents"])
     meta = got["metadatas"][0]  # type: ignore[index]
-    assert got["documents"] == ["u" * 200]  # no summary: the document is the message head
+    assert got["documents"] == [NUCLEAR]
+    # No message or reply text (members' data), no speaker, no copy of the summary.
+    assert set(meta) == {"ess_score", "memory_type", "timestamp", "interaction", "version"}
     assert meta["ess_score"] == pytest.approx(0.42)
-    assert meta["topics"] == "energy,policy"
     assert meta["memory_type"] == "episodic"
-    assert meta["user_message"] == "u" * 500 and meta["agent_response"] == "r" * 500
     assert meta["interaction"] == 7
     assert str(meta["timestamp"]).endswith("+00:00")
+    assert store.recent_summaries(0) == [NUCLEAR]
+
+
+def test_without_a_summary_the_document_is_the_message_head(store: EpisodeStore) -> None:
+    episode_id = store.store("u" * 900, "r" * 900, 0.42, [], "", 7)
+    raw = store.chroma.client.get_collection(store.collection_name)
+    assert raw.get(ids=[episode_id], include=["documents"])["documents"] == ["u" * 200]
 
 
 def test_upsert_with_same_id_never_duplicates(store: EpisodeStore) -> None:
@@ -285,7 +292,7 @@ def test_episodes_survive_reopening_in_a_new_process(
     script = (
         "import json, sys\n"
         "from pathlib import Path\n"
-        "from sonality.memory.episodes import EpisodeStore\n"
+        "from chroma_memory.episodes import EpisodeStore\n"
         "s = EpisodeStore.for_community(\n"
         "    'discord:77', sys.argv[1], model_cache_dir=Path(sys.argv[2])\n"
         ")\n"

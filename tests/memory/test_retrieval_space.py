@@ -34,9 +34,10 @@ import numpy as np
 import pytest
 from chromadb.api.types import Embeddings
 
+from chroma_memory.embedding import FastMiniLML6V2, close_chroma_client
+from chroma_memory.episodes import EpisodeStore
 from sonality import config
-from sonality.memory.embedding import FastMiniLML6V2, close_chroma_client
-from sonality.memory.episodes import Episode, EpisodeStore, with_vectors
+from sonality.memory.episodes import Episode, with_vectors
 
 DATA = Path(__file__).parent / "data" / "retrieval_space.json"
 TOP_K = 3

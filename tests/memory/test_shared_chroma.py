@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from sonality.memory.embedding import FastMiniLML6V2, make_chroma_client
-from sonality.memory.episodes import SEMANTIC, Episode, EpisodeStore
-from sonality.memory.shared_chroma import SharedChroma
+from chroma_memory.embedding import FastMiniLML6V2, make_chroma_client
+from chroma_memory.episodes import EpisodeStore
+from chroma_memory.shared_chroma import SharedChroma
+from sonality.memory.episodes import SEMANTIC, Episode
 
 TOPICS = {
     "nuclear": (

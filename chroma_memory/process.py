@@ -4,7 +4,7 @@ Why (chromadb 1.5.9, measured with 100 communities chatting on 2 cores):
 
 * Chroma's Rust bindings release the GIL for reads but hold it for writes: an upsert of
   8 episodes keeps it about 13 ms, mostly waiting on Chroma's own threads. Closing the
-  client to bound memory (see :mod:`sonality.memory.shared_chroma`) holds it ~60 ms.
+  client to bound memory (see :mod:`chroma_memory.shared_chroma`) holds it ~60 ms.
   In the bot's process each of those stalls the event loop, which sends and reads every
   LLM call, so LLM slots stayed occupied after their answers had arrived: with writes
   switched off, throughput rose from 101 to 124 calls/s.
@@ -13,7 +13,7 @@ Why (chromadb 1.5.9, measured with 100 communities chatting on 2 cores):
 The embedding model stays in the bot's process (its passes release the GIL, and the
 embedding lane batches them); every vector is computed there and sent along, so the
 memory process never loads the model. Calls are synchronous, like
-:class:`~sonality.memory.episodes.EpisodeStore`'s, and run on the caller's thread
+:class:`~chroma_memory.episodes.EpisodeStore`'s, and run on the caller's thread
 (`asyncio.to_thread`); each thread gets its own connection, so calls run concurrently.
 """
 
@@ -32,14 +32,17 @@ from typing import Any, Protocol, TypeVar, cast
 
 from chromadb.api.types import Documents, EmbeddingFunction, Embeddings
 
-from sonality.memory.embedding import default_embedding_function
+from chroma_memory.embedding import default_embedding_function
+from chroma_memory.episodes import EpisodeStore, collection_name_for
+from chroma_memory.shared_chroma import SharedChroma
 from sonality.memory.episodes import (
+    EPISODIC_N,
+    MIN_RELEVANCE,
+    N_RESULTS,
+    SEMANTIC_N,
     EpisodeMemory,
-    EpisodeStore,
-    collection_name_for,
     with_vectors,
 )
-from sonality.memory.shared_chroma import SharedChroma
 from sonality.store import Episode, HiddenRange
 
 log = logging.getLogger(__name__)
@@ -288,7 +291,7 @@ _GONE = (EOFError, ConnectionError)
 
 class RemoteEpisodeStore:
     """One community's memories, kept by the memory process; the same calls as
-    :class:`~sonality.memory.episodes.EpisodeStore` that the agent makes."""
+    :class:`~chroma_memory.episodes.EpisodeStore` that the agent makes."""
 
     def __init__(
         self,
@@ -311,9 +314,9 @@ class RemoteEpisodeStore:
     def retrieve_typed(
         self,
         query: str,
-        episodic_n: int = 3,
-        semantic_n: int = 2,
-        min_relevance: float = 0.3,
+        episodic_n: int = EPISODIC_N,
+        semantic_n: int = SEMANTIC_N,
+        min_relevance: float = MIN_RELEVANCE,
         *,
         query_embedding: Embeddings | None = None,
         unwritten: Sequence[Episode] = (),
@@ -338,8 +341,8 @@ class RemoteEpisodeStore:
     def retrieve(
         self,
         query: str,
-        n_results: int = 5,
-        min_relevance: float = 0.3,
+        n_results: int = N_RESULTS,
+        min_relevance: float = MIN_RELEVANCE,
         where: dict[str, Any] | None = None,
         *,
         query_embedding: Embeddings | None = None,

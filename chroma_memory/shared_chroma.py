@@ -36,7 +36,7 @@ from chromadb.api import ClientAPI
 from chromadb.api.models.Collection import Collection
 from chromadb.errors import NotFoundError
 
-from sonality.memory.embedding import close_chroma_client, make_chroma_client
+from chroma_memory.embedding import close_chroma_client, make_chroma_client
 
 log = logging.getLogger(__name__)
 

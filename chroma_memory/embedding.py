@@ -477,7 +477,7 @@ def make_chroma_client(persist_dir: Path) -> ClientAPI:
     different settings, so clients are cached by resolved path. Telemetry is off (the
     bot runs offline). Chroma's memory settings (``chroma_memory_limit_bytes``, the LRU
     segment cache) are not passed: the Rust bindings ignore them. See
-    ``sonality.memory.shared_chroma`` for how the bot bounds Chroma's memory instead.
+    ``chroma_memory.shared_chroma`` for how the bot bounds Chroma's memory instead.
     """
     key = Path(persist_dir).resolve()
     with _client_lock:

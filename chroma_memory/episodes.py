@@ -1,0 +1,340 @@
+"""The bot's episode store: the seed's, made to host thousands of communities.
+
+Same ranking, hiding and documents as :class:`sonality.memory.episodes.EpisodeStore`
+(it uses that module's helpers), with three differences:
+
+* one Chroma client shared by all communities (:class:`SharedChroma`, reopened when
+  too many collections are open, so every operation fetches its collection handles
+  inside ``chroma.use()`` instead of keeping them);
+* semantic memories (insights) in a ``<name>-semantic`` collection of their own,
+  created on first use, instead of a ``memory_type`` filter;
+* the embedding function is passed in (the bot shares one), by default the ONNX model
+  built by :mod:`chroma_memory.embedding`.
+
+Chroma is synchronous; callers on an event loop use ``asyncio.to_thread``. The only
+state here is whether the semantic collection exists yet (it is made with
+get-or-create, so threads racing to create it is harmless).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, cast
+
+from chromadb.api import ClientAPI
+from chromadb.api.models.Collection import Collection
+from chromadb.api.types import Documents, EmbeddingFunction, Embeddings, Where
+from chromadb.errors import NotFoundError
+
+from chroma_memory.embedding import default_embedding_function
+from chroma_memory.shared_chroma import SharedChroma
+from sonality.memory.episodes import (
+    EPISODIC_N,
+    MIN_RELEVANCE,
+    N_RESULTS,
+    SEMANTIC_N,
+    Scored,
+    best,
+    collection_name_for,
+    in_order,
+    outside,
+    scored_matches,
+    scored_waiting,
+    upsert,
+    with_vectors,
+)
+from sonality.store import EPISODIC, SEMANTIC, Episode, HiddenRange
+
+__all__ = ["EpisodeStore"]
+
+
+class EpisodeStore:
+    """One community's memories: store, retrieve by meaning, list recent ones.
+
+    One embedding space: each memory's vector is its document's (an episode's ESS
+    summary, an insight's text), given with the episode or computed here, so one
+    ``min_relevance`` means the same for all of them.
+
+    ``EpisodeStore(persist_dir)`` works as the seed API describes; the keyword arguments
+    let the bot share one client and one embedding function across all communities.
+    """
+
+    def __init__(
+        self,
+        persist_dir: str | Path,
+        *,
+        collection: str = "episodes",
+        client: SharedChroma | None = None,
+        embedding_function: EmbeddingFunction[Documents] | None = None,
+        model_cache_dir: Path | None = None,
+    ) -> None:
+        self.persist_dir = Path(persist_dir)
+        if embedding_function is None:
+            if model_cache_dir is None:
+                from sonality import config
+
+                model_cache_dir = config.DATA_DIR / "models"
+            embedding_function = default_embedding_function(model_cache_dir)
+        self._embed = embedding_function
+        self.chroma = client if client is not None else SharedChroma(self.persist_dir)
+        self._name = collection
+        # Semantic memories (consolidated insights) are few and live in their own
+        # collection, created on first use: a metadata filter that matches most of a large
+        # collection costs Chroma tens of milliseconds, an unfiltered query about two.
+        self._semantic_name = f"{collection}-semantic"
+        self._has_semantic = True  # until the probe below says otherwise
+        with self.chroma.use():
+            self._episodic()
+            self._has_semantic = self._semantic(create=False) is not None
+
+    def _open(self, client: ClientAPI, name: str, create: bool) -> Collection:
+        # Looking up first: after a SharedChroma reopen every active community opens its
+        # collection again, and a get costs 0.5 ms of GIL against 1.4 ms for get-or-create.
+        try:
+            collection = client.get_collection(
+                name=name,
+                embedding_function=self._embed,  # type: ignore[arg-type]
+            )
+        except NotFoundError:
+            if not create:
+                raise
+            collection = client.get_or_create_collection(
+                name=name,
+                embedding_function=self._embed,  # type: ignore[arg-type]
+                configuration={"hnsw": {"space": "cosine"}},
+            )
+        space = (collection.configuration_json.get("hnsw") or {}).get("space")
+        if space not in (None, "cosine"):
+            # A pre-existing collection in another space would make 1 - distance wrong.
+            raise ValueError(f"collection {name!r} uses {space!r} space, not cosine")
+        return collection
+
+    # Only inside ``self.chroma.use()``: handles are valid until the client is reopened.
+    def _episodic(self) -> Collection:
+        collection = self.chroma.collection(self._name, create=True, opener=self._open)
+        assert collection is not None
+        return collection
+
+    def _semantic(self, *, create: bool) -> Collection | None:
+        if not create and not self._has_semantic:
+            return None
+        collection = self.chroma.collection(self._semantic_name, create=create, opener=self._open)
+        if collection is not None:
+            self._has_semantic = True
+        return collection
+
+    @classmethod
+    def for_community(
+        cls,
+        community_id: str,
+        persist_dir: str | Path,
+        *,
+        client: SharedChroma | None = None,
+        embedding_function: EmbeddingFunction[Documents] | None = None,
+        model_cache_dir: Path | None = None,
+    ) -> EpisodeStore:
+        """The store of one Discord guild / Slack workspace / terminal session."""
+        return cls(
+            persist_dir,
+            collection=collection_name_for(community_id),
+            client=client,
+            embedding_function=embedding_function,
+            model_cache_dir=model_cache_dir,
+        )
+
+    @property
+    def collection_name(self) -> str:
+        return self._name
+
+    # -- writing -----------------------------------------------------------------------
+
+    def store(
+        self,
+        user_message: str,
+        agent_response: str,
+        ess_score: float,
+        topics: Sequence[str],
+        summary: str,
+        interaction_count: int = 0,
+        memory_type: str = EPISODIC,
+        *,
+        episode_id: str | None = None,
+    ) -> str:
+        """Store (or overwrite) one episode and return its id.
+
+        ``upsert`` keyed by ``episode_id`` makes a replayed interaction (retry after a
+        crash, duplicate platform event) overwrite rather than duplicate its memory.
+        """
+        episode = Episode(
+            id=episode_id or uuid.uuid4().hex,
+            user_message=user_message,
+            agent_response=agent_response,
+            ess_score=ess_score,
+            topics=tuple(topics),
+            summary=summary,
+            interaction=interaction_count,
+            memory_type=memory_type,
+        )
+        self.store_many([episode])
+        return episode.id
+
+    def store_many(self, episodes: Sequence[Episode]) -> None:
+        """Upsert episodes, semantic ones into the ``-semantic`` collection.
+
+        Vectors are computed from the document, in one batch, for episodes without
+        ``embedding``; one that carries a vector must have it from the same text.
+        """
+        semantic = [e for e in episodes if e.memory_type == SEMANTIC]
+        episodic = [e for e in episodes if e.memory_type != SEMANTIC]
+        with self.chroma.use():
+            if semantic:
+                collection = self._semantic(create=True)
+                assert collection is not None
+                self._upsert(collection, semantic)
+            if episodic:
+                self._upsert(self._episodic(), episodic)
+
+    def _upsert(self, collection: Collection, episodes: Sequence[Episode]) -> None:
+        upsert(collection, with_vectors(episodes, self._embed))
+
+    # -- reading -----------------------------------------------------------------------
+
+    def count(self) -> int:
+        with self.chroma.use():
+            semantic = self._semantic(create=False)
+            return self._episodic().count() + (semantic.count() if semantic is not None else 0)
+
+    def stored(self, ids: Sequence[str]) -> list[dict[str, Any]]:
+        """The episodes with these ids exactly as Chroma holds them (document and
+        metadata, no vector), so a member's data export shows what is really kept."""
+        if not ids:
+            return []
+        with self.chroma.use():
+            got = self._episodic().get(ids=list(ids), include=["documents", "metadatas"])
+        documents: Sequence[str | None] = got.get("documents") or [None] * len(got["ids"])
+        metadatas: Sequence[Mapping[str, Any] | None] = got.get("metadatas") or [None] * len(
+            got["ids"]
+        )
+        return [
+            {"id": i, "document": d, "metadata": dict(m or {})}
+            for i, d, m in zip(got["ids"], documents, metadatas, strict=True)
+        ]
+
+    def embed_many(self, texts: Sequence[str]) -> Embeddings:
+        """Vectors for several texts in one model pass (the embedding lane's unit)."""
+        return self._embed(list(texts))
+
+    def embed_query(self, query: str) -> Embeddings:
+        """Embed a query once so several filtered passes can reuse the vector."""
+        return self._embed.embed_query([query])
+
+    def retrieve(
+        self,
+        query: str,
+        n_results: int = N_RESULTS,
+        min_relevance: float = MIN_RELEVANCE,
+        where: dict[str, Any] | None = None,
+        *,
+        query_embedding: Embeddings | None = None,
+    ) -> list[str]:
+        """Summaries of the most relevant episodes, best first.
+
+        Cosine similarity (``1 - distance``) below ``min_relevance`` is dropped; the rest
+        is ranked by ``similarity * (1 + ess_score)``. ``where`` filters on metadata,
+        e.g. ``{"interaction": {"$gte": 40}}``; a top-level ``memory_type`` in it picks
+        the collection to search instead of filtering.
+        """
+        if n_results <= 0:
+            return []
+        vector = query_embedding if query_embedding is not None else self.embed_query(query)
+        memory_type = (where or {}).get("memory_type")
+        rest = {k: v for k, v in (where or {}).items() if k != "memory_type"} or None
+        with self.chroma.use():
+            sources: list[tuple[Collection, dict[str, Any] | None]] = []
+            semantic = self._semantic(create=False)
+            if memory_type in (None, SEMANTIC) and semantic is not None:
+                sources.append((semantic, rest))
+            if memory_type in (None, EPISODIC):
+                sources.append((self._episodic(), rest))
+            return self._ranked(vector, n_results, min_relevance, sources)
+
+    def retrieve_typed(
+        self,
+        query: str,
+        episodic_n: int = EPISODIC_N,
+        semantic_n: int = SEMANTIC_N,
+        min_relevance: float = MIN_RELEVANCE,
+        *,
+        query_embedding: Embeddings | None = None,
+        unwritten: Sequence[Episode] = (),
+        hidden: Sequence[HiddenRange] = (),
+    ) -> list[str]:
+        """Semantic memories (distilled knowledge) first, then episodes, without repeats.
+
+        Pass `query_embedding` when the caller already embedded `query`. `unwritten`
+        episodes (committed, waiting to be stored) that carry a vector are ranked with
+        the stored ones, by the same score. Memories whose interaction lies in a
+        `hidden` range (undone by a rollback, see `HiddenRange`) are left out.
+        """
+        vector = query_embedding if query_embedding is not None else self.embed_query(query)
+        where = outside(hidden)
+        with self.chroma.use():
+            collection = self._semantic(create=False)
+            semantic = self._ranked(
+                vector,
+                semantic_n,
+                min_relevance,
+                [(collection, where)] if collection is not None else [],
+                [e for e in unwritten if e.memory_type == SEMANTIC],
+                hidden,
+            )
+            episodic = self._ranked(
+                vector,
+                episodic_n,
+                min_relevance,
+                [(self._episodic(), where)],
+                [e for e in unwritten if e.memory_type != SEMANTIC],
+                hidden,
+            )
+        return list(dict.fromkeys([*semantic, *episodic]))
+
+    def recent_summaries(
+        self, since_interaction: int, limit: int = 20, hidden: Sequence[HiddenRange] = ()
+    ) -> list[str]:
+        """Summaries of episodes from ``since_interaction`` on, oldest first, newest last,
+        leaving out `hidden` ranges as `retrieve_typed` does (for reflection)."""
+        if limit <= 0:
+            return []
+        since: dict[str, Any] = {"interaction": {"$gte": int(since_interaction)}}
+        hide = outside(hidden)
+        with self.chroma.use():
+            got = self._episodic().get(
+                where=cast(Where, {"$and": [since, hide]} if hide else since),
+                include=["metadatas", "documents"],
+            )
+        return in_order(got["metadatas"] or [], got["documents"] or [], limit)
+
+    def _ranked(
+        self,
+        query_embedding: Embeddings,
+        n_results: int,
+        min_relevance: float,
+        sources: Sequence[tuple[Collection, dict[str, Any] | None]],
+        unwritten: Sequence[Episode] = (),
+        hidden: Sequence[HiddenRange] = (),
+    ) -> list[str]:
+        if n_results <= 0:
+            return []
+        scored: list[Scored] = []
+        stored: set[str] = set()
+        for collection, where in sources:
+            found, ids = scored_matches(
+                collection, query_embedding, n_results, where, min_relevance
+            )
+            scored += found
+            stored |= ids
+        waiting = [e for e in unwritten if e.id not in stored]  # a write may have just landed
+        scored += scored_waiting(query_embedding, waiting, hidden, min_relevance)
+        return best(scored, n_results)
