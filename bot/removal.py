@@ -85,9 +85,13 @@ class CommunityRemovals:
             return "not-removed"  # the usual case: every guild on every connect
         at = at or self.clock()
         async with self._lock:
-            outcome = await self.db.mark_returned(community_id, at)
-            if outcome == "erased":
-                await self._clear(community_id)
+            if community_id in await self.db.due_erasures(at):
+                # Back too late and housekeeping has not erased yet: erase first, the
+                # memories before the rows (see `_erase`), then it starts from the seed.
+                await self._erase(community_id, at)
+                outcome: Literal["kept", "erased", "not-removed"] = "erased"
+            else:
+                outcome = await self.db.mark_returned(community_id, at)
             self._removed.discard(community_id)
         if outcome != "not-removed":
             log.info("added back to %s: its data was %s", community_id, outcome)
@@ -101,21 +105,26 @@ class CommunityRemovals:
             async with self._lock:
                 if community_id not in await self.db.due_erasures(now):
                     continue  # added back meanwhile
-                await self.registry.unload(community_id)
-                rows = await self.db.erase_community(community_id, now)
-                await self._clear(community_id)
-            log.info("erased %s: %d rows, its memories and buffers", community_id, rows)
+                try:
+                    await self._erase(community_id, now)
+                except Exception:
+                    log.exception("erasing %s failed; tried again next time", community_id)
+                    continue
             erased.append(community_id)
         return erased
 
-    async def _clear(self, community_id: str) -> None:
-        """What lives outside SQLite: memories in Chroma, and in-process caches."""
+    async def _erase(self, community_id: str, at: datetime) -> None:
+        """The agent, the memories in Chroma, then the rows, then in-process caches.
+
+        Memories go before the rows on purpose: the rows include the removal itself, so
+        a crash (or a Chroma error) in between leaves the removal due and the next
+        housekeeping does it all again; the other order could leave memories nobody
+        would ever delete, to be found by the community when it comes back.
+        """
         await self.registry.unload(community_id)
         if self.forget_memory is not None:
-            try:
-                await self.forget_memory(community_id)
-            except Exception:
-                # The rows are gone; the memories left behind are named in the log.
-                log.exception("could not delete the memories of %s", community_id)
+            await self.forget_memory(community_id)
+        rows = await self.db.erase_community(community_id, at)
         if self.on_erased is not None:
             self.on_erased(community_id)
+        log.info("erased %s: %d rows, its memories and conversation buffers", community_id, rows)
