@@ -44,6 +44,7 @@ from bot.messages import (
     CommandRequest,
     Community,
     IncomingMessage,
+    Reply,
     ReplyKind,
     User,
 )
@@ -220,7 +221,22 @@ class TerminalAdapter:
         message = IncomingMessage(
             community=COMMUNITY, channel_id="terminal", user=self.user, text=text, trusted=True
         )
-        reply = await self.runtime.handle(message)
+        if not self.interactive:
+            # Scripted: exactly one line per answer, so the whole reply is awaited.
+            reply = await self.runtime.handle(message)
+        else:
+            shown: list[str] = []
+
+            async def show(piece: str) -> None:
+                self._write(("" if shown else "sonality> ") + piece)
+                shown.append(piece)
+
+            reply = await self.runtime.handle(message, on_text=show)
+            if reply is not None and reply.streamed:
+                self._finish_stream("".join(shown), reply)
+                if reply.kind is ReplyKind.ANSWER:
+                    await self._status()
+                return
         if reply is None:
             if not self.interactive:  # keep one answer line per input line
                 self._answer("(no reply)")
@@ -274,6 +290,15 @@ class TerminalAdapter:
             self._print(line)
         else:
             print(line, file=self.stderr, flush=True)
+
+    def _finish_stream(self, shown: str, reply: Reply) -> None:
+        """End a streamed answer: what the reply adds after the shown text (a note on a
+        long message, or that the reply was cut off), then the line's end."""
+        if reply.kind is ReplyKind.ANSWER:
+            rest = reply.text[len(shown.strip()) :] if reply.text.startswith(shown.strip()) else ""
+            self._print(rest)
+        else:
+            self._print("\n(notice) " + reply.text)
 
     def _answer(self, text: str, speaker: str = "") -> None:
         """One answer: as it is at a terminal, as exactly one line when scripted."""

@@ -58,6 +58,10 @@ class Reply(BaseModel):
     text: str
     kind: ReplyKind = ReplyKind.ANSWER
     truncated: bool = False  # the incoming message was cut before the engine saw it
+    # Text went to the adapter's stream sink before this reply came back. An ANSWER is
+    # then the whole reply (the shown text plus any note the runtime added); a NOTICE
+    # is what to put after the text already shown (a stream that broke part-way).
+    streamed: bool = False
 
 
 class CommandRequest(BaseModel):
@@ -98,6 +102,10 @@ class CommandResult(BaseModel):
 # What people see when something goes wrong, the same wording on every platform.
 LLM_DOWN = "Sorry, I can't reach my language model right now. Please try again in a minute."
 INTERNAL_ERROR = "Sorry, something went wrong on my side. Nothing was lost; please try again."
+CUT_OFF = (
+    "(My reply was cut off here, so I learned nothing from this message. "
+    "Please ask again in a moment.)"
+)
 SLOW_DOWN = "You're sending messages faster than I can think. Please slow down a little."
 BUDGET_REACHED = (
     "I've reached today's spending limit for this community, so I'm resting until "

@@ -18,6 +18,7 @@ from bot.budget import BudgetExceeded, BudgetLedger
 from bot.commands import CommandHandlers, describe_ess, ranked_topics
 from bot.messages import (
     BUDGET_REACHED,
+    CUT_OFF,
     INTERNAL_ERROR,
     LLM_DOWN,
     SLOW_DOWN,
@@ -33,12 +34,12 @@ from bot.registry import CommunityRegistry
 from bot.removal import CommunityRemovals
 from bot.settings import Settings
 from sonality.ess import normalize_topic
-from sonality.llm import ChatTurn, LLMError
+from sonality.llm import ChatTurn, LLMError, TextSink
 from sonality.store import Speaker
 from storage import Database
 
 if TYPE_CHECKING:
-    from sonality.memory.process import MemoryHost
+    from chroma_memory.process import MemoryHost
 
 __all__ = ["Runtime"]
 
@@ -84,7 +85,9 @@ class Runtime:
         )
 
     # ------------------------------------------------------------------ messages
-    async def handle(self, message: IncomingMessage) -> Reply | None:
+    async def handle(
+        self, message: IncomingMessage, on_text: TextSink | None = None
+    ) -> Reply | None:
         if not self._accepting or not message.addressed or message.user.is_bot:
             return None
         if self.removals.is_removed(message.community.id):
@@ -103,6 +106,16 @@ class Runtime:
             log.info("rate limited %s in %s", user.id, community.id)
             return Reply(text=SLOW_DOWN, kind=ReplyKind.NOTICE)
 
+        # Characters handed to the adapter's sink so far ([] until the first piece).
+        shown: list[int] = []
+
+        async def counted(piece: str) -> None:
+            shown[:] = [(shown[0] if shown else 0) + len(piece)]
+            assert on_text is not None
+            await on_text(piece)
+
+        sink = counted if on_text is not None else None
+
         limit = self.settings.max_message_chars
         truncated = len(text) > limit
         if truncated:
@@ -116,10 +129,23 @@ class Runtime:
             now = datetime.now(UTC)
             self.last_message_at[community.id] = now
             history = self._history(community.id, user.id, now)  # read during retrieval
-            reply = await agent.respond(text, Speaker(id=user.id, name=user.name), history)
+            reply = await agent.respond(
+                text, Speaker(id=user.id, name=user.name), history, on_text=sink
+            )
         except BudgetExceeded:  # reached while this message waited for its turn
             return await self._budget_notice(community.id, user.id)
         except LLMError as exc:
+            if shown:
+                # The member saw part of an answer: say where it ends. The agent recorded
+                # nothing, so nothing is learned from a reply nobody received whole.
+                log.warning(
+                    "reply cut off in %s for %s after %d characters; nothing learned: %s",
+                    community.id,
+                    user.id,
+                    shown[0],
+                    exc,
+                )
+                return Reply(text=CUT_OFF, kind=ReplyKind.NOTICE, streamed=True)
             log.warning("no reply in %s for %s: %s", community.id, user.id, exc)
             return Reply(text=LLM_DOWN, kind=ReplyKind.NOTICE)
         except Exception:
@@ -134,7 +160,7 @@ class Runtime:
             reply += (
                 f"\n\n(Your message was very long, so I only read its first {limit:,} characters.)"
             )
-        return Reply(text=reply, truncated=truncated)
+        return Reply(text=reply, truncated=truncated, streamed=bool(shown))
 
     async def _budget_notice(self, community_id: str, user_id: str) -> Reply | None:
         """Past the daily limit each member is told once a day; after that, silence
