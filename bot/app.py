@@ -23,13 +23,13 @@ from bot.registry import CommunityRegistry
 from bot.runtime import Runtime
 from bot.scheduler import ReflectionScheduler
 from bot.settings import Settings
+from chroma_memory.embedding import default_embedding_function
+from chroma_memory.process import LocalMemory, MemoryHost, MemoryProcess
 from providers.anthropic import AnthropicLLM
 from providers.openai import OpenAILLM
 from sonality.agent import SonalityAgent
 from sonality.llm import LLMClient
 from sonality.memory.embed_lane import EmbeddingLane
-from sonality.memory.embedding import default_embedding_function
-from sonality.memory.process import LocalMemory, MemoryHost, MemoryProcess
 from sonality.priority import ReplyPriority
 from storage import Database, StorageError
 from storage.platform import KEY_HOWTO
