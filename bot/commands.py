@@ -21,6 +21,7 @@ from bot.budget import (
     format_usd,
     total_tokens,
 )
+from bot.forget import forget_member, reapply_after_rollback
 from bot.messages import CommandRequest, CommandResult, Community, User, needs_moderator
 from bot.mydata import run_my_data
 from bot.timeline import run_timeline
@@ -51,6 +52,8 @@ HELP = """\
 /sonality reflect           moderators: consolidate what I've learned now
 /sonality budget <usd>|off|default   moderators: set this community's daily limit
 /sonality my-data           everything I keep about you, as a private JSON file
+/sonality forget-me [confirm]   forget you: your messages, and their influence on my views
+/sonality forget-user <member> <reason>   moderators: the same, for a member who asked
 /sonality help              this list"""
 
 MAX_LIST = 15
@@ -354,6 +357,73 @@ class CommandHandlers:
         return CommandResult(text="\n".join(_spend_lines(spend)), title="Budget")
 
     # ------------------------------------------------------------------ moderators
+    async def _cmd_forget_me(self, request: CommandRequest) -> CommandResult:
+        """Any member, for themselves; nothing happens without `confirm` (the Discord
+        adapter shows a button that sends it)."""
+        if not request.args or request.args[0].strip().lower() != "confirm":
+            return CommandResult(
+                text=(
+                    "This forgets you in this community: your messages and my replies to "
+                    "them, and their influence on my opinions (recomputed as if you had "
+                    "never argued). Past versions keep their "
+                    "opinions but show you only under a pseudonym. It cannot be undone. "
+                    "To go ahead: `/sonality forget-me confirm`."
+                ),
+                title="Forget me?",
+                private=True,
+            )
+        return await self._forget(request, request.caller.id, requested_by="self", reason="")
+
+    async def _cmd_forget_user(self, request: CommandRequest) -> CommandResult:
+        """Moderators, for a member who asked them. Logged with the moderator and the
+        reason, never with the member's id (the log would otherwise remember them)."""
+        member = request.args[0].strip().strip("<@!>") if request.args else ""
+        reason = " ".join(request.args[1:]).strip()
+        allowed = request.is_moderator
+        await self._db.record_moderator_action(
+            request.community.id,
+            actor_id=request.caller.id,
+            actor_name=request.caller.name,
+            action="forget-user",
+            args="(member withheld)",
+            reason=reason if allowed else "refused: not a moderator",
+            allowed=allowed,
+        )
+        if not allowed:
+            return CommandResult(
+                text="Only moderators can use `/sonality forget-user`.", ok=False, private=True
+            )
+        if not member or not reason:
+            raise _UsageError("Usage: `/sonality forget-user <member> <reason>`.")
+        return await self._forget(
+            request, member, requested_by=actor_name(request.caller), reason=reason
+        )
+
+    async def _forget(
+        self, request: CommandRequest, member: str, *, requested_by: str, reason: str
+    ) -> CommandResult:
+        agent = await self._agent_for(request.community)
+        before = agent.sponge
+        done = await forget_member(
+            self._db,
+            agent,
+            request.community.id,
+            member,
+            requested_by=requested_by,
+            reason=reason,
+        )
+        moved = diff_states(before, agent.sponge)
+        return CommandResult(
+            text=(
+                f"Forgotten, as {done.pseudonym}: messages, replies and their influence on my "
+                f"opinions (v{done.version}).\n{moved}\nMy self-description still reflects "
+                "them until the next reflection rewrites it without their insights; a "
+                "moderator can run `/sonality reflect` to do that now."
+            ),
+            title="Forgotten",
+            private=True,
+        )
+
     async def _cmd_rollback(self, request: CommandRequest) -> CommandResult:
         if not request.args:
             raise _UsageError("Usage: `/sonality rollback <version> [reason]`.")
@@ -366,6 +436,9 @@ class CommandHandlers:
             restored = await agent.rollback(version, actor=actor, reason=reason)
         except RollbackError as exc:
             raise _UsageError(f"Cannot roll back: {exc}.") from exc
+        # A forget-me after the target must stay in force: replay the opinions again.
+        if await reapply_after_rollback(self._db, agent, request.community.id, version):
+            restored = agent.sponge
         log.info(
             "rollback in %s to v%d by %s (now v%d)",
             request.community.id,
