@@ -408,6 +408,8 @@ def test_manifest_matches_what_the_adapter_needs() -> None:
     assert set(manifest["settings"]["event_subscriptions"]["bot_events"]) == {
         "app_mention",
         "message.im",
+        "app_uninstalled",
+        "tokens_revoked",
     }
     [command] = manifest["features"]["slash_commands"]
     assert command["command"] == "/sonality" and command["usage_hint"]
