@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sonality.config import MAX_RECENT_SHIFTS
+from sonality.config import BELIEF_DECAY_RATE, MAX_RECENT_SHIFTS
 
 log = logging.getLogger(__name__)
 
@@ -287,7 +287,9 @@ class SpongeState(BaseModel):
             summaries.append(f"{topic} {net:+.3f} ({len(updates)} {noun})")
         return summaries
 
-    def decay_beliefs(self, decay_rate: float = 0.15, min_confidence: float = 0.05) -> list[str]:
+    def decay_beliefs(
+        self, decay_rate: float = BELIEF_DECAY_RATE, min_confidence: float = 0.05
+    ) -> list[str]:
         """Let beliefs that have not been reinforced for a while lose confidence.
 
         Why power-law with a floor: forgetting is fast at first and then slows, and a
