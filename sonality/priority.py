@@ -1,9 +1,8 @@
 """Replies before learning: a gate background memory writes wait on.
 
-A Chroma write holds its collection for several milliseconds, and a reply's retrieval
-that arrives meanwhile waits for it. Learning is never urgent, replies always are, so
-before writing a batch of episodes the learning worker waits (briefly, bounded so it can never
-starve) until no reply in the process is retrieving memories.
+Before writing a batch of episodes the learning worker waits, for at most `max_wait`
+so it can never starve, until no reply in the process is retrieving memories; a write
+that ran meanwhile would hold the collection the reply reads. See docs/performance.md.
 """
 
 from __future__ import annotations

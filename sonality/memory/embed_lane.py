@@ -1,14 +1,8 @@
 """One lane for the embedding model: a single run at a time, batching whoever waits.
 
-Why a lane: a MiniLM forward pass costs about 12 ms of CPU for a short message. When
-every reply embedded on its own thread-pool worker, a hundred chatting communities kept
-several passes running at once, they filled both cores, and the event loop (which sends
-and reads every LLM call) waited for a core: LLM slots stayed occupied long after the
-answers had arrived. One pass at a time leaves a core to the loop.
-
-Why batches: texts that queued while a pass ran go into the next pass together, which
-costs about 9 ms per text instead of 12. A lone message runs at once, as before, so
-nothing waits for a batch to fill.
+Texts that queue while a pass runs go into the next pass together; a lone text runs at
+once, so nothing waits for a batch to fill. One pass at a time leaves a core to the
+event loop. Measurements: docs/performance.md.
 """
 
 from __future__ import annotations
