@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from bot.budget import BudgetLedger, MeteredLLM
+from bot.forget import resume_forgets
 from bot.health import LLMHealth, RecordingLLM, health_endpoint
 from bot.interface import Adapter, StartupError
 from bot.messages import Community
@@ -116,6 +117,8 @@ async def open_runtime(
         stack.push_async_callback(runtime.close)
         runtime.removals.forget_memory = _memory_eraser(memory)
         await runtime.removals.load()
+        # A forget-me a crash interrupted is finished before anything else is learned.
+        await resume_forgets(db, lambda cid: registry.agent_for(Community(id=cid)))
         await _resume_unfinished(db, registry)
         yield runtime
 
