@@ -42,6 +42,7 @@ from bot.messages import (
     Community,
     IncomingMessage,
     Reply,
+    ReplyKind,
     User,
     needs_moderator,
 )
@@ -80,6 +81,122 @@ _USER_MENTION = re.compile(r"<@!?(\d+)>")
 _ROLE_MENTION = re.compile(r"<@&(\d+)>")
 _CHANNEL_MENTION = re.compile(r"<#(\d+)>")
 _LEADING_NUMBER = re.compile(r"\s*(\d+)")
+
+
+#: Discord allows 5 edits per 5 s in a channel: one edit a second stays under it.
+EDIT_EVERY = 1.0
+#: Without a finished sentence, the first words show after this long.
+FIRST_AFTER = 1.0
+_SENTENCE_END = re.compile(r"[.!?…](\s|$)")
+
+
+class StreamedReply:
+    """A reply shown while the model writes it: a first message, then edits in place.
+
+    Why a task of its own: the model's stream must never wait for Discord, so `feed`
+    only appends; the task shows the text once a sentence (or `FIRST_AFTER` of text)
+    is there, then edits at most once per `EDIT_EVERY` (Discord's per-channel edit
+    limit; discord.py still waits out any 429 itself). What is shown is always
+    `split_message` of the text so far: the 2,000-character split, with an open code
+    fence closed in the shown text and reopened in the next message, and a fence line
+    still being typed held back, so no half-open fence is ever on screen.
+    """
+
+    def __init__(
+        self,
+        trigger: discord.Message,
+        *,
+        first_after: float | None = None,
+        edit_every: float | None = None,
+    ) -> None:
+        self.trigger = trigger
+        self.first_after = FIRST_AFTER if first_after is None else first_after
+        self.edit_every = EDIT_EVERY if edit_every is None else edit_every
+        self.text = ""
+        self.sent: list[discord.Message] = []
+        self.shown: list[str] = []
+        self.failed = False
+        self._first_at: float | None = None
+        self._wake = asyncio.Event()
+        # Held while a request is out: `stop` never cancels one half-way (a message
+        # Discord stored but we never heard back about would be sent twice).
+        self._busy = asyncio.Lock()
+        self._task: asyncio.Task[None] | None = None
+
+    async def feed(self, piece: str) -> None:
+        self.text += piece
+        if self._task is None:
+            self._first_at = asyncio.get_running_loop().time()
+            self._task = asyncio.create_task(self._run(), name="discord stream")
+        self._wake.set()
+
+    async def finish(self, reply: Reply) -> None:
+        """Show the final text: the whole answer, or what was shown plus the note."""
+        await self.stop()
+        if reply.kind is ReplyKind.ANSWER:
+            final = reply.text
+        else:
+            final = self.text.rstrip() + "\n\n" + reply.text
+        await self._show(final)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            async with self._busy:
+                self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        assert self._first_at is not None
+        while not _SENTENCE_END.search(self.text):
+            left = self._first_at + self.first_after - loop.time()
+            if left <= 0:
+                break
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), left)
+        while not self.failed:
+            self._wake.clear()
+            async with self._busy:
+                await self._show(_visible(self.text))
+            await asyncio.sleep(self.edit_every)
+            await self._wake.wait()
+
+    async def _show(self, text: str) -> None:
+        """Make Discord show `text`: edit the messages that changed, send new ones."""
+        if self.failed:
+            return
+        channel = self.trigger.channel
+        guild_id = self.trigger.guild.id if self.trigger.guild else None
+        for index, chunk in enumerate(split_message(text, MESSAGE_LIMIT)):
+            try:
+                if index < len(self.sent):
+                    if self.shown[index] != chunk:
+                        await self.sent[index].edit(content=chunk, allowed_mentions=NO_MENTIONS)
+                        self.shown[index] = chunk
+                    continue
+                sent = await channel.send(
+                    chunk,
+                    reference=self.trigger.to_reference(fail_if_not_exists=False),
+                    allowed_mentions=NO_MENTIONS,
+                    mention_author=False,
+                )
+            except discord.HTTPException as exc:
+                _log_discord_error("streamed reply", exc, guild_id, channel.id)
+                self.failed = True
+                return
+            self.sent.append(sent)
+            self.shown.append(chunk)
+
+
+def _visible(text: str) -> str:
+    """The text so far without a last line that may be a fence still being typed."""
+    head, _, last = text.rpartition("\n")
+    if last.lstrip().startswith("`") and "`" * 3 not in last[3:]:
+        return head
+    return text
 
 
 class _Endpoints:
@@ -323,7 +440,8 @@ class DiscordAdapter:
         guild_id = message.guild.id if message.guild else None
         # The answer starts before the typing indicator's first request returns: that
         # round trip to Discord need not sit in front of every reply.
-        handling = asyncio.create_task(self._runtime.handle(incoming))
+        stream = StreamedReply(message)
+        handling = asyncio.create_task(self._runtime.handle(incoming, on_text=stream.feed))
         try:
             async with contextlib.AsyncExitStack() as stack:
                 try:
@@ -332,6 +450,7 @@ class DiscordAdapter:
                     _log_discord_error("typing", exc, guild_id, message.channel.id)
                 reply = await handling
         except Exception:
+            await stream.stop()
             log.exception(
                 "Discord: runtime failed on message %s (guild %s, channel %s)",
                 message.id,
@@ -339,7 +458,9 @@ class DiscordAdapter:
                 message.channel.id,
             )
             return
-        if reply is not None:
+        if reply is not None and reply.streamed:
+            await stream.finish(reply)
+        elif reply is not None:
             await self._send_reply(message, reply)
 
     def to_incoming(self, message: discord.Message) -> IncomingMessage | None:

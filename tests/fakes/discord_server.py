@@ -24,6 +24,8 @@ import asyncio
 import contextlib
 import itertools
 import json
+import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -144,6 +146,18 @@ class FakeDiscord:
         self._message_faults: list[tuple[int, JSONDict, dict[str, str]]] = []
         #: When set, POST /channels/{id}/typing is answered only once this event is set.
         self.typing_gate: asyncio.Event | None = None
+        # Message edits (PATCH /channels/{id}/messages/{id}) are rate limited per channel
+        # as Discord does: `edit_limit` per `edit_window` seconds, announced in the
+        # X-RateLimit-* headers, and a 429 with `retry_after` past it.
+        self.edit_limit = 5
+        self.edit_window = 5.0
+        self._edit_buckets: dict[int, list[float]] = {}
+        #: (message id, content) of every accepted edit, in order.
+        self.edits: list[tuple[int, str]] = []
+        #: When each accepted edit arrived (time.monotonic()), parallel to `edits`.
+        self.edit_times: list[float] = []
+        #: Edits refused with 429 (discord.py waits and retries them).
+        self.rate_limited_edits = 0
         self._sessions: list[tuple[web.WebSocketResponse, list[int]]] = []  # ws, [shard, count]
         self._seq = itertools.count(1)
         self._changed = asyncio.Event()
@@ -614,6 +628,8 @@ class FakeDiscord:
                 status, body, headers = self._message_faults.pop(0)
                 return json_response(body, status=status, headers=headers)
             return json_response(self._store_sent(int(parts[1]), req.json or {}))
+        if method == "PATCH" and parts[0] == "channels" and parts[2:3] == ["messages"]:
+            return self._edit_message(int(parts[1]), int(parts[3]), req.json or {})
         if method == "POST" and parts[0] == "interactions" and parts[-1] == "callback":
             if req.query.get("with_response") in ("1", "true", "True"):
                 data = (req.json or {}).get("data") or {}
@@ -636,6 +652,73 @@ class FakeDiscord:
         return json_response(
             {"message": f"fake Discord: no route {method} {path}", "code": 0}, status=404
         )
+
+    def _edit_message(self, channel_id: int, message_id: int, body: JSONDict) -> web.Response:
+        """PATCH a message: Discord's per-channel edit limit, then its checks."""
+        now = time.monotonic()
+        window = [t for t in self._edit_buckets.get(channel_id, []) if now - t < self.edit_window]
+        self._edit_buckets[channel_id] = window
+        reset_after = (window[0] + self.edit_window - now) if window else self.edit_window
+        bucket = {
+            "X-RateLimit-Limit": str(self.edit_limit),
+            "X-RateLimit-Bucket": f"edit-{channel_id}",
+            "X-RateLimit-Reset-After": f"{reset_after:.3f}",
+            "X-RateLimit-Reset": f"{time.time() + reset_after:.3f}",
+        }
+        if len(window) >= self.edit_limit:
+            self.rate_limited_edits += 1
+            headers = {
+                **bucket,
+                "X-RateLimit-Remaining": "0",
+                "X-RateLimit-Scope": "user",
+                "Retry-After": str(math.ceil(reset_after)),
+                "Via": "1.1 google",
+            }
+            body_429 = {
+                "message": "You are being rate limited.",
+                "retry_after": round(reset_after, 3),
+                "global": False,
+            }
+            return json_response(body_429, status=429, headers=headers)
+        window.append(now)
+        headers = {**bucket, "X-RateLimit-Remaining": str(self.edit_limit - len(window))}
+        stored = self.messages.get(message_id)
+        if stored is None or stored.get("channel_id") != str(channel_id):
+            return json_response(
+                {"message": "Unknown Message", "code": 10008}, status=404, headers=headers
+            )
+        if stored["author"]["id"] != str(self.bot.id):
+            return json_response(
+                {"message": "Cannot edit a message authored by another user", "code": 50005},
+                status=403,
+                headers=headers,
+            )
+        content = body.get("content")
+        if isinstance(content, str) and len(content) > 2000:
+            return json_response(
+                {
+                    "message": "Invalid Form Body",
+                    "code": 50035,
+                    "errors": {
+                        "content": {
+                            "_errors": [
+                                {
+                                    "code": "BASE_TYPE_MAX_LENGTH",
+                                    "message": "Must be 2000 or fewer in length.",
+                                }
+                            ]
+                        }
+                    },
+                },
+                status=400,
+                headers=headers,
+            )
+        if isinstance(content, str):
+            stored["content"] = content
+            stored["edited_timestamp"] = _now_iso()
+            self.edits.append((message_id, content))
+            self.edit_times.append(now)
+        return json_response(stored, headers=headers)
 
     def _store_sent(self, channel_id: int, body: JSONDict) -> JSONDict:
         data = self.message_payload(

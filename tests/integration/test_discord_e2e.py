@@ -281,7 +281,10 @@ async def test_long_answer_arrives_in_balanced_chunks(world: World) -> None:
     for post in posts:
         assert_plain_reply(post, trigger)
         assert post.json["content"].count("```") % 2 == 0
-    joined = "".join(p.json["content"] for p in posts)
+    # What the member finally sees (a streamed reply's first posts are edited to this).
+    final = sorted(delivered_to(world, trigger), key=lambda m: int(m["id"]))
+    assert all(m["content"].count("```") % 2 == 0 for m in final)
+    joined = "".join(m["content"] for m in final)
     assert joined.count("```python") >= 2  # the block was closed and reopened
     for i in (0, 40, 79):
         assert f"step_{i} = compute({i})" in joined
