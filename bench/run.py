@@ -22,6 +22,8 @@ Figures:
      engine at 1,000 messages, a fast path through the real stores at 1,000 and
      100,000 (see bench/storage.py; target: SQLite keeps < 1 MB per 1,000 chat
      messages for good, growth linear and independent of topics)
+  7. forget one member with 1,000 of a community's 100,000 interactions: the whole
+     forget-me in SQLite, replay included (see bench/forget.py; target < 10 s)
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from typing import Any
 from bench import cli
 from bench.cli import Figure
 from bench.cost import describe, measure_cost
+from bench.forget import figure_forget
 from bench.storage import figure_storage
 from bot.app import open_runtime
 from bot.messages import Community, IncomingMessage, User
@@ -554,6 +557,11 @@ FIGURES: tuple[Figure, ...] = (
         "bytes on disk per 1,000 messages, SQLite and Chroma (< 1 MB per 1,000 chat)",
         lambda work, a: asyncio.run(figure_storage(work, report, fast=a.storage_messages)),
     ),
+    Figure(
+        "7",
+        "forget one member with 1,000 of a community's 100,000 interactions (< 10 s)",
+        lambda work, a: asyncio.run(figure_forget(work, report, a.forget_messages)),
+    ),
 )
 
 
@@ -591,6 +599,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=100_000,
         help="messages in figure 6's fast path (default %(default)s)",
+    )
+    parser.add_argument(
+        "--forget-messages",
+        type=int,
+        default=100_000,
+        help="interactions in figure 7's community (default %(default)s)",
     )
     parser.add_argument(
         "--active",

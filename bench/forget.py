@@ -1,0 +1,203 @@
+"""Figure 7: forgetting one member with 1,000 of a community's 100,000 interactions.
+
+Workload: one community, 100 members speaking in turn (so the forgotten member has 1% of
+the messages), 30% of the messages arguments on 20 topics with directions by member,
+the rest chat; a decay (the reflection's first step) every 20 messages. The history is
+built through the real `CommunityStore` with the engine's own state arithmetic
+(`SonalityAgent._update_topics`, `_apply_due`, `_update_opinions`, `decay_beliefs`):
+one record and one commit per message, with its ESS audit event and its evidence step,
+as the agent writes them (no LLM, no Chroma: neither is part of a forget-me's cost in
+SQLite and the replay).
+
+Timed: `bot.forget.forget_member` as `/sonality forget-me confirm` runs it, from the
+journal row to the closed request: the evidence log read and replayed without the
+member, the forget-me version committed, the member's rows deleted and their id and
+words redacted from every version and audit row, the WAL truncated. Not a timed test:
+a figure for the report (target < 10 s).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bot.forget import forget_member
+from sonality import config
+from sonality.agent import SonalityAgent, _disagrees, recorded_ess
+from sonality.ess import ESSResult, OpinionDirection, ReasoningType, SourceReliability
+from sonality.evidence import DECAY, MESSAGE, EvidenceStep
+from sonality.memory.sponge import SpongeState
+from sonality.store import AuditEvent, InteractionRecord, Speaker, StateCommit
+from storage import Database
+
+COMMUNITY = "bench:forget"
+MEMBERS = 100
+TOPICS = [f"topic_{n}" for n in range(20)]
+DECAY_EVERY = 20
+
+Report = Callable[..., None]
+
+
+class _NoLLM:
+    """The agent never calls a model during a forget-me."""
+
+    async def reply(self, **_: Any) -> Any:
+        raise AssertionError("a forget-me must not call the model")
+
+    async def call_tool(self, **_: Any) -> Any:
+        raise AssertionError("a forget-me must not call the model")
+
+
+class _NoMemory:
+    def embed_many(self, texts: Any) -> list[Any]:
+        return []
+
+    def store_many(self, episodes: Any) -> None:
+        return None
+
+    def retrieve_typed(self, *a: Any, **k: Any) -> list[str]:
+        return []
+
+    def retrieve(self, *a: Any, **k: Any) -> list[str]:
+        return []
+
+    def recent_summaries(self, *a: Any, **k: Any) -> list[str]:
+        return []
+
+    def count(self) -> int:
+        return 0
+
+
+def _ess(rng: random.Random, member: int) -> ESSResult:
+    if rng.random() >= 0.3:
+        return ESSResult(
+            score=0.05,
+            reasoning_type=ReasoningType.NO_ARGUMENT,
+            source_reliability=SourceReliability.NOT_APPLICABLE,
+            internal_consistency=True,
+            novelty=0.0,
+            topics=(),
+            summary="Small talk.",
+            opinion_direction=OpinionDirection.NEUTRAL,
+        )
+    return ESSResult(
+        score=rng.uniform(0.4, 0.9),
+        reasoning_type=ReasoningType.EMPIRICAL_DATA,
+        source_reliability=SourceReliability.PEER_REVIEWED,
+        internal_consistency=True,
+        novelty=rng.uniform(0.1, 0.9),
+        topics=(rng.choice(TOPICS),),
+        summary=f"Member {member} cites a study.",
+        opinion_direction=OpinionDirection.SUPPORTS if member % 2 else OpinionDirection.OPPOSES,
+    )
+
+
+async def build(db: Database, messages: int) -> None:
+    store = db.community(COMMUNITY)
+    rng = random.Random(11)
+    state = SpongeState()
+    await store.commit(StateCommit(state=state, cause="seed", change="seed"))
+    for n in range(messages):
+        member = n % MEMBERS
+        speaker = Speaker(id=f"u-member-{member:03d}", name=f"Member {member}")
+        record = InteractionRecord(
+            id=f"i-{n}", speaker=speaker, message=f"message {n} from {member}", reply="ok"
+        )
+        await store.record_interaction(record)
+        ess = _ess(rng, member)
+        state = state.model_copy(deep=True)
+        state.interaction_count += 1
+        SonalityAgent._update_topics(state, ess)
+        disagreed = _disagrees(state, ess)
+        SonalityAgent._apply_due(state)
+        SonalityAgent._update_opinions(
+            state, ess, interaction_id=record.id, member=speaker.id, version=state.version + 1
+        )
+        state.track_disagreement(disagreed)
+        evidence = [
+            EvidenceStep(
+                kind=MESSAGE,
+                interaction=state.interaction_count,
+                interaction_id=record.id,
+                member=speaker.id,
+                ess=recorded_ess(ess),
+            )
+        ]
+        if state.interaction_count % DECAY_EVERY == 0:
+            state.decay_beliefs(config.BELIEF_DECAY_RATE)
+            evidence.append(
+                EvidenceStep(
+                    kind=DECAY, interaction=state.interaction_count, rate=config.BELIEF_DECAY_RATE
+                )
+            )
+        state.version += 1
+        await store.commit(
+            StateCommit(
+                state=state,
+                cause="interaction",
+                change=f"ESS {ess.score:.2f}",
+                events=[
+                    AuditEvent(
+                        kind="ess",
+                        interaction=state.interaction_count,
+                        payload={
+                            "interaction_id": record.id,
+                            "speaker": speaker.id,
+                            "score": ess.score,
+                            "summary": ess.summary,
+                            "topics": list(ess.topics),
+                            "insight": None,
+                        },
+                    )
+                ],
+                interaction_id=record.id,
+                evidence=evidence,
+            )
+        )
+
+
+async def figure_forget(work: Path, report: Report, messages: int = 100_000) -> None:
+    path = work / "forget.sqlite3"
+    db = await Database.open(path)
+    try:
+        await build(db, messages)
+        agent = await SonalityAgent.load(
+            client=_NoLLM(),
+            store=db.community(COMMUNITY),
+            episodes=_NoMemory(),
+            model="m",
+            ess_model="m",
+        )
+        member = "u-member-007"
+        start = time.perf_counter()
+        await forget_member(db, agent, COMMUNITY, member, requested_by="self")
+        seconds = time.perf_counter() - start
+        await agent.close(grace_seconds=5)
+    finally:
+        await db.close()
+    report(
+        "7",
+        f"{seconds:.2f} s",
+        f"forget one member with {messages // MEMBERS:,} of a community's {messages:,} "
+        f"interactions ({MEMBERS} members, 30% arguments on {len(TOPICS)} topics, a decay "
+        f"every {DECAY_EVERY}; SQLite and replay, no Chroma)",
+        "< 10 s",
+        seconds < 10,
+    )
+
+
+if __name__ == "__main__":  # a quick look: python -m bench.forget [messages]
+    import sys
+    import tempfile
+
+    def _print(name: str, value: str, workload: str, target: str, ok: bool | None = None) -> None:
+        print(f"{name}: {value}  ({workload}; target {target})  ok={ok}", flush=True)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        asyncio.run(
+            figure_forget(Path(tmp), _print, int(sys.argv[1]) if len(sys.argv) > 1 else 2000)
+        )
