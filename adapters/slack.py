@@ -443,6 +443,129 @@ def _team_of(body: dict[str, Any], context: AsyncBoltContext) -> str | None:
     return next((c for c in candidates if c.startswith("T")), None) or next(iter(candidates), None)
 
 
+THINKING_STATUS = "is thinking…"
+#: At most this often a streamed reply is appended to (Slack rate-limits appendStream).
+APPEND_EVERY = 0.5
+
+
+class SlackStream:
+    """A reply streamed with Slack's own streaming API (chat.startStream, appendStream,
+    stopStream), fed as the model writes.
+
+    Why a task of its own: the model's stream never waits for Slack; `feed` appends
+    and the task sends what is new at most every `APPEND_EVERY`. A workspace without
+    the streaming methods (`unknown_method`) is remembered, and the reply then goes
+    out as one chat.postMessage: `finish` hands back the reply to post.
+    """
+
+    def __init__(
+        self,
+        adapter: SlackAdapter,
+        client: AsyncWebClient,
+        team: str,
+        channel: str,
+        thread_ts: str,
+        user_id: str,
+    ) -> None:
+        self.adapter, self.client = adapter, client
+        self.team, self.channel, self.thread_ts, self.user_id = team, channel, thread_ts, user_id
+        self.text = ""
+        self.sent = 0  # characters of `text` Slack has
+        self.ts: str | None = None
+        self.failed = False
+        self._wake = asyncio.Event()
+        self._busy = asyncio.Lock()  # held while a request is out (never cut half-way)
+        self._task: asyncio.Task[None] | None = None
+
+    async def feed(self, piece: str) -> None:
+        self.text += piece
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="slack stream")
+        self._wake.set()
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            async with self._busy:
+                self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def finish(self, reply: Reply) -> Reply | None:
+        """End the stream with the rest of the reply (or the cut-off note); returns the
+        reply to post instead when nothing could be streamed."""
+        await self.stop()
+        if reply.kind is ReplyKind.ANSWER:
+            final = reply.text
+        else:
+            final = self.text.rstrip() + "\n\n" + reply.text
+        if self.ts is None or self.failed:
+            if self.ts is not None:  # part of it is out: add the rest as a new message
+                final = final[self.sent :] if final.startswith(self.text[: self.sent]) else final
+            return Reply(text=final, kind=reply.kind, truncated=reply.truncated)
+        shown = self.text[: self.sent].lstrip()
+        rest = final[len(shown) :] if final.startswith(shown) else "\n\n" + final
+        stopped = await self.adapter._call(
+            "chat.stopStream",
+            self.team,
+            self.channel,
+            self.client.chat_stopStream(
+                channel=self.channel, ts=self.ts, markdown_text=rest or None
+            ),
+        )
+        if stopped is None:
+            return Reply(text=rest, kind=reply.kind) if rest.strip() else None
+        return None
+
+    async def _run(self) -> None:
+        while not self.failed:
+            self._wake.clear()
+            async with self._busy:
+                await self._send()
+            await asyncio.sleep(APPEND_EVERY)
+            await self._wake.wait()
+
+    async def _send(self) -> None:
+        new = self.text[self.sent :]
+        if not new:
+            return
+        if self.ts is None:
+            try:
+                started = await self.client.chat_startStream(
+                    channel=self.channel,
+                    thread_ts=self.thread_ts,
+                    recipient_team_id=self.team,
+                    recipient_user_id=self.user_id,
+                    markdown_text=new,
+                )
+            except Exception as e:
+                self.failed = True
+                error = e.response.get("error", "") if isinstance(e, SlackApiError) else repr(e)
+                if error == "unknown_method":
+                    self.adapter.lacks_streaming(self.team)
+                else:
+                    log.warning(
+                        "Slack chat.startStream failed (team=%s channel=%s): %s; "
+                        "the reply is posted whole",
+                        self.team,
+                        self.channel,
+                        error,
+                    )
+                return
+            self.ts = str(started.get("ts"))
+        else:
+            appended = await self.adapter._call(
+                "chat.appendStream",
+                self.team,
+                self.channel,
+                self.client.chat_appendStream(channel=self.channel, ts=self.ts, markdown_text=new),
+            )
+            if appended is None:
+                self.failed = True
+                return
+        self.sent += len(new)
+
+
 class SlackAdapter:
     """The Slack side of `python -m bot`: Socket Mode or HTTP, one or many workspaces.
 
@@ -469,6 +592,8 @@ class SlackAdapter:
         self._port = settings.slack_port if port is None else port
         self._moderators = settings.slack_moderators
         self._users: dict[tuple[str, str], _UserInfo] = {}
+        # Teams whose workspace answered `unknown_method` to chat.startStream.
+        self._without_streaming: set[str] = set()
         self._inflight: set[asyncio.Task[Any]] = set()
         self._ready = asyncio.Event()
         self._stopped = asyncio.Event()
@@ -736,6 +861,12 @@ class SlackAdapter:
             if task is not None:
                 self._inflight.discard(task)
 
+    def lacks_streaming(self, team: str) -> None:
+        """The workspace has no streaming API: post replies whole there from now on."""
+        if team not in self._without_streaming:
+            self._without_streaming.add(team)
+            log.info("Slack team %s has no streaming API: replies are posted whole", team)
+
     async def _call(
         self,
         what: str,
@@ -866,13 +997,32 @@ class SlackAdapter:
                 text=text,
                 addressed=True,
             )
+            stream: SlackStream | None = None
+            if thread_ts is not None and team not in self._without_streaming:
+                stream = SlackStream(self, client, team, channel, thread_ts, user_id)
+                if is_dm:  # an assistant thread: Slack shows the status under it
+                    await self._call(
+                        "assistant.threads.setStatus",
+                        team,
+                        channel,
+                        client.assistant_threads_setStatus(
+                            channel_id=channel, thread_ts=thread_ts, status=THINKING_STATUS
+                        ),
+                        quiet=frozenset({"unknown_method", "not_allowed_token_type"}),
+                    )
             try:
-                reply = await self._runtime.handle(message)
+                reply = await self._runtime.handle(
+                    message, on_text=stream.feed if stream is not None else None
+                )
             except Exception:
                 log.exception(
                     "runtime failed on a Slack message (team=%s channel=%s)", team, channel
                 )
                 reply = Reply(text=INTERNAL_ERROR, kind=ReplyKind.NOTICE)
+            if stream is not None and reply is not None and reply.streamed:
+                reply = await stream.finish(reply)
+            elif stream is not None:
+                await stream.stop()
             if reply is not None:
                 await self._post_reply(client, team, channel, thread_ts, reply)
         finally:

@@ -124,6 +124,10 @@ class FakeSlack:
     app_token_prefix: str = "xapp-"
     # Channels the bot is not a member of: sharing a file there is `not_in_channel`.
     not_in_channels: set[str] = field(default_factory=set)
+    # Whether the workspace has Slack's streaming API (chat.startStream / appendStream /
+    # stopStream). Off, those methods answer `unknown_method`, so the bot must fall back
+    # to one chat.postMessage.
+    streaming: bool = False
 
     def __post_init__(self) -> None:
         self.requests: list[RecordedRequest] = []
@@ -132,6 +136,10 @@ class FakeSlack:
         self.reactions: set[tuple[str, str, str]] = set()
         self.uploads: dict[str, FakeUpload] = {}  # file id -> upload
         self.dms: dict[str, str] = {}  # user id(s) -> the DM channel conversations.open gave
+        # ts -> one streamed message: channel, thread_ts, text so far, and whether stopped.
+        self.streams: dict[str, dict[str, Any]] = {}
+        # (channel, thread_ts, status) of every assistant.threads.setStatus.
+        self.statuses: list[tuple[str, str, str]] = []
         self.ws_connections = 0
         self._ws: web.WebSocketResponse | None = None
         self._changed = asyncio.Condition()
@@ -352,6 +360,86 @@ class FakeSlack:
             "ts": ts,
             "message": {"text": args.get("text"), "ts": ts},
         }
+
+    # -- streaming (chat.startStream / appendStream / stopStream) -------------------------
+
+    def _stream_refusal(self, token: str | None) -> dict[str, Any] | None:
+        if not self.streaming:
+            return {"ok": False, "error": "unknown_method"}
+        if self._identity(token) is None:
+            return {"ok": False, "error": "not_authed" if not token else "invalid_auth"}
+        return None
+
+    def _streamed(self, args: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+        """The stream `args` names (by channel and ts), or Slack's error for it."""
+        if not args.get("channel") or not args.get("ts"):
+            return None, self._invalid("missing required field: channel or ts")
+        stream = self.streams.get(str(args["ts"]))
+        if stream is None or stream["channel"] != args["channel"]:
+            return None, {"ok": False, "error": "message_not_found"}
+        if stream["stopped"]:
+            return None, {"ok": False, "error": "message_not_in_streaming_state"}
+        return stream, {"ok": True, "channel": args["channel"], "ts": args["ts"]}
+
+    async def _api_chat_startStream(
+        self, args: dict[str, Any], token: str | None
+    ) -> dict[str, Any]:
+        refused = self._stream_refusal(token)
+        if refused is not None:
+            return refused
+        channel, thread_ts = args.get("channel"), args.get("thread_ts")
+        if not channel or not thread_ts:
+            return self._invalid("missing required field: channel or thread_ts")
+        if not str(channel).startswith("D") and not (
+            args.get("recipient_team_id") and args.get("recipient_user_id")
+        ):
+            # Outside a DM Slack must know whom the stream is for.
+            return {"ok": False, "error": "missing_recipient_user_id"}
+        ts = f"{time.time():.6f}"
+        self.streams[ts] = {
+            "channel": channel,
+            "thread_ts": thread_ts,
+            "text": str(args.get("markdown_text") or ""),
+            "appends": 0,
+            "stopped": False,
+        }
+        return {"ok": True, "channel": channel, "ts": ts}
+
+    async def _api_chat_appendStream(
+        self, args: dict[str, Any], token: str | None
+    ) -> dict[str, Any]:
+        refused = self._stream_refusal(token)
+        if refused is not None:
+            return refused
+        if not args.get("markdown_text"):
+            return self._invalid("missing required field: markdown_text")
+        stream, answer = self._streamed(args)
+        if stream is not None:
+            stream["text"] += str(args["markdown_text"])
+            stream["appends"] += 1
+        return answer
+
+    async def _api_chat_stopStream(self, args: dict[str, Any], token: str | None) -> dict[str, Any]:
+        refused = self._stream_refusal(token)
+        if refused is not None:
+            return refused
+        stream, answer = self._streamed(args)
+        if stream is not None:
+            stream["text"] += str(args.get("markdown_text") or "")
+            stream["stopped"] = True
+            answer["message"] = {"text": stream["text"], "ts": args["ts"]}
+        return answer
+
+    async def _api_assistant_threads_setStatus(
+        self, args: dict[str, Any], token: str | None
+    ) -> dict[str, Any]:
+        if self._identity(token) is None:
+            return {"ok": False, "error": "not_authed" if not token else "invalid_auth"}
+        channel, thread_ts = args.get("channel_id"), args.get("thread_ts")
+        if not channel or not thread_ts or "status" not in args:
+            return self._invalid("missing required field: channel_id, thread_ts or status")
+        self.statuses.append((str(channel), str(thread_ts), str(args["status"])))
+        return {"ok": True}
 
     async def _api_reactions_add(self, args: dict[str, Any], token: str | None) -> dict[str, Any]:
         key = (str(args.get("channel")), str(args.get("timestamp")), str(args.get("name")))
