@@ -20,9 +20,17 @@ async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--latency", type=float, default=0.0, help="seconds per response")
     parser.add_argument("--vendor", choices=("anthropic", "openai"), default="anthropic")
+    parser.add_argument(
+        "--first-token", type=float, default=0.0, help="a stream's seconds to its first token"
+    )
+    parser.add_argument(
+        "--tokens-per-second", type=float, default=0.0, help="a stream's rate after that"
+    )
     args = parser.parse_args()
     fake = OpenAIFake if args.vendor == "openai" else AnthropicFake
     async with fake(latency=args.latency) as server:
+        server.first_token_seconds = args.first_token
+        server.tokens_per_second = args.tokens_per_second
         print(server.base_url, flush=True)
         await asyncio.to_thread(sys.stdin.read)  # until the parent closes our stdin
 

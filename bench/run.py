@@ -126,9 +126,15 @@ def report(name: str, value: str, workload: str, target: str, ok: bool | None = 
 
 # --------------------------------------------------------------------------- plumbing
 @contextlib.contextmanager
-def llm_server(latency: float, vendor: str = "anthropic") -> Iterator[str]:
+def llm_server(
+    latency: float, vendor: str = "anthropic", first_token: float = 0.0, rate: float = 0.0
+) -> Iterator[str]:
+    """The loopback LLM in its own process; `first_token` and `rate` pace its streams."""
+    command = [sys.executable, "-m", "bench.llm_server", "--latency", str(latency)]
+    command += ["--vendor", vendor, "--first-token", str(first_token)]
+    command += ["--tokens-per-second", str(rate)]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.llm_server", "--latency", str(latency), "--vendor", vendor],
+        command,
         cwd=ROOT,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
@@ -346,6 +352,41 @@ async def figure_own_time(work: Path, episodes: int, n: int) -> None:
         )
 
 
+async def figure_stream_ratio(work: Path, n: int, first_token: float, rate: float) -> None:
+    """Time to the first text an adapter can show ÷ the model's time to first token, with
+    the loopback LLM streaming at a fixed rate; the whole reply's time beside it."""
+    community = Community(id="bench:stream", name="stream")
+    firsts: list[float] = []
+    wholes: list[float] = []
+    with llm_server(0.0, first_token=first_token, rate=rate) as url:
+        async with bot(work / "stream", url, cap=8) as (runtime, _llm):
+            for i in range(n + 3):  # the first 3 warm up (model load, first connection)
+                seen: list[float] = []
+
+                async def sink(piece: str, seen: list[float] = seen) -> None:
+                    if not seen:
+                        seen.append(time.perf_counter())
+
+                start = time.perf_counter()
+                reply = await runtime.handle(message(community, i), on_text=sink)
+                end = time.perf_counter()
+                assert reply is not None and reply.streamed and seen, reply
+                await runtime.drain()
+                if i >= 3:
+                    firsts.append(seen[0] - start)
+                    wholes.append(end - start)
+    ratio = statistics.median(firsts) / first_token
+    report(
+        "8. time to first visible text ÷ the model's time to first token",
+        f"{ratio:.3f} (first text p50 {fmt_ms(statistics.median(firsts))}, "
+        f"whole reply p50 {fmt_ms(statistics.median(wholes))})",
+        f"{n} messages, one at a time, loopback Anthropic streaming with {first_token:g} s "
+        f"to first token then {rate:g} tokens/s, text taken at the runtime's stream sink",
+        "≤ 1.1",
+        ratio <= 1.1,
+    )
+
+
 async def figure_throughput(
     work: Path,
     communities: int,
@@ -561,6 +602,11 @@ FIGURES: tuple[Figure, ...] = (
         "7",
         "forget one member with 1,000 of a community's 100,000 interactions (< 10 s)",
         lambda work, a: asyncio.run(figure_forget(work, report, a.forget_messages)),
+    ),
+    Figure(
+        "8",
+        "time to first visible text ÷ the model's time to first token, streaming (≤ 1.1)",
+        lambda work, a: asyncio.run(figure_stream_ratio(work, 20, 0.5, 50.0)),
     ),
 )
 
