@@ -1008,7 +1008,9 @@ class SlackAdapter:
                         client.assistant_threads_setStatus(
                             channel_id=channel, thread_ts=thread_ts, status=THINKING_STATUS
                         ),
-                        quiet=frozenset({"unknown_method", "not_allowed_token_type"}),
+                        quiet=frozenset(
+                            {"unknown_method", "missing_scope", "not_allowed_token_type"}
+                        ),
                     )
             try:
                 reply = await self._runtime.handle(
