@@ -57,7 +57,10 @@ def apply_message(state: SpongeState, step: EvidenceStep) -> None:
     state.interaction_count += 1
     SonalityAgent._update_topics(state, ess)
     disagreed = _disagrees(state, ess)
-    SonalityAgent._apply_due(state)
+    # Skipping the call when nothing is due changes nothing (it would commit nothing and
+    # record no shift) and saves most of its cost on a long log.
+    if any(u.due_interaction <= state.interaction_count for u in state.staged_opinion_updates):
+        SonalityAgent._apply_due(state)
     SonalityAgent._update_opinions(
         state,
         ess,

@@ -210,7 +210,7 @@ class CommunityStore:
                 step.kind,
                 step.interaction_id,
                 step.member,
-                step.model_dump_json(),
+                step.model_copy(update={"version": state.version}).model_dump_json(),
             )
             for step in commit.evidence
         ]
@@ -326,10 +326,13 @@ class CommunityStore:
             "SELECT version, step_json FROM evidence_log WHERE community_id = ? ORDER BY seq",
             [self.community_id],
         )
-        return [
-            EvidenceStep.model_validate_json(row[1]).model_copy(update={"version": int(row[0])})
-            for row in rows
-        ]
+        steps = []
+        for version, step_json in rows:
+            step = EvidenceStep.model_validate_json(step_json)
+            if step.version != version:  # written without it (the store adds it now)
+                step = step.model_copy(update={"version": int(version)})
+            steps.append(step)
+        return steps
 
     # --- outbox --------------------------------------------------------------------------
 
