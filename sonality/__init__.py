@@ -1,5 +1,6 @@
 """Sonality: an evolving, evidence-gated LLM personality.
 
-The engine is platform-neutral on purpose: it never imports `bot`, `storage` or
-`adapters`. Whoever embeds it hands it an `LLMClient` and a `StateStore`.
+The engine is platform-neutral on purpose: it never imports `bot`, `storage`,
+`adapters`, `providers` or `chroma_memory` (tests/engine/test_layers.py). Whoever embeds
+it hands it an `LLMClient`, a `StateStore` and an `EpisodeMemory`.
 """
