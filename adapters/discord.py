@@ -654,6 +654,20 @@ class DiscordAdapter:
             args = ((topic,) if topic else ()) + ((str(days),) if days is not None else ())
             await run(interaction, "timeline", args)
 
+        @group.command(
+            name="forget-me", description="Forget me here: my messages and their influence"
+        )
+        @app_commands.describe(confirm="True to go ahead; without it you only see what happens")
+        async def forget_me(interaction: discord.Interaction, confirm: bool = False) -> None:
+            await run(interaction, "forget-me", ("confirm",) if confirm else ())
+
+        @group.command(name="forget-user", description="Moderators: forget a member who asked")
+        @app_commands.describe(member="The member to forget", reason="Why (kept in the log)")
+        async def forget_user(
+            interaction: discord.Interaction, member: discord.User, reason: str
+        ) -> None:
+            await run(interaction, "forget-user", (str(member.id), reason))
+
         timeline.autocomplete("topic")(beliefs_topic)
         rollback.autocomplete("version")(version_choices)
         diff.autocomplete("a")(version_choices)

@@ -124,10 +124,12 @@ COMMAND_NAMES: tuple[str, ...] = (
     "budget",
     "timeline",
     "my-data",
+    "forget-me",
+    "forget-user",
     "help",
 )
 #: Commands whose answer is about the caller alone: always delivered only to them.
-PRIVATE_COMMANDS: frozenset[str] = frozenset({"my-data"})
+PRIVATE_COMMANDS: frozenset[str] = frozenset({"my-data", "forget-me", "forget-user"})
 MODERATOR_COMMANDS: frozenset[str] = frozenset({"rollback", "reflect", "budget"})
 #: Moderator commands that anyone may run without arguments, to look rather than change.
 READ_ONLY_WITHOUT_ARGS: frozenset[str] = frozenset({"budget"})
