@@ -1,0 +1,63 @@
+"""Forget-me and forget-user through real slack-bolt against the loopback Slack.
+
+Why: the forgetting itself is proven in test_forget_core.py; this checks a Slack member
+can reach it, privately, that nothing happens without `confirm`, and that the member's
+own export is empty afterwards while another member's is untouched.
+"""
+
+from __future__ import annotations
+
+import json
+
+from tests.fakes.anthropic_server import AnthropicFake
+from tests.integration.test_slack_e2e import SlackBot, bot  # noqa: F401
+from tests.slack.conftest import fake_slack, http_session  # noqa: F401
+
+TOKEN = "quokkalantern38"
+OTHER = "heronparasol52"
+
+
+def _rate(server: AnthropicFake, contains: str) -> None:
+    server.brain.ess_rule(
+        contains=contains,
+        score=0.8,
+        reasoning_type="empirical_data",
+        topics=["remote_work"],
+        direction="supports",
+        summary="The sender cites a study about remote work.",
+    )
+
+
+async def _export(bot: SlackBot, user: str) -> bytes:  # noqa: F811
+    await bot.command("my-data", user=user)
+    return bot.fake.shared_files()[-1].data or b""
+
+
+async def test_forget_me_on_slack_asks_first_then_forgets(
+    bot: SlackBot,  # noqa: F811
+    anthropic_server: AnthropicFake,
+) -> None:
+    _rate(anthropic_server, TOKEN)
+    _rate(anthropic_server, OTHER)
+    await bot.mention(f"<@UBOT> A 2023 study ({TOKEN}) found remote work helps.", user="U1")
+    await bot.mention(f"<@UBOT> My own study ({OTHER}) agrees.", user="U2")
+
+    asked = await bot.command("forget-me", user="U1")
+    assert asked["response_type"] == "ephemeral" and "confirm" in asked["text"]
+    assert TOKEN.encode() in await _export(bot, "U1")  # nothing forgotten yet
+
+    done = await bot.command("forget-me confirm", user="U1")
+    assert done["response_type"] == "ephemeral"
+    mine = await _export(bot, "U1")
+    assert TOKEN.encode() not in mine and json.loads(mine)["messages"] == []
+    theirs = await _export(bot, "U2")
+    assert OTHER.encode() in theirs and len(json.loads(theirs)["messages"]) == 1
+
+
+async def test_forget_user_is_for_moderators_only_on_slack(
+    bot: SlackBot,  # noqa: F811
+    anthropic_server: AnthropicFake,
+) -> None:
+    answer = await bot.command("forget-user U2 asked by e-mail", user="U1")
+    assert answer["response_type"] == "ephemeral"
+    assert "Only moderators" in answer["text"]
