@@ -59,6 +59,9 @@ class _NoMemory:
     def store_many(self, episodes: Any) -> None:
         return None
 
+    def delete(self, ids: Any) -> None:
+        return None
+
     def retrieve_typed(self, *a: Any, **k: Any) -> list[str]:
         return []
 

@@ -7,13 +7,16 @@ runs on start and finishes whatever a crash interrupted, so a member is never le
 half-forgotten.
 
 Steps: 1. journal; 2. the replayed version (skipped if already committed: the newest
-version is this request's); 3. delete and redact every SQLite row, closing the request
+version is this request's); 3. delete the member's episodes (their ids are the
+interaction ids, read first) from Chroma and from the agent's write-behind queue, then
+delete and redact every SQLite row (the episode outbox included), closing the request
 in the same transaction. For tests, `SONALITY_TEST_KILL_AT_FORGET_STEP=<n>` kills the
 process with SIGKILL right before step n.
 
-Not done yet: Chroma episodes of the member (by interaction id) and semantic memories
-drawn from their insights are not deleted; the conversation buffer's in-memory cache
-(if any) is not cleared.
+Not done yet: semantic memories (consolidated insights, ids `insight-v…`) drawn from
+the member's messages are not deleted from Chroma; Chroma keeps deleted documents'
+bytes in its own SQLite file until it is vacuumed; the conversation buffer's in-memory
+cache (if any) is not cleared.
 """
 
 from __future__ import annotations
@@ -75,6 +78,9 @@ async def finish_forget(
             version = state.version
         await db.set_forget_version(request.id, version)
     _step(3)
+    # Chroma first: the interactions rows, which hold the episode ids, go in erase_member.
+    ids = await db.member_interaction_ids(request.community_id, member)
+    await agent.forget_episodes(member, ids)
     await db.erase_member(request, words, datetime.now(UTC))
     log.info(
         "%s: forgot a member as %s (v%d)",

@@ -196,6 +196,17 @@ class EpisodeStore:
             if episodic:
                 self._upsert(self._episodic(), episodic)
 
+    def delete(self, ids: Sequence[str]) -> None:
+        """Delete by id from both collections (forget-me); ids not stored are ignored,
+        so a forget-me re-run after a crash deletes nothing twice."""
+        if not ids:
+            return
+        with self.chroma.use():
+            self._episodic().delete(ids=list(ids))
+            semantic = self._semantic(create=False)
+            if semantic is not None:
+                semantic.delete(ids=list(ids))
+
     def _upsert(self, collection: Collection, episodes: Sequence[Episode]) -> None:
         upsert(collection, with_vectors(episodes, self._embed))
 

@@ -86,6 +86,9 @@ class MemoryService:
     def store_many(self, community_id: str, episodes: Sequence[Episode]) -> None:
         self._store(community_id).store_many(episodes)
 
+    def delete(self, community_id: str, ids: Sequence[str]) -> None:
+        self._store(community_id).delete(ids)
+
     def retrieve_typed(
         self,
         community_id: str,
@@ -310,6 +313,10 @@ class RemoteEpisodeStore:
         """Missing vectors are computed here, so the memory process never embeds."""
         ready = with_vectors(episodes, self._embed)
         self._host.call(lambda service: service.store_many(self._community_id, ready))
+
+    def delete(self, ids: Sequence[str]) -> None:
+        wanted = list(ids)
+        self._host.call(lambda service: service.delete(self._community_id, wanted))
 
     def retrieve_typed(
         self,

@@ -905,6 +905,20 @@ class SonalityAgent:
             return restored
 
     # ------------------------------------------------------------------ forget-me
+    async def forget_episodes(self, member: str, ids: Collection[str]) -> None:
+        """Delete a forgotten member's memories (the episodes of their interactions, by
+        id) from the episode memory, dropping first those still waiting for the
+        write-behind writer so none is written afterwards. Holds the writer's lock, so no
+        batch in flight lands after the delete; deleting ids not stored does nothing, so
+        a forget-me resumed after a crash can run it again. The episode outbox rows go
+        with the member's SQLite rows (`erase_member`)."""
+        self._forgotten.add(member)
+        drop = set(ids)
+        async with self._write_lock:
+            self._unwritten = [e for e in self._unwritten if e.id not in drop]
+            if drop:
+                await asyncio.to_thread(self.episodes.delete, sorted(drop))
+
     async def forget_member(
         self,
         member: str | None,

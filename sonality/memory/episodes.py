@@ -81,6 +81,11 @@ class EpisodeMemory(Protocol):
 
     def store_many(self, episodes: Sequence[Episode]) -> None: ...
 
+    def delete(self, ids: Sequence[str]) -> None:
+        """Delete the memories with these ids; ids not stored are ignored (forget-me
+        runs it again after a crash)."""
+        ...
+
     def retrieve_typed(
         self,
         query: str,
@@ -163,6 +168,11 @@ class EpisodeStore:
 
     def store_many(self, episodes: Sequence[Episode]) -> None:
         upsert(self._collection, with_vectors(episodes, self._embed))
+
+    def delete(self, ids: Sequence[str]) -> None:
+        """Delete by id; ids not stored are ignored."""
+        if ids:
+            self._collection.delete(ids=list(ids))
 
     def embed_many(self, texts: Sequence[str]) -> Embeddings:
         return self._embed(list(texts))

@@ -108,6 +108,10 @@ class RecordingMemory:
         self.stored.extend(episodes)
         self.by_id.update((e.id, e) for e in episodes)
 
+    def delete(self, ids: Sequence[str]) -> None:
+        for i in ids:
+            self.by_id.pop(i, None)
+
     # Recall takes whatever filters the agent passes (they change as the engine grows);
     # this memory recalls nothing, so none of them matter here.
     def retrieve_typed(self, *args: Any, **kwargs: Any) -> list[str]:

@@ -1,0 +1,102 @@
+"""Forget-me deletes the member's memories from Chroma: the episodes of their
+interactions (ids = interaction ids), whether already written or still waiting in the
+agent's write-behind queue, while every other member's episodes stay.
+
+The harness of test_forget_core.py (real agent, real SQLite, scripted LLM), with the
+real Chroma store (chroma_memory.EpisodeStore) and the real embedding model of the
+memory tests instead of the recording memory.
+
+Checked through the Chroma client (ids and documents), not by scanning the Chroma
+directory's bytes: Chroma keeps a deleted document's bytes in its own chroma.sqlite3
+(seen: the member's token is still in the file after the delete) until it is vacuumed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from bot.forget import forget_member
+from chroma_memory.embedding import FastMiniLML6V2
+from chroma_memory.episodes import EpisodeStore
+from sonality.agent import SonalityAgent
+from sonality.memory.episodes import Episode
+from storage import Database
+from tests.engine import test_replay as harness
+from tests.engine.test_replay import ALICE, BOB, ScriptedLLM, script
+from tests.integration.test_forget_core import TOKEN, run, with_token
+from tests.memory import conftest as memory
+
+# Fixtures used here by name.
+db = harness.db
+no_automatic_reflection = harness.no_automatic_reflection
+seed_tunables = harness.seed_tunables
+model_cache_dir = memory.model_cache_dir
+embedding_function = memory.embedding_function
+persist_dir = memory.persist_dir
+
+COMMUNITY = "test:whole"
+
+
+@pytest.fixture
+async def chroma_agent(
+    db: Database, persist_dir: Path, embedding_function: FastMiniLML6V2
+) -> AsyncIterator[tuple[SonalityAgent, ScriptedLLM, EpisodeStore]]:
+    llm = ScriptedLLM()
+    episodes = EpisodeStore.for_community(
+        COMMUNITY, persist_dir, embedding_function=embedding_function
+    )
+    agent = await SonalityAgent.load(
+        client=llm, store=db.community(COMMUNITY), episodes=episodes, model="m", ess_model="m"
+    )
+    try:
+        yield agent, llm, episodes
+    finally:
+        await agent.close(grace_seconds=5)
+
+
+def documents(episodes: EpisodeStore) -> list[str]:
+    with episodes.chroma.use():
+        got = episodes._episodic().get(include=["documents"])
+    return [d or "" for d in got.get("documents") or []]
+
+
+async def test_forget_me_deletes_the_members_episodes_from_chroma(
+    chroma_agent: tuple[SonalityAgent, ScriptedLLM, EpisodeStore], db: Database
+) -> None:
+    agent, llm, episodes = chroma_agent
+    await run(agent, llm, with_token(script(4, 40)))
+    await agent.flush_episodes()
+    alice_ids = await db.member_interaction_ids(COMMUNITY, ALICE.id)
+    bob_ids = await db.member_interaction_ids(COMMUNITY, BOB.id)
+    assert alice_ids and bob_ids
+    assert len(episodes.stored(alice_ids)) == len(alice_ids)  # written before the forget
+    assert any(TOKEN in d for d in documents(episodes))
+    # One of Alice's episodes still waiting for the write-behind writer (as after a
+    # restart, when the outbox's unwritten episodes are queued) must not land afterwards.
+    episodes.delete(alice_ids[:1])
+    agent._unwritten.append(
+        Episode(
+            id=alice_ids[0],
+            user_message=f"{TOKEN} waiting",
+            agent_response="",
+            ess_score=0.5,
+            topics=(),
+            summary=f"Alice argues {TOKEN} for it.",
+            interaction=1,
+        )
+    )
+
+    await forget_member(db, agent, COMMUNITY, ALICE.id, requested_by="self")
+    await agent.flush_episodes()
+
+    assert episodes.stored(alice_ids) == []
+    assert not any(TOKEN in d for d in documents(episodes))
+    assert all(e.id not in set(alice_ids) for e in agent._unwritten)
+    # Every other member's episode is still there.
+    assert sorted(s["id"] for s in episodes.stored(bob_ids)) == sorted(bob_ids)
+    # Deleting again (a forget-me resumed after a crash) is a no-op.
+    episodes.delete(alice_ids)
+    assert sorted(s["id"] for s in episodes.stored(bob_ids)) == sorted(bob_ids)
