@@ -23,7 +23,9 @@ from bot.timeline import (
     BeliefSeries,
     Timeline,
     TimelineError,
+    alt_text,
     build_timeline,
+    caption,
     parse_args,
     reach,
 )
@@ -230,3 +232,24 @@ async def test_the_terminal_writes_the_png_and_prints_its_path(
     assert path.is_absolute() and path.parent == data.resolve()
     assert path.name == "timeline-v4.png"
     assert png_size(await asyncio.to_thread(path.read_bytes)) == (WIDTH_PX, HEIGHT_PX)
+
+
+async def test_a_forgotten_member_is_gone_from_the_picture(
+    runtime: Runtime, played: Played
+) -> None:
+    before = await timeline_of(runtime)
+    tom_moves = sum(1 for s in before.series for m in s.moves if m.member_id == TOM.id)
+    assert tom_moves and "Tom" in {m.name for m in before.members}
+    await command(runtime, "forget-me", "confirm", community=COMMUNITY, user=TOM, moderator=False)
+    after = await timeline_of(runtime)
+    [marker] = [m for m in after.markers if m.kind == "forget-me"]
+    assert marker.version > played.rollback
+    moves = [m for s in after.series for m in s.moves]
+    # Tom's past moves stay on the picture (history is append-only) but credit nobody:
+    # the audit rows that named him are gone. (Issue #12 asks for his pseudonym here.)
+    assert TOM.id not in {m.member_id for m in moves} and "Tom" not in {
+        m.name for m in after.members
+    }
+    assert sum(1 for m in moves if m.member_id is None) >= tom_moves
+    assert [(m.name, m.moves) for m in after.members] == [("Maria", 5)]
+    assert "Tom" not in caption(after) + alt_text(after)
