@@ -458,6 +458,10 @@ def _moves(
             for topic in dict.fromkeys(k[0] for k in due):
                 shares = [c for k in due if k[0] == topic for c in credit.get(k, [])]
                 shares.sort(key=lambda c: -abs(c[1]))
+                if not shares and state is not None and topic in state.belief_meta:
+                    # No audit row credits it (a forget-me deleted them): the committed
+                    # state's own sources, where a forgotten member is a pseudonym.
+                    shares = [(s.member, 0.0) for s in state.belief_meta[topic].moved_by]
                 moves.append(
                     CommittedMove(
                         version=version.version,

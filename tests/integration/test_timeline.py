@@ -234,22 +234,25 @@ async def test_the_terminal_writes_the_png_and_prints_its_path(
     assert png_size(await asyncio.to_thread(path.read_bytes)) == (WIDTH_PX, HEIGHT_PX)
 
 
-async def test_a_forgotten_member_is_gone_from_the_picture(
+async def test_a_forgotten_member_shows_only_as_a_pseudonym(
     runtime: Runtime, played: Played
 ) -> None:
     before = await timeline_of(runtime)
-    tom_moves = sum(1 for s in before.series for m in s.moves if m.member_id == TOM.id)
-    assert tom_moves and "Tom" in {m.name for m in before.members}
+    tom = sorted(
+        (m.version, m.topic) for s in before.series for m in s.moves if m.member_id == TOM.id
+    )
+    assert tom and "Tom" in {m.name for m in before.members}
     await command(runtime, "forget-me", "confirm", community=COMMUNITY, user=TOM, moderator=False)
     after = await timeline_of(runtime)
     [marker] = [m for m in after.markers if m.kind == "forget-me"]
     assert marker.version > played.rollback
     moves = [m for s in after.series for m in s.moves]
-    # Tom's past moves stay on the picture (history is append-only) but credit nobody:
-    # the audit rows that named him are gone. (Issue #12 asks for his pseudonym here.)
-    assert TOM.id not in {m.member_id for m in moves} and "Tom" not in {
-        m.name for m in after.members
-    }
-    assert sum(1 for m in moves if m.member_id is None) >= tom_moves
-    assert [(m.name, m.moves) for m in after.members] == [("Maria", 5)]
+    # Tom's past moves stay on the picture (history is append-only), now credited to one
+    # pseudonym; his id and name appear nowhere.
+    assert TOM.id not in {m.member_id for m in moves}
+    assert "Tom" not in {m.name for m in after.members}
+    [pseudonym] = {m.member_id for m in moves if (m.version, m.topic) in set(tom)}
+    assert pseudonym is not None and pseudonym.startswith("member-")
+    assert {(m.id, m.name) for m in after.members if m.id != MARIA.id} == {(pseudonym, pseudonym)}
+    assert ("Maria", 5) in [(m.name, m.moves) for m in after.members]
     assert "Tom" not in caption(after) + alt_text(after)
