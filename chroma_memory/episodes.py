@@ -19,7 +19,7 @@ get-or-create, so threads racing to create it is harmless).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -42,6 +42,7 @@ from sonality.memory.episodes import (
     outside,
     scored_matches,
     scored_waiting,
+    stored_in,
     upsert,
     with_vectors,
 )
@@ -223,15 +224,7 @@ class EpisodeStore:
         if not ids:
             return []
         with self.chroma.use():
-            got = self._episodic().get(ids=list(ids), include=["documents", "metadatas"])
-        documents: Sequence[str | None] = got.get("documents") or [None] * len(got["ids"])
-        metadatas: Sequence[Mapping[str, Any] | None] = got.get("metadatas") or [None] * len(
-            got["ids"]
-        )
-        return [
-            {"id": i, "document": d, "metadata": dict(m or {})}
-            for i, d, m in zip(got["ids"], documents, metadatas, strict=True)
-        ]
+            return stored_in(self._episodic(), ids)
 
     def embed_many(self, texts: Sequence[str]) -> Embeddings:
         """Vectors for several texts in one model pass (the embedding lane's unit)."""

@@ -185,15 +185,7 @@ class EpisodeStore:
         vector), so a member's data export shows what is really kept."""
         if not ids:
             return []
-        got = self._collection.get(ids=list(ids), include=["documents", "metadatas"])
-        documents: Sequence[str | None] = got.get("documents") or [None] * len(got["ids"])
-        metadatas: Sequence[Mapping[str, Any] | None] = got.get("metadatas") or [None] * len(
-            got["ids"]
-        )
-        return [
-            {"id": i, "document": d, "metadata": dict(m or {})}
-            for i, d, m in zip(got["ids"], documents, metadatas, strict=True)
-        ]
+        return stored_in(self._collection, ids)
 
     def retrieve(
         self,
@@ -283,6 +275,18 @@ def metadata_of(episode: Episode, timestamp: str) -> Metadata:
         "interaction": int(episode.interaction),
         "version": int(episode.version),
     }
+
+
+def stored_in(collection: Collection, ids: Sequence[str]) -> list[dict[str, Any]]:
+    """Memories with these ids as `collection` holds them: document and metadata, no
+    vector (what a member's data export shows)."""
+    got = collection.get(ids=list(ids), include=["documents", "metadatas"])
+    documents: Sequence[str | None] = got.get("documents") or [None] * len(got["ids"])
+    metadatas: Sequence[Mapping[str, Any] | None] = got.get("metadatas") or [None] * len(got["ids"])
+    return [
+        {"id": i, "document": d, "metadata": dict(m or {})}
+        for i, d, m in zip(got["ids"], documents, metadatas, strict=True)
+    ]
 
 
 def upsert(collection: Collection, episodes: Sequence[Episode]) -> None:
