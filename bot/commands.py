@@ -367,7 +367,8 @@ class CommandHandlers:
                     "them, and their influence on my opinions (recomputed as if you had "
                     "never argued). Past versions keep their "
                     "opinions but show you only under a pseudonym. It cannot be undone. "
-                    "To go ahead: `/sonality forget-me confirm`."
+                    "To go ahead: `/sonality forget-me confirm` (on Discord, the confirm option "
+                    "set to True)."
                 ),
                 title="Forget me?",
                 private=True,
