@@ -26,6 +26,7 @@ from bot.scheduler import ReflectionScheduler
 from bot.settings import Settings
 from chroma_memory.embedding import default_embedding_function
 from chroma_memory.process import LocalMemory, MemoryHost, MemoryProcess
+from chroma_memory.server import ServerMemory, ServerUnreachable
 from providers.anthropic import AnthropicLLM
 from providers.openai import OpenAILLM
 from sonality.agent import SonalityAgent
@@ -154,9 +155,11 @@ async def use_secret_key(db: Database, settings: Settings) -> None:
 
 
 def open_memory(settings: Settings) -> MemoryHost:
-    """Chroma for every community: in this process, or in a memory process of its own
-    with SONALITY_MEMORY_PROCESS=true. One client, reopened when too many memory
-    indexes are open."""
+    """Chroma for every community: a Chroma server with CHROMA_URL; else in this
+    process, or in a memory process of its own with SONALITY_MEMORY_PROCESS=true. One
+    client, reopened (embedded only) when too many memory indexes are open."""
+    if settings.chroma_url is not None:
+        return open_server_memory(settings)
     if settings.memory_process:
         try:
             return MemoryProcess(
@@ -170,6 +173,23 @@ def open_memory(settings: Settings) -> MemoryHost:
                 "set SONALITY_MEMORY_PROCESS=false to keep Chroma in the bot's process"
             ) from err
     return LocalMemory(settings.resolved_chroma_dir, max_open=settings.chroma_max_open)
+
+
+def open_server_memory(settings: Settings) -> MemoryHost:
+    """The Chroma server at CHROMA_URL; one line and exit 2 if it cannot be reached,
+    since a bot that answers with no memory at all is worse than one that says why."""
+    url = settings.chroma_url
+    assert url is not None
+    if settings.memory_process:
+        log.info("CHROMA_URL is set: SONALITY_MEMORY_PROCESS has no effect (no Chroma here)")
+    try:
+        memory = ServerMemory(
+            url, database=settings.chroma_database, timeout=settings.chroma_timeout_seconds
+        )
+    except ServerUnreachable as err:
+        raise StartupError(f"could not reach the Chroma server CHROMA_URL={url} ({err})") from None
+    log.info("episodes are kept by the Chroma server at %s", url)
+    return memory
 
 
 async def _resume_unfinished(db: Database, registry: CommunityRegistry) -> None:

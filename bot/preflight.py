@@ -201,6 +201,8 @@ def check_storage(settings: Settings) -> None:
                 f"the database {exc}; nothing was changed: restore it from a backup, or "
                 f"point {db_setting} elsewhere to start with an empty one"
             ) from None
+    if settings.chroma_url is not None:
+        return  # episodes live in a Chroma server; reaching it is checked as it opens
     chroma_dir = settings.resolved_chroma_dir
     chroma_setting = "SONALITY_CHROMA_DIR" if settings.chroma_dir else "SONALITY_DATA_DIR"
     if chroma_dir.exists() and not chroma_dir.is_dir():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Literal, Self
+from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import Field, SecretStr, field_validator, model_validator
@@ -78,6 +79,17 @@ class Settings(BaseSettings):
     model_cache_dir: Path | None = Field(default=None, alias="SONALITY_MODEL_CACHE_DIR")
     chroma_max_open: int = Field(default=32, ge=1, alias="SONALITY_CHROMA_MAX_OPEN")
     memory_process: bool = Field(default=False, alias="SONALITY_MEMORY_PROCESS")
+    # A Chroma server (`chroma run`) for episodes instead of the local directory, so
+    # several bot processes can share them: http://host:port (https:// for TLS).
+    chroma_url: str | None = Field(default=None, alias="CHROMA_URL")
+    # The server's database for this bot's collections (created if missing), so bots
+    # or test runs sharing one server keep apart.
+    chroma_database: str = Field(
+        default="default_database", min_length=3, max_length=63, alias="SONALITY_CHROMA_DATABASE"
+    )
+    chroma_timeout_seconds: float = Field(
+        default=10.0, gt=0, le=600, alias="SONALITY_CHROMA_TIMEOUT_SECONDS"
+    )
     # Retention, applied hourly by the housekeeping job (storage/retention.py). Days the
     # text of answered messages (the member's words and the reply) is kept; nothing
     # reads it once the message is learned, moderators looking into a report get a
@@ -171,6 +183,22 @@ class Settings(BaseSettings):
         except (ZoneInfoNotFoundError, ValueError):
             raise ValueError("must be an IANA time zone such as UTC or Europe/Berlin") from None
         return value
+
+    @field_validator("chroma_url")
+    @classmethod
+    def _chroma_server_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        parts = urlsplit(value.strip())
+        try:
+            parts.port  # noqa: B018  # raises on a port that is not a number in range
+        except ValueError:
+            raise ValueError("has a bad port; use http://host:port") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("must be a Chroma server's address such as http://127.0.0.1:8000")
+        if parts.path.strip("/") or parts.query or parts.fragment:
+            raise ValueError("must be only scheme, host and port, such as http://chroma:8000")
+        return value.strip()
 
     @field_validator("secret_key")
     @classmethod

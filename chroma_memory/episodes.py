@@ -29,7 +29,7 @@ from chromadb.api.types import Documents, EmbeddingFunction, Embeddings, Where
 from chromadb.errors import NotFoundError
 
 from chroma_memory.embedding import default_embedding_function
-from chroma_memory.shared_chroma import SharedChroma
+from chroma_memory.shared_chroma import ChromaHandle, SharedChroma
 from sonality.memory.episodes import (
     EPISODIC_N,
     MIN_RELEVANCE,
@@ -60,18 +60,19 @@ class EpisodeStore:
 
     ``EpisodeStore(persist_dir)`` works as the seed API describes; the keyword arguments
     let the bot share one client and one embedding function across all communities.
+    With a ``client`` no directory is needed (a Chroma server's has none here).
     """
 
     def __init__(
         self,
-        persist_dir: str | Path,
+        persist_dir: str | Path | None,
         *,
         collection: str = "episodes",
-        client: SharedChroma | None = None,
+        client: ChromaHandle | None = None,
         embedding_function: EmbeddingFunction[Documents] | None = None,
         model_cache_dir: Path | None = None,
     ) -> None:
-        self.persist_dir = Path(persist_dir)
+        self.persist_dir = Path(persist_dir) if persist_dir is not None else None
         if embedding_function is None:
             if model_cache_dir is None:
                 from sonality import config
@@ -79,7 +80,11 @@ class EpisodeStore:
                 model_cache_dir = config.DATA_DIR / "models"
             embedding_function = default_embedding_function(model_cache_dir)
         self._embed = embedding_function
-        self.chroma = client if client is not None else SharedChroma(self.persist_dir)
+        if client is None:
+            if self.persist_dir is None:
+                raise TypeError("EpisodeStore needs a persist_dir or a client")
+            client = SharedChroma(self.persist_dir)
+        self.chroma = client
         self._name = collection
         # Semantic memories (consolidated insights) are few and live in their own
         # collection, created on first use: a metadata filter that matches most of a large
@@ -130,9 +135,9 @@ class EpisodeStore:
     def for_community(
         cls,
         community_id: str,
-        persist_dir: str | Path,
+        persist_dir: str | Path | None,
         *,
-        client: SharedChroma | None = None,
+        client: ChromaHandle | None = None,
         embedding_function: EmbeddingFunction[Documents] | None = None,
         model_cache_dir: Path | None = None,
     ) -> EpisodeStore:

@@ -29,8 +29,9 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
+from typing import Protocol
 
 from chromadb.api import ClientAPI
 from chromadb.api.models.Collection import Collection
@@ -39,6 +40,22 @@ from chromadb.errors import NotFoundError
 from chroma_memory.embedding import close_chroma_client, make_chroma_client
 
 log = logging.getLogger(__name__)
+
+
+class ChromaHandle(Protocol):
+    """What an episode store needs of its client: :class:`SharedChroma` here, or
+    :class:`chroma_memory.server.ServerChroma` for a Chroma server."""
+
+    @property
+    def client(self) -> ClientAPI: ...
+
+    def use(self) -> AbstractContextManager[None]: ...
+
+    def collection(
+        self, name: str, *, create: bool, opener: Callable[[ClientAPI, str, bool], Collection]
+    ) -> Collection | None: ...
+
+    def drop(self, names: Sequence[str]) -> int: ...
 
 
 class SharedChroma:

@@ -3,12 +3,20 @@
 A test that takes `llm_server` runs once per vendor (Anthropic, then OpenAI), with `llm`
 and `runtime` built for that vendor; a test that takes `anthropic_server` instead runs
 against Anthropic only.
+
+With SONALITY_TEST_CHROMA=server in the environment, every runtime made by
+`make_settings` keeps its episodes in a real Chroma server (`chroma run`, one per
+session) instead of the embedded directory, each test in a database of its own:
+`SONALITY_TEST_CHROMA=server pytest tests/integration/test_pipeline.py`. Tests that
+check the embedded path itself (the memory process) fail that way, as they should.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+import hashlib
+import os
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +29,7 @@ from bot.runtime import Runtime
 from bot.settings import Settings
 from providers.anthropic import AnthropicLLM
 from providers.openai import OpenAILLM
+from tests.chroma_server import ChromaServer, chroma_server, running_chroma_server  # noqa: F401
 from tests.fakes.anthropic_fixtures import anthropic_server, client_for  # noqa: F401
 from tests.fakes.anthropic_server import AnthropicFake
 from tests.fakes.openai_fixtures import openai_client_for, openai_server  # noqa: F401
@@ -35,15 +44,39 @@ ALICE = User(id="u-alice", name="Alice")
 BOB = User(id="u-bob", name="Bob")
 
 
+#: The session's Chroma server when SONALITY_TEST_CHROMA=server (set by `_chroma_stack`).
+_CHROMA_SERVER: list[ChromaServer] = []
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _chroma_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    if os.environ.get("SONALITY_TEST_CHROMA") != "server":
+        yield
+        return
+    with running_chroma_server(tmp_path_factory.mktemp("stack-chroma") / "data") as server:
+        _CHROMA_SERVER.append(server)
+        try:
+            yield
+        finally:
+            _CHROMA_SERVER.clear()
+
+
 def make_settings(data_dir: Path, *, llm: object = None, **overrides: Any) -> Settings:
     """Test settings; with an OpenAI `llm`, the provider (and so the default models) is
-    OpenAI's, as the fake OpenAI server knows only its vendor's models."""
+    OpenAI's, as the fake OpenAI server knows only its vendor's models. Each data
+    directory gets its own database on the session's Chroma server, if there is one,
+    so a restart in the same directory finds its episodes again."""
     values: dict[str, Any] = {
         "SONALITY_DATA_DIR": str(data_dir),
         "SONALITY_MODEL_CACHE_DIR": str(MODEL_CACHE),
         "SONALITY_RATE_LIMIT_MESSAGES": 10_000,
         "SONALITY_NIGHTLY_JITTER_SECONDS": 0,
     }
+    if _CHROMA_SERVER:
+        values["CHROMA_URL"] = _CHROMA_SERVER[0].url
+        values["SONALITY_CHROMA_DATABASE"] = (
+            "t" + hashlib.sha256(str(data_dir.resolve()).encode()).hexdigest()[:32]
+        )
     if isinstance(llm, OpenAILLM):
         values["SONALITY_LLM_PROVIDER"] = "openai"
     values.update(overrides)

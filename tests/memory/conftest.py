@@ -3,6 +3,10 @@
 The embedding function is built once into a persistent, gitignored cache dir so
 repeated runs skip the ~1 s ONNX build and share one loaded model per test session.
 Each test gets its own Chroma directory so tests never see each other's episodes.
+
+A test taking `chroma` runs twice: on embedded Chroma (`SharedChroma` on the test's
+directory) and on a real Chroma server (`chroma run`, one per session), where it gets a
+database of its own.
 """
 
 from __future__ import annotations
@@ -18,6 +22,9 @@ from chroma_memory.embedding import (
     default_embedding_function,
     ensure_minilm_onnx,
 )
+from chroma_memory.server import ServerChroma
+from chroma_memory.shared_chroma import ChromaHandle, SharedChroma
+from tests.chroma_server import ChromaServer, chroma_server  # noqa: F401
 
 MODEL_CACHE_DIR = Path(__file__).resolve().parents[2] / ".cache" / "test-models"
 
@@ -38,3 +45,17 @@ def persist_dir(tmp_path: Path) -> Iterator[Path]:
     path = tmp_path / "chroma"
     yield path
     close_chroma_client(path)
+
+
+@pytest.fixture(params=["embedded", "server"])
+def chroma(request: pytest.FixtureRequest, persist_dir: Path) -> Iterator[ChromaHandle]:
+    """The client every community shares: embedded, then a Chroma server's."""
+    if request.param == "embedded":
+        yield SharedChroma(persist_dir)
+        return
+    server: ChromaServer = request.getfixturevalue("chroma_server")
+    remote = ServerChroma(server.url, database=server.fresh_database())
+    try:
+        yield remote
+    finally:
+        remote.close()

@@ -1,4 +1,7 @@
-"""EpisodeStore against a real Chroma and the real MiniLM model: meaning, not keywords."""
+"""EpisodeStore against a real Chroma and the real MiniLM model: meaning, not keywords.
+
+Tests taking `store` or `chroma` run on embedded Chroma and on a Chroma server.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ import pytest
 
 from chroma_memory.embedding import FastMiniLML6V2, close_chroma_client, make_chroma_client
 from chroma_memory.episodes import EpisodeStore
-from chroma_memory.shared_chroma import SharedChroma
+from chroma_memory.shared_chroma import ChromaHandle
 from sonality.memory.episodes import EPISODIC, SEMANTIC, Episode, collection_name_for
 
 NUCLEAR = "Nuclear power plants are a safe, low-carbon source of electricity"
@@ -28,8 +31,10 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def store(persist_dir: Path, embedding_function: FastMiniLML6V2) -> EpisodeStore:
-    return EpisodeStore(persist_dir, embedding_function=embedding_function)
+def store(
+    persist_dir: Path, chroma: ChromaHandle, embedding_function: FastMiniLML6V2
+) -> EpisodeStore:
+    return EpisodeStore(persist_dir, client=chroma, embedding_function=embedding_function)
 
 
 def _fill(store: EpisodeStore) -> None:
@@ -210,9 +215,9 @@ def test_collection_names_are_valid_distinct_and_stable() -> None:
 
 
 def test_communities_never_see_each_others_episodes(
-    persist_dir: Path, embedding_function: FastMiniLML6V2
+    persist_dir: Path, chroma: ChromaHandle, embedding_function: FastMiniLML6V2
 ) -> None:
-    client = SharedChroma(persist_dir)
+    client = chroma
     a = EpisodeStore.for_community(
         "discord:1", persist_dir, client=client, embedding_function=embedding_function
     )
@@ -227,9 +232,9 @@ def test_communities_never_see_each_others_episodes(
 
 
 def test_concurrent_use_of_different_communities(
-    persist_dir: Path, embedding_function: FastMiniLML6V2
+    persist_dir: Path, chroma: ChromaHandle, embedding_function: FastMiniLML6V2
 ) -> None:
-    client = SharedChroma(persist_dir)
+    client = chroma
     topics = {"c0": NUCLEAR, "c1": SOURDOUGH, "c2": FOOTBALL, "c3": TAX}
 
     def work(community: str) -> list[str]:
@@ -270,15 +275,15 @@ def test_seed_signature_uses_default_client_and_model_dir(
 
 
 def test_non_cosine_collection_is_refused(
-    persist_dir: Path, embedding_function: FastMiniLML6V2
+    persist_dir: Path, chroma: ChromaHandle, embedding_function: FastMiniLML6V2
 ) -> None:
-    make_chroma_client(persist_dir).create_collection(
+    chroma.client.create_collection(
         "episodes",
         embedding_function=embedding_function,  # type: ignore[arg-type]
         configuration={"hnsw": {"space": "l2"}},
     )
     with pytest.raises(ValueError, match="cosine"):
-        EpisodeStore(persist_dir, embedding_function=embedding_function)
+        EpisodeStore(persist_dir, client=chroma, embedding_function=embedding_function)
 
 
 def test_episodes_survive_reopening_in_a_new_process(

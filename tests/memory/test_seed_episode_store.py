@@ -12,6 +12,7 @@ import pytest
 
 from chroma_memory.embedding import FastMiniLML6V2
 from chroma_memory.episodes import EpisodeStore as FastStore
+from chroma_memory.shared_chroma import ChromaHandle
 from sonality.memory.episodes import SEMANTIC, Episode, EpisodeMemory, EpisodeStore
 from sonality.store import HiddenRange
 
@@ -36,9 +37,12 @@ def _fill(store: EpisodeMemory) -> None:
 
 
 @pytest.fixture
-def both(tmp_path: Path, embedding_function: FastMiniLML6V2) -> tuple[EpisodeStore, FastStore]:
+def both(
+    tmp_path: Path, chroma: ChromaHandle, embedding_function: FastMiniLML6V2
+) -> tuple[EpisodeStore, FastStore]:
+    """The seed's store, and the bot's on embedded Chroma, then on a Chroma server."""
     plain = EpisodeStore(tmp_path / "plain", embedding_function=embedding_function)
-    fast = FastStore(tmp_path / "fast", embedding_function=embedding_function)
+    fast = FastStore(None, client=chroma, embedding_function=embedding_function)
     _fill(plain)
     _fill(fast)
     return plain, fast

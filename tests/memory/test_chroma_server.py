@@ -1,0 +1,116 @@
+"""What only the Chroma server path has: lazy stores, dropping a community over HTTP,
+an unreachable or hung server, and a server restarted on the same directory.
+
+Real `chroma run` servers on 127.0.0.1, real MiniLM vectors computed in this process.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from chroma_memory.embedding import FastMiniLML6V2
+from chroma_memory.server import ServerChroma, ServerMemory, ServerUnreachable
+from sonality.memory.episodes import SEMANTIC, Episode, collection_name_for
+from tests.chroma_server import ChromaServer, free_port, running_chroma_server
+
+NUCLEAR = "Nuclear power plants are a safe, low-carbon source of electricity"
+TAX = "A progressive income tax with fewer loopholes is fairer"
+QUERY = "Is atomic energy dangerous?"
+
+
+def _episode(episode_id: str, summary: str, memory_type: str = "episodic") -> Episode:
+    return Episode(
+        id=episode_id, summary=summary, ess_score=0.5, user_message="m", memory_type=memory_type
+    )
+
+
+def test_a_store_opens_on_first_use_and_recalls_what_it_was_given(
+    chroma_server: ChromaServer, embedding_function: FastMiniLML6V2
+) -> None:
+    memory = ServerMemory(chroma_server.url, database=chroma_server.fresh_database())
+    try:
+        store = memory.store_for("discord:1", embedding_function)
+        assert memory.chroma.open_collections == 0  # loading a community asks nothing
+        store.store_many([_episode("e1", NUCLEAR), _episode("s1", TAX, SEMANTIC)])
+        assert store.count() == 2
+        assert store.retrieve_typed(QUERY) == [NUCLEAR]
+        (row,) = store.stored(["e1"])
+        assert row["document"] == NUCLEAR
+        # The vector on the server is the one computed here from the summary.
+        raw = memory.chroma.client.get_collection(collection_name_for("discord:1"))
+        vector = raw.get(ids=["e1"], include=["embeddings"])["embeddings"][0]  # type: ignore[index]
+        assert list(vector) == pytest.approx(list(embedding_function([NUCLEAR])[0]), abs=1e-6)
+        store.delete(["e1", "never-stored"])
+        assert store.count() == 1
+    finally:
+        memory.close()
+
+
+def test_dropping_a_community_deletes_both_its_collections_and_nothing_else(
+    chroma_server: ChromaServer, embedding_function: FastMiniLML6V2
+) -> None:
+    memory = ServerMemory(chroma_server.url, database=chroma_server.fresh_database())
+    try:
+        gone = memory.store_for("slack:T1", embedding_function)
+        kept = memory.store_for("slack:T2", embedding_function)
+        gone.store_many([_episode("a", NUCLEAR), _episode("b", TAX, SEMANTIC)])
+        kept.store_many([_episode("c", NUCLEAR)])
+        assert memory.drop_community("slack:T1") == 2
+        assert memory.drop_community("slack:T1") == 0  # a re-run after a crash is fine
+        names = {c.name for c in memory.chroma.client.list_collections()}
+        assert names == {collection_name_for("slack:T2")}
+        assert kept.retrieve(QUERY) == [NUCLEAR]
+        # The community can come back later and starts empty.
+        assert memory.store_for("slack:T1", embedding_function).count() == 0
+    finally:
+        memory.close()
+
+
+def test_databases_keep_bots_sharing_a_server_apart(
+    chroma_server: ChromaServer, embedding_function: FastMiniLML6V2
+) -> None:
+    one = ServerMemory(chroma_server.url, database=chroma_server.fresh_database())
+    two = ServerMemory(chroma_server.url, database=chroma_server.fresh_database())
+    try:
+        one.store_for("discord:1", embedding_function).store_many([_episode("e", NUCLEAR)])
+        assert two.store_for("discord:1", embedding_function).count() == 0
+    finally:
+        one.close()
+        two.close()
+
+
+def test_nothing_listening_is_one_clear_reason() -> None:
+    with pytest.raises(ServerUnreachable, match=r"^connection refused$"):
+        ServerChroma(f"http://127.0.0.1:{free_port()}")
+
+
+def test_a_hung_server_fails_calls_instead_of_holding_them_and_a_restart_loses_nothing(
+    tmp_path: Path, embedding_function: FastMiniLML6V2
+) -> None:
+    """A stopped (SIGSTOP) server accepts connections but never answers: each call
+    fails after the timeout, and works again once the server does. Stopped for good and
+    started again on the same directory, the server still holds every episode."""
+    path = tmp_path / "server"
+    with running_chroma_server(path) as server:
+        memory = ServerMemory(server.url, timeout=1.0)
+        store = memory.store_for("discord:9", embedding_function)
+        store.store_many([_episode("e1", NUCLEAR)])
+        os.kill(server.process.pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(Exception, match=r"(?i)timed out"):
+                store.retrieve_typed(QUERY)
+        finally:
+            os.kill(server.process.pid, signal.SIGCONT)
+        assert store.retrieve_typed(QUERY) == [NUCLEAR]
+        memory.close()
+        port = int(server.url.rsplit(":", 1)[1])
+    with running_chroma_server(path, port) as again:
+        memory = ServerMemory(again.url)
+        try:
+            assert memory.store_for("discord:9", embedding_function).retrieve(QUERY) == [NUCLEAR]
+        finally:
+            memory.close()
