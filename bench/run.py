@@ -40,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextvars import ContextVar
 from pathlib import Path
@@ -54,13 +55,18 @@ from bot.app import open_runtime
 from bot.messages import Community, IncomingMessage, User
 from bot.runtime import Runtime
 from bot.settings import Settings
-from chroma_memory.embedding import default_embedding_function
+from chroma_memory.embedding import (
+    close_chroma_client,
+    default_embedding_function,
+    make_chroma_client,
+)
 from chroma_memory.episodes import EpisodeStore
+from chroma_memory.server import ServerChroma
 from providers import DEFAULT_MODELS
 from providers.anthropic import AnthropicLLM
 from providers.openai import OpenAILLM
 from sonality.llm import ChatTurn, ForwardingLLM, LLMClient, R
-from sonality.memory.episodes import Episode
+from sonality.memory.episodes import Episode, collection_name_for
 from sonality.memory.sponge import SEED_SNAPSHOT, SpongeState
 from sonality.prompts import build_message_turn, build_system_blocks
 from sonality.store import StateCommit
@@ -200,10 +206,10 @@ class TimedLLM(ForwardingLLM):
                 sink.append(time.perf_counter() - start)
 
 
-def seeded_chroma(data_dir: Path, community_id: str, episodes: int) -> float:
-    """Put `episodes` episodes in the community's collection (cached across runs)."""
+def cached_chroma(community_id: str, episodes: int) -> Path:
+    """An embedded Chroma directory holding `episodes` episodes for the community,
+    built once and kept across runs."""
     cached = CACHE / "bench" / f"chroma-{episodes}"
-    start = time.perf_counter()
     if not (cached / "done").exists():
         shutil.rmtree(cached, ignore_errors=True)
         cached.mkdir(parents=True)
@@ -218,8 +224,46 @@ def seeded_chroma(data_dir: Path, community_id: str, episodes: int) -> float:
                 batch = []
         store.store_many(batch)
         (cached / "done").write_text(str(store.count()))
-    shutil.copytree(cached, data_dir / "chromadb")
+        close_chroma_client(cached)
+    return cached
+
+
+def seeded_chroma(data_dir: Path, community_id: str, episodes: int) -> float:
+    """Put `episodes` episodes in the community's collection (cached across runs)."""
+    start = time.perf_counter()
+    shutil.copytree(cached_chroma(community_id, episodes), data_dir / "chromadb")
     return time.perf_counter() - start
+
+
+def seeded_server(url: str, community_id: str, episodes: int) -> tuple[str, float]:
+    """The same episodes, vectors included, copied into a fresh database on the Chroma
+    server at `url`: its name and the seconds the copy took."""
+    start = time.perf_counter()
+    cached = cached_chroma(community_id, episodes)
+    name = collection_name_for(community_id)
+    source = make_chroma_client(cached).get_collection(name)
+    database = f"bench{uuid.uuid4().hex}"
+    server = ServerChroma(url, database=database)
+    store = EpisodeStore.for_community(
+        community_id,
+        None,
+        client=server,
+        embedding_function=default_embedding_function(MODEL_CACHE),
+    )
+    target = server.client.get_collection(store.collection_name)
+    for offset in range(0, source.count(), 1000):
+        got = source.get(
+            limit=1000, offset=offset, include=["embeddings", "documents", "metadatas"]
+        )
+        target.upsert(
+            ids=got["ids"],
+            embeddings=got["embeddings"],
+            documents=got["documents"],
+            metadatas=got["metadatas"],
+        )
+    server.close()
+    close_chroma_client(cached)
+    return database, time.perf_counter() - start
 
 
 @contextlib.asynccontextmanager
@@ -264,13 +308,23 @@ def message(community: Community, i: int, users: int = 20) -> IncomingMessage:
 
 # --------------------------------------------------------------------------- figures
 async def figure_reply_ratio(
-    work: Path, episodes: int, latency: float, n: int, vendor: str = "anthropic"
+    work: Path,
+    episodes: int,
+    latency: float,
+    n: int,
+    vendor: str = "anthropic",
+    chroma_url: str | None = None,
 ) -> None:
     community = Community(id="bench:big", name="big")
     data = work / f"ratio-{vendor}"
-    seed_s = seeded_chroma(data, community.id, episodes)
+    where: dict[str, Any] = {}
+    if chroma_url is None:
+        seed_s = seeded_chroma(data, community.id, episodes)
+    else:
+        database, seed_s = seeded_server(chroma_url, community.id, episodes)
+        where = {"CHROMA_URL": chroma_url, "SONALITY_CHROMA_DATABASE": database}
     with llm_server(latency, vendor) as url:
-        async with bot(data, url, cap=16, vendor=vendor) as (runtime, llm):
+        async with bot(data, url, cap=16, vendor=vendor, **where) as (runtime, llm):
             await seed_state(runtime, community, episodes)
             system = build_system_blocks(SEED_SNAPSHOT)
             bare = []
@@ -295,8 +349,9 @@ async def figure_reply_ratio(
             await runtime.drain()
             count = runtime.registry.get(community.id).episodes.count()  # type: ignore[union-attr]
     ratio = statistics.median(replies) / statistics.median(bare)
+    labels = ([] if vendor == "anthropic" else [vendor]) + (["Chroma server"] if where else [])
     report(
-        "1. reply time / bare LLM round trip" + ("" if vendor == "anthropic" else f" ({vendor})"),
+        "1. reply time / bare LLM round trip" + (f" ({', '.join(labels)})" if labels else ""),
         f"{ratio:.3f} (reply p50 {fmt_ms(statistics.median(replies))}, "
         f"bare p50 {fmt_ms(statistics.median(bare))})",
         f"{n} sequential replies vs 10 bare calls, LLM latency {latency * 1000:.0f} ms, "
@@ -550,8 +605,9 @@ async def figure_cost(work: Path) -> None:
 
 
 def _figure_1(work: Path, args: argparse.Namespace) -> None:
-    asyncio.run(figure_reply_ratio(work, args.episodes, args.latency, n=20))
-    asyncio.run(figure_reply_ratio(work, args.episodes, args.latency, 20, "openai"))
+    url = args.chroma_url
+    asyncio.run(figure_reply_ratio(work, args.episodes, args.latency, 20, chroma_url=url))
+    asyncio.run(figure_reply_ratio(work, args.episodes, args.latency, 20, "openai", url))
 
 
 #: Every figure by the name `--only` takes, in report order (see the module docstring).
@@ -658,14 +714,28 @@ def build_parser() -> argparse.ArgumentParser:
         default=100,
         help="communities active for figure 4 (default %(default)s)",
     )
+    parser.add_argument(
+        "--chroma-url",
+        default=os.environ.get("CHROMA_URL") or None,
+        metavar="URL",
+        help="run figure 1 with its episodes on this Chroma server (default: $CHROMA_URL; "
+        "unset: embedded Chroma); the other figures do not take one yet",
+    )
     parser.add_argument("--phase", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--data", type=Path, help=argparse.SUPPRESS)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
+    # Settings would read CHROMA_URL from the environment for every figure; only the
+    # figures that seed the server themselves may use one.
+    os.environ.pop("CHROMA_URL", None)
+    on_server = [f.name for f in args.only if f.name != "1"]
+    if args.chroma_url and on_server and not args.phase:
+        parser.error(f"only figure 1 runs on a Chroma server so far, not {', '.join(on_server)}")
 
     if args.phase:
         name, value = args.phase
