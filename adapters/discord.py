@@ -348,6 +348,9 @@ class DiscordAdapter:
         client: discord.Client
         if self._settings.discord_shard_count is not None:
             options.setdefault("shard_count", self._settings.discord_shard_count)
+            # Only these shards, so each guild's events reach one process of several.
+            if self._settings.discord_shards is not None:
+                options.setdefault("shard_ids", self._settings.discord_shards)
             client = _ShardedClient(self, self._identify_delay, **options)
         else:
             client = _Client(self, self._identify_delay, **options)

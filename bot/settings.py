@@ -13,7 +13,7 @@ from typing import Literal, Self
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from providers import DEFAULT_MODELS, Provider
@@ -142,6 +142,9 @@ class Settings(BaseSettings):
     )
     discord_dev_guild_id: int | None = Field(default=None, alias="DISCORD_DEV_GUILD_ID")
     discord_shard_count: int | None = Field(default=None, ge=1, alias="DISCORD_SHARD_COUNT")
+    # The shards this process runs, of DISCORD_SHARD_COUNT in all: "0,1", "0-3" or
+    # "0-3,8". Unset: all of them. Every guild's events go to one shard, so to one process.
+    discord_shard_ids: str | None = Field(default=None, alias="DISCORD_SHARD_IDS")
     discord_allow_dms: bool = Field(default=False, alias="DISCORD_ALLOW_DMS")
     # Off: the bot answers @mentions, replies that ping it, and DMs, which Discord sends
     # with their text anyway; no privileged intent to enable or have reviewed.
@@ -199,6 +202,32 @@ class Settings(BaseSettings):
         if parts.path.strip("/") or parts.query or parts.fragment:
             raise ValueError("must be only scheme, host and port, such as http://chroma:8000")
         return value.strip()
+
+    @field_validator("discord_shard_ids")
+    @classmethod
+    def _shard_range(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return None
+        if "discord_shard_count" not in info.data:
+            return value  # DISCORD_SHARD_COUNT is itself wrong: its own error says so
+        ids = parse_shard_ids(value)
+        count = info.data["discord_shard_count"]
+        if count is None:
+            raise ValueError("needs DISCORD_SHARD_COUNT, the number of shards of all processes")
+        outside = [i for i in ids if i >= count]
+        if outside:
+            raise ValueError(
+                f"shard {outside[0]} does not exist with DISCORD_SHARD_COUNT={count} "
+                f"(shards are 0 to {count - 1})"
+            )
+        return ",".join(str(i) for i in ids)
+
+    @property
+    def discord_shards(self) -> list[int] | None:
+        """The shard ids this process runs (None: every shard, or no sharding)."""
+        if self.discord_shard_ids is None:
+            return None
+        return parse_shard_ids(self.discord_shard_ids)
 
     @field_validator("secret_key")
     @classmethod
@@ -258,3 +287,29 @@ class Settings(BaseSettings):
     @property
     def slack_moderators(self) -> frozenset[str]:
         return frozenset(x.strip() for x in self.slack_moderator_ids.split(",") if x.strip())
+
+
+#: Far above any real bot's shard count; keeps a typo like "0-99999999" from
+#: building a list of a hundred million shard ids.
+MAX_SHARD_ID = 65_535
+
+
+def parse_shard_ids(text: str) -> list[int]:
+    """ "0,2" or "0-3" or "0-3,8" -> sorted ids; ValueError in words for anything else."""
+    ids: set[int] = set()
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        low, dash, high = part.partition("-")
+        if not low.strip().isdigit() or (dash and not high.strip().isdigit()):
+            raise ValueError('must be shard numbers and ranges such as "0,1" or "0-3"')
+        first, last = int(low), int(high) if dash else int(low)
+        if last > MAX_SHARD_ID:
+            raise ValueError(f"shard {last} is beyond any shard count ({MAX_SHARD_ID} at most)")
+        if last < first:
+            raise ValueError(f"the range {part} runs backwards; write {last}-{first}")
+        ids.update(range(first, last + 1))
+    if not ids:
+        raise ValueError('names no shard; write e.g. "0,1" or "0-3"')
+    return sorted(ids)

@@ -52,6 +52,14 @@ def _without_content(data: JSONDict, bot_id: int) -> JSONDict:
     return {**data, "content": "", "embeds": [], "attachments": [], "components": []}
 
 
+def _valid_shard(shard: list[Any]) -> bool:
+    """IDENTIFY's `shard: [id, count]` as Discord accepts it (else close code 4010)."""
+    if len(shard) != 2 or not all(isinstance(x, int) for x in shard):
+        return False
+    shard_id, count = shard
+    return count >= 1 and 0 <= shard_id < count
+
+
 def _now_iso() -> str:
     return datetime.now(UTC).isoformat()
 
@@ -158,6 +166,8 @@ class FakeDiscord:
         self.edit_times: list[float] = []
         #: Edits refused with 429 (discord.py waits and retries them).
         self.rate_limited_edits = 0
+        #: What GET /gateway/bot recommends; AutoShardedClient without a count uses it.
+        self.recommended_shards = 1
         self._sessions: list[tuple[web.WebSocketResponse, list[int]]] = []  # ws, [shard, count]
         self._seq = itertools.count(1)
         self._changed = asyncio.Event()
@@ -171,9 +181,21 @@ class FakeDiscord:
         return (ms << 22) | (next(self._ids) & 0x3FFFFF)
 
     def add_guild(
-        self, name: str, *, channels: int = 1, members: list[FakeUser] | None = None
+        self,
+        name: str,
+        *,
+        channels: int = 1,
+        members: list[FakeUser] | None = None,
+        shard: tuple[int, int] | None = None,
     ) -> FakeGuild:
-        guild = FakeGuild(self.snowflake(), name)
+        """`shard=(id, count)`: a guild id that Discord's rule puts on that shard."""
+        guild_id = self.snowflake()
+        if shard is not None:
+            shard_id, count = shard
+            timestamp = guild_id >> 22
+            timestamp += (shard_id - timestamp) % count  # (id >> 22) % count == shard_id
+            guild_id = (timestamp << 22) | (guild_id & 0x3FFFFF)
+        guild = FakeGuild(guild_id, name)
         for i in range(channels):
             guild.channels.append(FakeChannel(self.snowflake(), f"channel-{i}"))
         guild.members = [self.bot, *(members or [])]
@@ -508,8 +530,11 @@ class FakeDiscord:
                     if self.close_with_4014 or (wants_content and not self.message_content_allowed):
                         await ws.close(code=4014, message=b"Disallowed intent(s).")
                         break
-                    self._intents[id(ws)] = intents
                     shard = list(identify.get("shard") or [0, 1])
+                    if not _valid_shard(shard):
+                        await ws.close(code=4010, message=b"Invalid shard.")
+                        break
+                    self._intents[id(ws)] = intents
                     session = (ws, shard)
                     self._sessions.append(session)
                     await self._send_ready(ws, shard)
@@ -597,7 +622,7 @@ class FakeDiscord:
             return json_response(
                 {
                     "url": self.gateway_url,
-                    "shards": 1,
+                    "shards": self.recommended_shards,
                     "session_start_limit": {
                         "total": 1000,
                         "remaining": 1000,
