@@ -70,10 +70,8 @@ async def test_each_guild_is_answered_by_the_process_owning_its_shard_only(
             ]
             procs[shard], outputs[shard] = proc, (out, err)
         for shard, (out, _) in outputs.items():
-            await out.wait_for(
-                lambda line, s=shard: f"Shard ID {s} has connected to Gateway" in line,
-                f"shard {shard}'s session",
-            )
+            connected = f"Shard ID {shard} has connected to Gateway"
+            await out.wait_for(lambda line: connected in line, f"shard {shard}'s session")  # noqa: B023
         assert sorted(tuple(i["shard"]) for i in fake.identifies) == [(0, COUNT), (1, COUNT)]
 
         triggers: dict[int, list[dict[str, Any]]] = {shard: [] for shard in guilds}
@@ -86,10 +84,11 @@ async def test_each_guild_is_answered_by_the_process_owning_its_shard_only(
                     mentions=[fake.bot],
                 )
                 triggers[shard].append(trigger)
-        for trigger in (t for ts in triggers.values() for t in ts):
-            await fake.wait_for(lambda r, t=trigger: is_reply_post(r, t), seconds=WAIT)
+        every = [t for ts in triggers.values() for t in ts]
+        for trigger in every:
+            await fake.wait_for(lambda r: is_reply_post(r, trigger), seconds=WAIT)  # noqa: B023
         await asyncio.sleep(0.5)  # time for a wrong second answer to arrive, if one would
-        for trigger in (t for ts in triggers.values() for t in ts):
+        for trigger in every:
             assert len([r for r in fake.requests if is_reply_post(r, trigger)]) == 1
     finally:
         for proc in procs.values():
