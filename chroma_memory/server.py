@@ -31,7 +31,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import chromadb
@@ -48,6 +48,7 @@ from sonality.memory.episodes import EPISODIC_N, MIN_RELEVANCE, N_RESULTS, SEMAN
 from sonality.store import Episode, HiddenRange
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: How long one request may take before it fails (connect, send, wait, read).
 DEFAULT_TIMEOUT_SECONDS = 10.0
@@ -150,12 +151,17 @@ class ServerChroma:
         with self._lock:
             return self._open.setdefault(name, opened)
 
+    def forget(self, names: Sequence[str]) -> None:
+        """Drop the cached handles of these collections (see ServerEpisodeStore._call)."""
+        with self._lock:
+            for name in names:
+                self._open.pop(name, None)
+
     def drop(self, names: Sequence[str]) -> int:
         """Delete these collections; returns how many existed (see SharedChroma.drop)."""
         dropped = 0
         for name in names:
-            with self._lock:
-                self._open.pop(name, None)
+            self.forget([name])
             try:
                 self._client.delete_collection(name)
             except (NotFoundError, ValueError):
@@ -259,21 +265,43 @@ class ServerEpisodeStore:
                 )
             return self._store
 
+    def _call(self, operation: Callable[[EpisodeStore], T]) -> T:
+        """Run `operation` on the store; once more on a freshly opened one if a
+        collection it held is gone.
+
+        Why: another bot process sharing the server may have erased this community
+        (the bot was removed from it) and, if it came back, created its collections
+        anew under new ids. The handles kept here would then fail every call until a
+        restart; opening them again finds whatever the server holds now.
+        """
+        store = self._opened()
+        try:
+            return operation(store)
+        except NotFoundError:
+            with self._lock:
+                if self._store is store:
+                    self._store = None
+            self._chroma.forget(community_collections(self._community_id))
+            log.info(
+                "%s: its Chroma collections changed on the server; reopened", self._community_id
+            )
+            return operation(self._opened())
+
     def embed_many(self, texts: Sequence[str]) -> Embeddings:
         return self._embed(list(texts))
 
     def store_many(self, episodes: Sequence[Episode]) -> None:
-        self._opened().store_many(episodes)
+        self._call(lambda store: store.store_many(episodes))
 
     def delete(self, ids: Sequence[str]) -> None:
         if ids:
-            self._opened().delete(ids)
+            self._call(lambda store: store.delete(ids))
 
     def stored(self, ids: Sequence[str]) -> list[dict[str, Any]]:
-        return self._opened().stored(ids) if ids else []
+        return self._call(lambda store: store.stored(ids)) if ids else []
 
     def count(self) -> int:
-        return self._opened().count()
+        return self._call(lambda store: store.count())
 
     def retrieve_typed(
         self,
@@ -286,14 +314,16 @@ class ServerEpisodeStore:
         unwritten: Sequence[Episode] = (),
         hidden: Sequence[HiddenRange] = (),
     ) -> list[str]:
-        return self._opened().retrieve_typed(
-            query,
-            episodic_n,
-            semantic_n,
-            min_relevance,
-            query_embedding=query_embedding,
-            unwritten=unwritten,
-            hidden=hidden,
+        return self._call(
+            lambda store: store.retrieve_typed(
+                query,
+                episodic_n,
+                semantic_n,
+                min_relevance,
+                query_embedding=query_embedding,
+                unwritten=unwritten,
+                hidden=hidden,
+            )
         )
 
     def retrieve(
@@ -305,14 +335,16 @@ class ServerEpisodeStore:
         *,
         query_embedding: Embeddings | None = None,
     ) -> list[str]:
-        return self._opened().retrieve(
-            query, n_results, min_relevance, where, query_embedding=query_embedding
+        return self._call(
+            lambda store: store.retrieve(
+                query, n_results, min_relevance, where, query_embedding=query_embedding
+            )
         )
 
     def recent_summaries(
         self, since_interaction: int, limit: int = 20, hidden: Sequence[HiddenRange] = ()
     ) -> list[str]:
-        return self._opened().recent_summaries(since_interaction, limit, hidden)
+        return self._call(lambda store: store.recent_summaries(since_interaction, limit, hidden))
 
 
 __all__ = [

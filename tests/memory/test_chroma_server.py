@@ -70,6 +70,29 @@ def test_dropping_a_community_deletes_both_its_collections_and_nothing_else(
         memory.close()
 
 
+def test_a_community_erased_and_recreated_by_another_process_is_found_again(
+    chroma_server: ChromaServer, embedding_function: FastMiniLML6V2
+) -> None:
+    """Two bot processes share the server: one erases a community (the bot was removed)
+    and, when the community comes back, stores into collections made anew. The other,
+    holding handles to the old collections, reads and writes the new ones."""
+    database = chroma_server.fresh_database()
+    here, there = (ServerMemory(chroma_server.url, database=database) for _ in range(2))
+    try:
+        mine = here.store_for("slack:T7", embedding_function)
+        mine.store_many([_episode("old", TAX), _episode("insight", TAX, SEMANTIC)])
+        assert mine.count() == 2  # handles to both collections are held now
+        assert there.drop_community("slack:T7") == 2
+        there.store_for("slack:T7", embedding_function).store_many([_episode("new", NUCLEAR)])
+        assert mine.retrieve_typed(QUERY) == [NUCLEAR]
+        assert mine.count() == 1
+        mine.store_many([_episode("later", TAX)])
+        assert there.store_for("slack:T7", embedding_function).count() == 2
+    finally:
+        here.close()
+        there.close()
+
+
 def test_databases_keep_bots_sharing_a_server_apart(
     chroma_server: ChromaServer, embedding_function: FastMiniLML6V2
 ) -> None:
