@@ -21,8 +21,9 @@ import logging
 from collections.abc import Collection, Sequence
 
 from chroma_memory.embed_lane import EmbeddingLane
+from chroma_memory.episodes import WaitingAwareMemory
 from chroma_memory.priority import ReplyPriority
-from sonality.memory.access import Written, recall
+from sonality.memory.access import Written, recall_budget
 from sonality.memory.episodes import EpisodeMemory, document_of
 from sonality.store import Episode, HiddenRange
 
@@ -40,7 +41,7 @@ class WriteBehindMemory:
 
     def __init__(
         self,
-        episodes: EpisodeMemory,
+        episodes: WaitingAwareMemory,
         *,
         lane: EmbeddingLane | None = None,
         priority: ReplyPriority | None = None,
@@ -84,12 +85,12 @@ class WriteBehindMemory:
                 return []
             try:
                 return await asyncio.to_thread(
-                    recall,
-                    self._episodes,
+                    self._episodes.retrieve_typed,
                     query,
-                    hidden,
+                    *recall_budget(),
                     query_embedding=[vector],
                     unwritten=unwritten,
+                    hidden=hidden,
                 )
             except Exception:
                 log.exception("%s: memory retrieval failed; no memories", self.label)

@@ -17,8 +17,6 @@ import logging
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import Protocol, runtime_checkable
 
-from chromadb.api.types import Embeddings
-
 from sonality import config
 from sonality.memory.episodes import EpisodeMemory
 from sonality.store import Episode, HiddenRange
@@ -29,23 +27,12 @@ log = logging.getLogger(__name__)
 Written = Callable[[list[str]], Awaitable[None]]
 
 
-def recall(
-    episodes: EpisodeMemory,
-    query: str,
-    hidden: Sequence[HiddenRange],
-    *,
-    query_embedding: Embeddings | None = None,
-    unwritten: Sequence[Episode] = (),
-) -> list[str]:
-    """The memories a message recalls, with the configured budgets (blocking)."""
-    return episodes.retrieve_typed(
-        query,
+def recall_budget() -> tuple[int, int, float]:
+    """Episodic and semantic memories per reply, and the relevance floor (configured)."""
+    return (
         config.EPISODIC_RETRIEVAL_COUNT,
         config.SEMANTIC_RETRIEVAL_COUNT,
         config.MIN_EPISODE_RELEVANCE,
-        query_embedding=query_embedding,
-        unwritten=unwritten,
-        hidden=hidden,
     )
 
 
@@ -107,7 +94,9 @@ class DirectMemory:
 
     async def recall(self, query: str, hidden: Sequence[HiddenRange]) -> list[str]:
         try:
-            return await asyncio.to_thread(recall, self._episodes, query, hidden)
+            return await asyncio.to_thread(
+                self._episodes.retrieve_typed, query, *recall_budget(), hidden=hidden
+            )
         except Exception:
             log.exception("%s: memory retrieval failed; answering without memories", self.label)
             return []

@@ -17,8 +17,6 @@ message and the bot's reply are not, so forgetting a member never has to look th
 
 from __future__ import annotations
 
-import hashlib
-import re
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -26,7 +24,6 @@ from pathlib import Path
 from typing import Any, Protocol, cast
 
 import chromadb
-import numpy as np
 from chromadb.api.models.Collection import Collection
 from chromadb.api.types import Documents, EmbeddingFunction, Embeddings, Metadata, Where
 from chromadb.config import Settings
@@ -49,29 +46,12 @@ __all__ = [
     "Episode",
     "EpisodeMemory",
     "EpisodeStore",
-    "collection_name_for",
     "document_of",
     "with_vectors",
 ]
 
-_SLUG_MAX = 64
-_HASH_CHARS = 16
-
 #: A reranked candidate: (score, similarity, summary).
 Scored = tuple[float, float, str]
-
-
-def collection_name_for(community_id: str) -> str:
-    """Map a community id ("discord:1234", "slack:T0A1", ...) to a Chroma collection name.
-
-    The readable slug makes the data directory inspectable; the hash of the *exact* id
-    makes the mapping collision-free even when two ids slugify alike ("a:b" vs "a-b")
-    and keeps the name within Chroma's rules (3-512 chars of ``[a-zA-Z0-9._-]``,
-    alphanumeric at both ends).
-    """
-    digest = hashlib.sha256(community_id.encode("utf-8")).hexdigest()[:_HASH_CHARS]
-    slug = re.sub(r"[^a-zA-Z0-9]+", "-", community_id).strip("-")[:_SLUG_MAX].strip("-")
-    return f"episodes-{slug}-{digest}" if slug else f"episodes-{digest}"
 
 
 class EpisodeMemory(Protocol):
@@ -94,7 +74,6 @@ class EpisodeMemory(Protocol):
         min_relevance: float = MIN_RELEVANCE,
         *,
         query_embedding: Embeddings | None = None,
-        unwritten: Sequence[Episode] = (),
         hidden: Sequence[HiddenRange] = (),
     ) -> list[str]: ...
 
@@ -210,33 +189,22 @@ class EpisodeStore:
         min_relevance: float = MIN_RELEVANCE,
         *,
         query_embedding: Embeddings | None = None,
-        unwritten: Sequence[Episode] = (),
         hidden: Sequence[HiddenRange] = (),
     ) -> list[str]:
-        """Semantic memories (distilled knowledge) first, then episodes, without repeats.
-
-        `unwritten` episodes (committed, not yet stored) that carry a vector are ranked
-        with the stored ones; memories in a `hidden` range (undone by a rollback) are
-        left out.
-        """
+        """Semantic memories (distilled knowledge) first, then episodes, without repeats;
+        memories in a `hidden` range (undone by a rollback) are left out."""
         vector = query_embedding if query_embedding is not None else self._embed([query])
         hide = outside(hidden)
         found: list[str] = []
         for memory_type, n in ((SEMANTIC, semantic_n), (EPISODIC, episodic_n)):
             where: dict[str, Any] = {"memory_type": memory_type}
-            scored, ids = scored_matches(
+            scored, _ = scored_matches(
                 self._collection,
                 vector,
                 n,
                 {"$and": [where, hide]} if hide else where,
                 min_relevance,
             )
-            waiting = [
-                e
-                for e in unwritten
-                if (e.memory_type == SEMANTIC) == (memory_type == SEMANTIC) and e.id not in ids
-            ]
-            scored += scored_waiting(vector, waiting, hidden, min_relevance)
             found += best(scored, n)
         return list(dict.fromkeys(found))
 
@@ -329,27 +297,6 @@ def scored_matches(
     return scored, set(result["ids"][0] if result["ids"] else [])
 
 
-def scored_waiting(
-    query_embedding: Embeddings,
-    waiting: Sequence[Episode],
-    hidden: Sequence[HiddenRange],
-    min_relevance: float,
-) -> list[Scored]:
-    """Unwritten episodes with a vector, scored exactly as stored ones are."""
-    waiting = [e for e in waiting if e.embedding is not None and not is_hidden(e, hidden)]
-    if not waiting:
-        return []
-    query = np.asarray(query_embedding[0], dtype=np.float32)
-    vectors = np.asarray([e.embedding for e in waiting], dtype=np.float32)
-    norms = np.linalg.norm(vectors, axis=1) * float(np.linalg.norm(query))
-    cosines = vectors @ query / np.where(norms == 0, 1.0, norms)
-    return [
-        (relevance(cosine, episode.ess_score), cosine, document_of(episode))
-        for episode, cosine in zip(waiting, cosines.tolist(), strict=True)
-        if cosine >= min_relevance
-    ]
-
-
 def best(scored: list[Scored], n_results: int) -> list[str]:
     """The `n_results` best summaries; ties go to the more similar memory."""
     scored.sort(key=lambda item: (item[0], item[1]), reverse=True)
@@ -382,14 +329,6 @@ def outside(hidden: Sequence[HiddenRange]) -> dict[str, Any] | None:
     if not conditions:
         return None
     return conditions[0] if len(conditions) == 1 else {"$and": conditions}
-
-
-def is_hidden(episode: Episode, hidden: Sequence[HiddenRange]) -> bool:
-    """The in-memory twin of :func:`outside`, for episodes not yet stored."""
-    return any(
-        after < episode.interaction <= upto and episode.version < from_version
-        for after, upto, from_version in hidden
-    )
 
 
 def document_of(episode: Episode) -> str:
