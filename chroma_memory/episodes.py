@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol, cast
@@ -40,6 +39,7 @@ from sonality.memory.episodes import (
     SEMANTIC_N,
     EpisodeMemory,
     Scored,
+    SeedStoreMethods,
     best,
     document_of,
     in_order,
@@ -116,7 +116,7 @@ class WaitingAwareMemory(EpisodeMemory, Protocol):
     ) -> list[str]: ...
 
 
-class EpisodeStore:
+class EpisodeStore(SeedStoreMethods):
     """One community's memories: store, retrieve by meaning, list recent ones.
 
     One embedding space: each memory's vector is its document's (an episode's ESS
@@ -216,36 +216,6 @@ class EpisodeStore:
 
     # -- writing -----------------------------------------------------------------------
 
-    def store(
-        self,
-        user_message: str,
-        agent_response: str,
-        ess_score: float,
-        topics: Sequence[str],
-        summary: str,
-        interaction_count: int = 0,
-        memory_type: str = EPISODIC,
-        *,
-        episode_id: str | None = None,
-    ) -> str:
-        """Store (or overwrite) one episode and return its id.
-
-        ``upsert`` keyed by ``episode_id`` makes a replayed interaction (retry after a
-        crash, duplicate platform event) overwrite rather than duplicate its memory.
-        """
-        episode = Episode(
-            id=episode_id or uuid.uuid4().hex,
-            user_message=user_message,
-            agent_response=agent_response,
-            ess_score=ess_score,
-            topics=tuple(topics),
-            summary=summary,
-            interaction=interaction_count,
-            memory_type=memory_type,
-        )
-        self.store_many([episode])
-        return episode.id
-
     def store_many(self, episodes: Sequence[Episode]) -> None:
         """Upsert episodes, semantic ones into the ``-semantic`` collection.
 
@@ -290,10 +260,6 @@ class EpisodeStore:
             return []
         with self.chroma.use():
             return stored_in(self._episodic(), ids)
-
-    def embed_many(self, texts: Sequence[str]) -> Embeddings:
-        """Vectors for several texts in one model pass (the embedding lane's unit)."""
-        return self._embed(list(texts))
 
     def embed_query(self, query: str) -> Embeddings:
         """Embed a query once so several filtered passes can reuse the vector."""

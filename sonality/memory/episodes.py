@@ -46,6 +46,7 @@ __all__ = [
     "Episode",
     "EpisodeMemory",
     "EpisodeStore",
+    "SeedStoreMethods",
     "document_of",
     "with_vectors",
 ]
@@ -94,7 +95,48 @@ class EpisodeMemory(Protocol):
     def count(self) -> int: ...
 
 
-class EpisodeStore:
+class SeedStoreMethods:
+    """The seed's one-episode `store` and batch embedding, for any Chroma-backed store
+    that has `store_many` and an embedding function."""
+
+    _embed: EmbeddingFunction[Documents]
+
+    def store_many(self, episodes: Sequence[Episode]) -> None:
+        raise NotImplementedError
+
+    def store(
+        self,
+        user_message: str,
+        agent_response: str,
+        ess_score: float,
+        topics: Sequence[str],
+        summary: str,
+        interaction_count: int = 0,
+        memory_type: str = EPISODIC,
+        *,
+        episode_id: str | None = None,
+    ) -> str:
+        """Store one episode and return its id; storing again under the same
+        ``episode_id`` overwrites it (a replayed interaction never duplicates)."""
+        episode = Episode(
+            id=episode_id or uuid.uuid4().hex,
+            user_message=user_message,
+            agent_response=agent_response,
+            ess_score=ess_score,
+            topics=tuple(topics),
+            summary=summary,
+            interaction=interaction_count,
+            memory_type=memory_type,
+        )
+        self.store_many([episode])
+        return episode.id
+
+    def embed_many(self, texts: Sequence[str]) -> Embeddings:
+        """Vectors for several texts in one model pass (the embedding lane's unit)."""
+        return self._embed(list(texts))
+
+
+class EpisodeStore(SeedStoreMethods):
     """One community's memories in one Chroma collection, ``memory_type`` as metadata.
 
     ``EpisodeStore(persist_dir)`` works as the seed API describes, with Chroma's default
@@ -119,32 +161,6 @@ class EpisodeStore:
             configuration={"hnsw": {"space": "cosine"}},
         )
 
-    def store(
-        self,
-        user_message: str,
-        agent_response: str,
-        ess_score: float,
-        topics: Sequence[str],
-        summary: str,
-        interaction_count: int = 0,
-        memory_type: str = EPISODIC,
-        *,
-        episode_id: str | None = None,
-    ) -> str:
-        """Store (or overwrite, by ``episode_id``) one episode and return its id."""
-        episode = Episode(
-            id=episode_id or uuid.uuid4().hex,
-            user_message=user_message,
-            agent_response=agent_response,
-            ess_score=ess_score,
-            topics=tuple(topics),
-            summary=summary,
-            interaction=interaction_count,
-            memory_type=memory_type,
-        )
-        self.store_many([episode])
-        return episode.id
-
     def store_many(self, episodes: Sequence[Episode]) -> None:
         upsert(self._collection, with_vectors(episodes, self._embed))
 
@@ -152,9 +168,6 @@ class EpisodeStore:
         """Delete by id; ids not stored are ignored."""
         if ids:
             self._collection.delete(ids=list(ids))
-
-    def embed_many(self, texts: Sequence[str]) -> Embeddings:
-        return self._embed(list(texts))
 
     def count(self) -> int:
         return self._collection.count()
