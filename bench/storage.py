@@ -24,9 +24,9 @@ Two ways to drive it:
   `CommunityStore` (record, then commit with the ESS audit event, usage and episode),
   and the episodes written through the real `EpisodeStore` with vectors from the real
   embedding model (each distinct document embedded once). Chroma is written in batches
-  of 500 (the agent writes up to 20) to save time; the episode outbox is emptied every
-  8 episodes as the agent's writer does. Run at 1,000 messages too, its figures can be
-  held against the real engine's.
+  of 500 (the bot's write-behind memory writes up to 20) to save time; the episode
+  outbox is emptied every 8 episodes as that writer does. Run at 1,000 messages too,
+  its figures can be held against the real engine's.
 """
 
 from __future__ import annotations
