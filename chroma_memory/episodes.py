@@ -36,6 +36,7 @@ from sonality.memory.episodes import (
     EPISODIC_N,
     MIN_RELEVANCE,
     N_RESULTS,
+    RECENT_N,
     SEMANTIC_N,
     EpisodeMemory,
     Scored,
@@ -336,7 +337,7 @@ class EpisodeStore(SeedStoreMethods):
         return list(dict.fromkeys([*semantic, *episodic]))
 
     def recent_summaries(
-        self, since_interaction: int, limit: int = 20, hidden: Sequence[HiddenRange] = ()
+        self, since_interaction: int, limit: int = RECENT_N, hidden: Sequence[HiddenRange] = ()
     ) -> list[str]:
         """Summaries of episodes from ``since_interaction`` on, oldest first, newest last,
         leaving out `hidden` ranges as `retrieve_typed` does (for reflection)."""

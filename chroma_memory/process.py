@@ -39,6 +39,7 @@ from sonality.memory.episodes import (
     EPISODIC_N,
     MIN_RELEVANCE,
     N_RESULTS,
+    RECENT_N,
     SEMANTIC_N,
     with_vectors,
 )
@@ -361,7 +362,7 @@ class RemoteEpisodeStore:
         )
 
     def recent_summaries(
-        self, since_interaction: int, limit: int = 20, hidden: Sequence[HiddenRange] = ()
+        self, since_interaction: int, limit: int = RECENT_N, hidden: Sequence[HiddenRange] = ()
     ) -> list[str]:
         ranges = list(hidden)
         return self._host.call(

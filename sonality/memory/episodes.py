@@ -39,6 +39,8 @@ N_RESULTS = 5
 EPISODIC_N = 3
 SEMANTIC_N = 2
 MIN_RELEVANCE = MIN_EPISODE_RELEVANCE
+#: Recent summaries listed when no limit is given.
+RECENT_N = 20
 
 __all__ = [
     "EPISODIC",
@@ -89,7 +91,7 @@ class EpisodeMemory(Protocol):
     ) -> list[str]: ...
 
     def recent_summaries(
-        self, since_interaction: int, limit: int = 20, hidden: Sequence[HiddenRange] = ()
+        self, since_interaction: int, limit: int = RECENT_N, hidden: Sequence[HiddenRange] = ()
     ) -> list[str]: ...
 
     def count(self) -> int: ...
@@ -222,7 +224,7 @@ class EpisodeStore(SeedStoreMethods):
         return list(dict.fromkeys(found))
 
     def recent_summaries(
-        self, since_interaction: int, limit: int = 20, hidden: Sequence[HiddenRange] = ()
+        self, since_interaction: int, limit: int = RECENT_N, hidden: Sequence[HiddenRange] = ()
     ) -> list[str]:
         """Episode summaries from ``since_interaction`` on, oldest first (for reflection)."""
         if limit <= 0:
