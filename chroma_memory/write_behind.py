@@ -81,7 +81,9 @@ class WriteBehindMemory:
             try:
                 vector = await self.lane.embed(query)
             except Exception:
-                log.exception("%s: could not embed the message; no memories", self.label)
+                log.exception(
+                    "%s: could not embed the message; answering without memories", self.label
+                )
                 return []
             try:
                 return await asyncio.to_thread(
@@ -93,7 +95,7 @@ class WriteBehindMemory:
                     hidden=hidden,
                 )
             except Exception:
-                log.exception("%s: memory retrieval failed; no memories", self.label)
+                log.exception("%s: memory retrieval failed; answering without memories", self.label)
                 return []
 
     async def prepare(self, episodes: list[Episode]) -> list[Episode]:
