@@ -25,9 +25,10 @@ from bot.app import open_runtime
 from bot.messages import Community, IncomingMessage, User
 from bot.settings import Settings
 from providers.anthropic import AnthropicLLM
+from providers.forwarding import ForwardingLLM
 from providers.openai import OpenAILLM
 from providers.pricing import cost_usd, price_for
-from sonality.llm import ForwardingLLM, LLMClient, TextResult, ToolResult, Usage
+from sonality.llm import LLMClient, TextResult, ToolResult, Usage
 from tests.fakes.anthropic_server import AnthropicFake
 from tests.fakes.openai_server import OpenAIFake
 

@@ -4,7 +4,7 @@ Workload: one community, 100 members speaking in turn (so the forgotten member h
 the messages), 30% of the messages arguments on 20 topics with directions by member,
 the rest chat; a decay (the reflection's first step) every 20 messages. The history is
 built through the real `CommunityStore` with the engine's own state arithmetic
-(`SonalityAgent._update_topics`, `_apply_due`, `_update_opinions`, `decay_beliefs`):
+(`sonality.opinions` and `decay_beliefs`):
 one record and one commit per message, with its ESS audit event and its evidence step,
 as the agent writes them (no LLM, no Chroma: neither is part of a forget-me's cost in
 SQLite and the replay).
@@ -27,10 +27,12 @@ from typing import Any
 
 from bot.forget import forget_member
 from sonality import config
-from sonality.agent import SonalityAgent, _disagrees, recorded_ess
+from sonality.agent import SonalityAgent
+from sonality.changes import recorded_ess
 from sonality.ess import ESSResult, OpinionDirection, ReasoningType, SourceReliability
 from sonality.evidence import DECAY, MESSAGE, EvidenceStep
 from sonality.memory.sponge import SpongeState
+from sonality.opinions import apply_due, disagrees, update_opinions, update_topics
 from sonality.store import AuditEvent, InteractionRecord, Speaker, StateCommit
 from storage import Database
 
@@ -114,10 +116,10 @@ async def build(db: Database, messages: int) -> None:
         ess = _ess(rng, member)
         state = state.model_copy(deep=True)
         state.interaction_count += 1
-        SonalityAgent._update_topics(state, ess)
-        disagreed = _disagrees(state, ess)
-        SonalityAgent._apply_due(state)
-        SonalityAgent._update_opinions(
+        update_topics(state, ess)
+        disagreed = disagrees(state, ess)
+        apply_due(state)
+        update_opinions(
             state, ess, interaction_id=record.id, member=speaker.id, version=state.version + 1
         )
         state.track_disagreement(disagreed)

@@ -60,13 +60,14 @@ from chroma_memory.embedding import (
     default_embedding_function,
     make_chroma_client,
 )
-from chroma_memory.episodes import EpisodeStore
+from chroma_memory.episodes import EpisodeStore, collection_name_for
 from chroma_memory.server import ServerChroma
 from providers import DEFAULT_MODELS
 from providers.anthropic import AnthropicLLM
+from providers.forwarding import ForwardingLLM
 from providers.openai import OpenAILLM
-from sonality.llm import ChatTurn, ForwardingLLM, LLMClient, R
-from sonality.memory.episodes import Episode, collection_name_for
+from sonality.llm import ChatTurn, LLMClient, R
+from sonality.memory.episodes import Episode
 from sonality.memory.sponge import SEED_SNAPSHOT, SpongeState
 from sonality.prompts import build_message_turn, build_system_blocks
 from sonality.store import StateCommit

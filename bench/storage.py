@@ -19,14 +19,14 @@ Two ways to drive it:
   loopback Anthropic fake and learned (ESS, episode, commit, reflection every 20)
   before the next is sent, with real Chroma and embeddings;
 * **fast path** (100,000 messages): the engine's own state arithmetic
-  (`SonalityAgent._update_topics`, `_apply_due`, `_update_opinions`, the reflection's
+  (`sonality.opinions`: `update_topics`, `apply_due`, `update_opinions`; the reflection's
   decay) applied to the state without a model, committed through the real
   `CommunityStore` (record, then commit with the ESS audit event, usage and episode),
   and the episodes written through the real `EpisodeStore` with vectors from the real
   embedding model (each distinct document embedded once). Chroma is written in batches
-  of 500 (the agent writes up to 20) to save time; the episode outbox is emptied every
-  8 episodes as the agent's writer does. Run at 1,000 messages too, its figures can be
-  held against the real engine's.
+  of 500 (the bot's write-behind memory writes up to 20) to save time; the episode
+  outbox is emptied every 8 episodes as that writer does. Run at 1,000 messages too,
+  its figures can be held against the real engine's.
 """
 
 from __future__ import annotations
@@ -54,10 +54,10 @@ from chroma_memory.embedding import default_embedding_function
 from chroma_memory.episodes import EpisodeStore
 from providers.anthropic import AnthropicLLM
 from sonality import config
-from sonality.agent import SonalityAgent, _disagrees
 from sonality.ess import ESSResult, OpinionDirection, ReasoningType, SourceReliability
 from sonality.llm import Usage
 from sonality.memory.sponge import SpongeState
+from sonality.opinions import apply_due, disagrees, update_opinions, update_topics
 from sonality.store import (
     SEMANTIC,
     AuditEvent,
@@ -347,10 +347,10 @@ class Simulation:
                 embedding=self.embed(ess.summary),
             )
         ]
-        SonalityAgent._update_topics(state, ess)
-        disagreed = _disagrees(state, ess)
-        committed = SonalityAgent._apply_due(state)
-        staged = SonalityAgent._update_opinions(state, ess)
+        update_topics(state, ess)
+        disagreed = disagrees(state, ess)
+        committed = apply_due(state)
+        staged = update_opinions(state, ess)
         state.track_disagreement(disagreed)
         insight = None
         if ess.score > config.ESS_THRESHOLD:

@@ -24,15 +24,16 @@ from bot.registry import CommunityRegistry
 from bot.runtime import Runtime
 from bot.scheduler import ReflectionScheduler
 from bot.settings import Settings
+from chroma_memory.embed_lane import EmbeddingLane
 from chroma_memory.embedding import default_embedding_function
+from chroma_memory.priority import ReplyPriority
 from chroma_memory.process import LocalMemory, MemoryHost, MemoryProcess
 from chroma_memory.server import ServerMemory, ServerUnreachable
+from chroma_memory.write_behind import WriteBehindMemory
 from providers.anthropic import AnthropicLLM
 from providers.openai import OpenAILLM
 from sonality.agent import SonalityAgent
 from sonality.llm import LLMClient
-from sonality.memory.embed_lane import EmbeddingLane
-from sonality.priority import ReplyPriority
 from storage import Database, StorageError
 from storage.platform import KEY_HOWTO
 
@@ -105,12 +106,12 @@ async def open_runtime(
                 # Each community's calls are checked against its daily limit and counted.
                 client=MeteredLLM(client, budget, community.id),
                 store=db.community(community.id),
-                episodes=episodes,
+                episodes=WriteBehindMemory(
+                    episodes, lane=lane, priority=priority, label=community.id
+                ),
                 model=settings.model,
                 ess_model=settings.ess_model,
                 label=community.id,
-                priority=priority,
-                embedder=lane,
             )
 
         registry = CommunityRegistry(load_agent, settings.agent_idle_evict_minutes * 60)

@@ -31,9 +31,9 @@ from zoneinfo import ZoneInfo
 from pydantic import BaseModel, ConfigDict
 
 from bot.settings import Settings
+from providers.forwarding import ForwardingLLM
 from providers.pricing import ModelPrice, cost_usd
 from sonality.llm import (
-    ForwardingLLM,
     LLMClient,
     LLMError,
     R,

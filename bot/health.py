@@ -39,8 +39,8 @@ from aiohttp import web
 
 from bot.interface import Adapter, StartupError
 from bot.settings import Settings
+from providers.forwarding import ForwardingLLM
 from sonality.llm import (
-    ForwardingLLM,
     LLMClient,
     LLMError,
     R,

@@ -18,11 +18,13 @@ get-or-create, so threads racing to create it is harmless).
 
 from __future__ import annotations
 
-import uuid
+import hashlib
+import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
+import numpy as np
 from chromadb.api import ClientAPI
 from chromadb.api.models.Collection import Collection
 from chromadb.api.types import Documents, EmbeddingFunction, Embeddings, Where
@@ -34,24 +36,88 @@ from sonality.memory.episodes import (
     EPISODIC_N,
     MIN_RELEVANCE,
     N_RESULTS,
+    RECENT_N,
     SEMANTIC_N,
+    EpisodeMemory,
     Scored,
+    SeedStoreMethods,
     best,
-    collection_name_for,
+    document_of,
     in_order,
     outside,
+    relevance,
     scored_matches,
-    scored_waiting,
     stored_in,
     upsert,
     with_vectors,
 )
 from sonality.store import EPISODIC, SEMANTIC, Episode, HiddenRange
 
-__all__ = ["EpisodeStore"]
+__all__ = ["EpisodeStore", "WaitingAwareMemory", "collection_name_for"]
+
+_SLUG_MAX = 64
+_HASH_CHARS = 16
 
 
-class EpisodeStore:
+def collection_name_for(community_id: str) -> str:
+    """Map a community id ("discord:1234", "slack:T0A1", ...) to a Chroma collection name.
+
+    The readable slug makes the data directory inspectable; the hash of the *exact* id
+    makes the mapping collision-free even when two ids slugify alike ("a:b" vs "a-b")
+    and keeps the name within Chroma's rules (3-512 chars of ``[a-zA-Z0-9._-]``,
+    alphanumeric at both ends).
+    """
+    digest = hashlib.sha256(community_id.encode("utf-8")).hexdigest()[:_HASH_CHARS]
+    slug = re.sub(r"[^a-zA-Z0-9]+", "-", community_id).strip("-")[:_SLUG_MAX].strip("-")
+    return f"episodes-{slug}-{digest}" if slug else f"episodes-{digest}"
+
+
+def scored_waiting(
+    query_embedding: Embeddings,
+    waiting: Sequence[Episode],
+    hidden: Sequence[HiddenRange],
+    min_relevance: float,
+) -> list[Scored]:
+    """Unwritten episodes with a vector, scored exactly as stored ones are."""
+    waiting = [e for e in waiting if e.embedding is not None and not is_hidden(e, hidden)]
+    if not waiting:
+        return []
+    query = np.asarray(query_embedding[0], dtype=np.float32)
+    vectors = np.asarray([e.embedding for e in waiting], dtype=np.float32)
+    norms = np.linalg.norm(vectors, axis=1) * float(np.linalg.norm(query))
+    cosines = vectors @ query / np.where(norms == 0, 1.0, norms)
+    return [
+        (relevance(cosine, episode.ess_score), cosine, document_of(episode))
+        for episode, cosine in zip(waiting, cosines.tolist(), strict=True)
+        if cosine >= min_relevance
+    ]
+
+
+def is_hidden(episode: Episode, hidden: Sequence[HiddenRange]) -> bool:
+    """The in-memory twin of :func:`outside`, for episodes not yet stored."""
+    return any(
+        after < episode.interaction <= upto and episode.version < from_version
+        for after, upto, from_version in hidden
+    )
+
+
+class WaitingAwareMemory(EpisodeMemory, Protocol):
+    """A store that ranks episodes not yet written with its own (`unwritten`)."""
+
+    def retrieve_typed(
+        self,
+        query: str,
+        episodic_n: int = EPISODIC_N,
+        semantic_n: int = SEMANTIC_N,
+        min_relevance: float = MIN_RELEVANCE,
+        *,
+        query_embedding: Embeddings | None = None,
+        unwritten: Sequence[Episode] = (),
+        hidden: Sequence[HiddenRange] = (),
+    ) -> list[str]: ...
+
+
+class EpisodeStore(SeedStoreMethods):
     """One community's memories: store, retrieve by meaning, list recent ones.
 
     One embedding space: each memory's vector is its document's (an episode's ESS
@@ -156,36 +222,6 @@ class EpisodeStore:
 
     # -- writing -----------------------------------------------------------------------
 
-    def store(
-        self,
-        user_message: str,
-        agent_response: str,
-        ess_score: float,
-        topics: Sequence[str],
-        summary: str,
-        interaction_count: int = 0,
-        memory_type: str = EPISODIC,
-        *,
-        episode_id: str | None = None,
-    ) -> str:
-        """Store (or overwrite) one episode and return its id.
-
-        ``upsert`` keyed by ``episode_id`` makes a replayed interaction (retry after a
-        crash, duplicate platform event) overwrite rather than duplicate its memory.
-        """
-        episode = Episode(
-            id=episode_id or uuid.uuid4().hex,
-            user_message=user_message,
-            agent_response=agent_response,
-            ess_score=ess_score,
-            topics=tuple(topics),
-            summary=summary,
-            interaction=interaction_count,
-            memory_type=memory_type,
-        )
-        self.store_many([episode])
-        return episode.id
-
     def store_many(self, episodes: Sequence[Episode]) -> None:
         """Upsert episodes, semantic ones into the ``-semantic`` collection.
 
@@ -230,10 +266,6 @@ class EpisodeStore:
             return []
         with self.chroma.use():
             return stored_in(self._episodic(), ids)
-
-    def embed_many(self, texts: Sequence[str]) -> Embeddings:
-        """Vectors for several texts in one model pass (the embedding lane's unit)."""
-        return self._embed(list(texts))
 
     def embed_query(self, query: str) -> Embeddings:
         """Embed a query once so several filtered passes can reuse the vector."""
@@ -310,7 +342,7 @@ class EpisodeStore:
         return list(dict.fromkeys([*semantic, *episodic]))
 
     def recent_summaries(
-        self, since_interaction: int, limit: int = 20, hidden: Sequence[HiddenRange] = ()
+        self, since_interaction: int, limit: int = RECENT_N, hidden: Sequence[HiddenRange] = ()
     ) -> list[str]:
         """Summaries of episodes from ``since_interaction`` on, oldest first, newest last,
         leaving out `hidden` ranges as `retrieve_typed` does (for reflection)."""

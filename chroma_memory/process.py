@@ -33,14 +33,14 @@ from typing import Any, Protocol, TypeVar, cast
 from chromadb.api.types import Documents, EmbeddingFunction, Embeddings
 
 from chroma_memory.embedding import default_embedding_function
-from chroma_memory.episodes import EpisodeStore, collection_name_for
+from chroma_memory.episodes import EpisodeStore, WaitingAwareMemory, collection_name_for
 from chroma_memory.shared_chroma import SharedChroma
 from sonality.memory.episodes import (
     EPISODIC_N,
     MIN_RELEVANCE,
     N_RESULTS,
+    RECENT_N,
     SEMANTIC_N,
-    EpisodeMemory,
     with_vectors,
 )
 from sonality.store import Episode, HiddenRange
@@ -179,7 +179,7 @@ class MemoryHost(Protocol):
 
     def store_for(
         self, community_id: str, embedding_function: EmbeddingFunction[Documents]
-    ) -> EpisodeMemory: ...
+    ) -> WaitingAwareMemory: ...
 
     def reopens(self) -> int: ...
 
@@ -362,7 +362,7 @@ class RemoteEpisodeStore:
         )
 
     def recent_summaries(
-        self, since_interaction: int, limit: int = 20, hidden: Sequence[HiddenRange] = ()
+        self, since_interaction: int, limit: int = RECENT_N, hidden: Sequence[HiddenRange] = ()
     ) -> list[str]:
         ranges = list(hidden)
         return self._host.call(

@@ -2,5 +2,6 @@
 
 The engine is platform-neutral on purpose: it never imports `bot`, `storage`,
 `adapters`, `providers` or `chroma_memory` (tests/engine/test_layers.py). Whoever embeds
-it hands it an `LLMClient`, a `StateStore` and an `EpisodeMemory`.
+it hands it an `LLMClient`, a `StateStore` and an `EpisodeMemory` (or an `AgentMemory`
+that decides itself when episodes are written, see `sonality.memory.access`).
 """

@@ -100,6 +100,19 @@ def _memory_bullets(relevant_episodes: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
+def _context(structured_traits: str, relevant_episodes: Sequence[str]) -> list[str]:
+    """The traits and memories sections, each left out when empty, so the model never
+    reads an empty tag as "you have no memories"."""
+    sections = []
+    traits = structured_traits.strip()
+    if traits:
+        sections.append(_section("personality_traits", escape_prompt_text(traits)))
+    bullets = _memory_bullets(relevant_episodes)
+    if bullets:
+        sections.append(_section("relevant_memories", bullets))
+    return sections
+
+
 def build_system_blocks(sponge_snapshot: str) -> list[SystemBlock]:
     """The reply's system prompt: what stays the same from one message to the next.
 
@@ -132,17 +145,9 @@ def build_message_turn(
     """The last user turn: the personality's current traits and this message's memories
     as context, then who is speaking and what they said.
 
-    Sections left empty are left out, so the model never reads an empty tag as "you
-    have no memories". Every part came from users or from the state they shaped, so
-    all of it is escaped.
+    Every part came from users or from the state they shaped, so all of it is escaped.
     """
-    parts = []
-    traits = structured_traits.strip()
-    if traits:
-        parts.append(_section("personality_traits", escape_prompt_text(traits)))
-    bullets = _memory_bullets(relevant_episodes)
-    if bullets:
-        parts.append(_section("relevant_memories", bullets))
+    parts = _context(structured_traits, relevant_episodes)
     name = " ".join(speaker.split())
     if name:
         parts.append(_section("speaker", escape_prompt_text(name)))
@@ -161,14 +166,9 @@ def build_system_prompt(
     sections = [
         _section("core_identity", CORE_IDENTITY),
         _section("personality_state", escape_prompt_text(sponge_snapshot.strip())),
+        *_context(structured_traits, relevant_episodes),
+        _section("instructions", _INSTRUCTIONS),
     ]
-    traits = structured_traits.strip()
-    if traits:
-        sections.append(_section("personality_traits", escape_prompt_text(traits)))
-    bullets = _memory_bullets(relevant_episodes)
-    if bullets:
-        sections.append(_section("relevant_memories", bullets))
-    sections.append(_section("instructions", _INSTRUCTIONS))
     return "\n\n".join(sections)
 
 

@@ -8,11 +8,11 @@ messages are counted, cooled, netted and resisted as they would have been, and b
 decay at the recorded reflection points (each after the messages that preceded it).
 
 Nothing here is a copy of a rule: each message goes through the agent's own steps
-(`SonalityAgent._update_topics`, `_apply_due`, `_update_opinions`, the same order as
-`_post_process`), decay through `SpongeState.decay_beliefs`, a rollback through the
-agent's `_rebase`. The rules' tunables are read from `sonality.config` at replay time,
-so a replay matches the record only while they are unchanged (the log keeps the decay
-rate of each decay, the one tunable a reflection takes as an argument).
+(`sonality.opinions`, in the order of `SonalityAgent._post_process`), decay through
+`SpongeState.decay_beliefs`, a rollback through `sonality.rollback.rebase`. The rules'
+tunables are read from `sonality.config` at replay time, so a replay matches the record
+only while they are unchanged (the log keeps the decay rate of each decay, the one
+tunable a reflection takes as an argument).
 
 Only opinions and their bookkeeping (stances, belief metadata, staged updates, the
 interaction count, topic engagement, disagreement rate) are recomputed; the caller keeps
@@ -24,10 +24,11 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable
 
-from sonality.agent import SonalityAgent, _disagrees, _rebase
 from sonality.ess import ESSResult, OpinionDirection, ReasoningType, SourceReliability
 from sonality.evidence import DECAY, MESSAGE, ROLLBACK, EvidenceStep, RecordedESS
 from sonality.memory.sponge import SpongeState
+from sonality.opinions import apply_due, disagrees, update_opinions, update_topics
+from sonality.rollback import rebase
 
 
 class ReplayError(ValueError):
@@ -55,13 +56,13 @@ def apply_message(state: SpongeState, step: EvidenceStep) -> None:
         raise ReplayError(f"message step {step.interaction_id!r} has no ESS result")
     ess = ess_of(step.ess)
     state.interaction_count += 1
-    SonalityAgent._update_topics(state, ess)
-    disagreed = _disagrees(state, ess)
+    update_topics(state, ess)
+    disagreed = disagrees(state, ess)
     # Skipping the call when nothing is due changes nothing (it would commit nothing and
     # record no shift) and saves most of its cost on a long log.
     if any(u.due_interaction <= state.interaction_count for u in state.staged_opinion_updates):
-        SonalityAgent._apply_due(state)
-    SonalityAgent._update_opinions(
+        apply_due(state)
+    update_opinions(
         state,
         ess,
         interaction_id=step.interaction_id,
@@ -106,5 +107,35 @@ def replay(
             target = saved.get(step.target_version)
             if target is None:
                 raise ReplayError(f"rollback to v{step.target_version} before it was replayed")
-            state = _rebase(target, state.interaction_count)
+            state = rebase(target, state.interaction_count)
     return state
+
+
+def forgotten(
+    steps: Iterable[EvidenceStep],
+    current: SpongeState,
+    without_members: Collection[str],
+    drop_insights: Collection[str],
+) -> tuple[SpongeState, list[str]]:
+    """The version after `current` with the opinions the log gives without
+    `without_members` (rebased to the current interaction count, as a rollback is), and
+    the topics whose stance changed.
+
+    The narrative stays until the next reflection; the pending insights drawn from the
+    members' messages (`drop_insights`) are dropped so that reflection cannot bring
+    their words back.
+    """
+    replayed = rebase(replay(steps, without_members=without_members), current.interaction_count)
+    state = current.model_copy(deep=True)
+    state.opinion_vectors = replayed.opinion_vectors
+    state.belief_meta = replayed.belief_meta
+    state.staged_opinion_updates = replayed.staged_opinion_updates
+    drop = set(drop_insights)
+    state.pending_insights = [i for i in state.pending_insights if i not in drop]
+    state.version = current.version + 1
+    moved = sorted(
+        t
+        for t in set(current.opinion_vectors) | set(state.opinion_vectors)
+        if current.opinion_vectors.get(t) != state.opinion_vectors.get(t)
+    )
+    return state, moved

@@ -20,8 +20,9 @@ from collections.abc import Callable, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
+from providers.forwarding import ForwardingLLM
 from providers.pricing import ModelPrice, cost_usd
-from sonality.llm import ForwardingLLM, LLMClient, TextResult, ToolResult, Usage
+from sonality.llm import LLMClient, TextResult, ToolResult, Usage
 
 log = logging.getLogger(__name__)
 

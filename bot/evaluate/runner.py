@@ -60,10 +60,10 @@ from bot.runtime import Runtime
 from bot.settings import Settings
 from sonality import config
 from sonality.agent import SonalityAgent
-from sonality.agent import _views as views_for_ess
 from sonality.ess import ESSResult, classify
 from sonality.llm import LLMError
 from sonality.memory.sponge import SpongeState
+from sonality.opinions import views_for_ess
 
 log = logging.getLogger(__name__)
 

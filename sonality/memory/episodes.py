@@ -17,8 +17,6 @@ message and the bot's reply are not, so forgetting a member never has to look th
 
 from __future__ import annotations
 
-import hashlib
-import re
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -26,7 +24,6 @@ from pathlib import Path
 from typing import Any, Protocol, cast
 
 import chromadb
-import numpy as np
 from chromadb.api.models.Collection import Collection
 from chromadb.api.types import Documents, EmbeddingFunction, Embeddings, Metadata, Where
 from chromadb.config import Settings
@@ -42,6 +39,8 @@ N_RESULTS = 5
 EPISODIC_N = 3
 SEMANTIC_N = 2
 MIN_RELEVANCE = MIN_EPISODE_RELEVANCE
+#: Recent summaries listed when no limit is given.
+RECENT_N = 20
 
 __all__ = [
     "EPISODIC",
@@ -49,29 +48,13 @@ __all__ = [
     "Episode",
     "EpisodeMemory",
     "EpisodeStore",
-    "collection_name_for",
+    "SeedStoreMethods",
     "document_of",
     "with_vectors",
 ]
 
-_SLUG_MAX = 64
-_HASH_CHARS = 16
-
 #: A reranked candidate: (score, similarity, summary).
 Scored = tuple[float, float, str]
-
-
-def collection_name_for(community_id: str) -> str:
-    """Map a community id ("discord:1234", "slack:T0A1", ...) to a Chroma collection name.
-
-    The readable slug makes the data directory inspectable; the hash of the *exact* id
-    makes the mapping collision-free even when two ids slugify alike ("a:b" vs "a-b")
-    and keeps the name within Chroma's rules (3-512 chars of ``[a-zA-Z0-9._-]``,
-    alphanumeric at both ends).
-    """
-    digest = hashlib.sha256(community_id.encode("utf-8")).hexdigest()[:_HASH_CHARS]
-    slug = re.sub(r"[^a-zA-Z0-9]+", "-", community_id).strip("-")[:_SLUG_MAX].strip("-")
-    return f"episodes-{slug}-{digest}" if slug else f"episodes-{digest}"
 
 
 class EpisodeMemory(Protocol):
@@ -94,7 +77,6 @@ class EpisodeMemory(Protocol):
         min_relevance: float = MIN_RELEVANCE,
         *,
         query_embedding: Embeddings | None = None,
-        unwritten: Sequence[Episode] = (),
         hidden: Sequence[HiddenRange] = (),
     ) -> list[str]: ...
 
@@ -109,13 +91,54 @@ class EpisodeMemory(Protocol):
     ) -> list[str]: ...
 
     def recent_summaries(
-        self, since_interaction: int, limit: int = 20, hidden: Sequence[HiddenRange] = ()
+        self, since_interaction: int, limit: int = RECENT_N, hidden: Sequence[HiddenRange] = ()
     ) -> list[str]: ...
 
     def count(self) -> int: ...
 
 
-class EpisodeStore:
+class SeedStoreMethods:
+    """The seed's one-episode `store` and batch embedding, for any Chroma-backed store
+    that has `store_many` and an embedding function."""
+
+    _embed: EmbeddingFunction[Documents]
+
+    def store_many(self, episodes: Sequence[Episode]) -> None:
+        raise NotImplementedError
+
+    def store(
+        self,
+        user_message: str,
+        agent_response: str,
+        ess_score: float,
+        topics: Sequence[str],
+        summary: str,
+        interaction_count: int = 0,
+        memory_type: str = EPISODIC,
+        *,
+        episode_id: str | None = None,
+    ) -> str:
+        """Store one episode and return its id; storing again under the same
+        ``episode_id`` overwrites it (a replayed interaction never duplicates)."""
+        episode = Episode(
+            id=episode_id or uuid.uuid4().hex,
+            user_message=user_message,
+            agent_response=agent_response,
+            ess_score=ess_score,
+            topics=tuple(topics),
+            summary=summary,
+            interaction=interaction_count,
+            memory_type=memory_type,
+        )
+        self.store_many([episode])
+        return episode.id
+
+    def embed_many(self, texts: Sequence[str]) -> Embeddings:
+        """Vectors for several texts in one model pass (the embedding lane's unit)."""
+        return self._embed(list(texts))
+
+
+class EpisodeStore(SeedStoreMethods):
     """One community's memories in one Chroma collection, ``memory_type`` as metadata.
 
     ``EpisodeStore(persist_dir)`` works as the seed API describes, with Chroma's default
@@ -140,32 +163,6 @@ class EpisodeStore:
             configuration={"hnsw": {"space": "cosine"}},
         )
 
-    def store(
-        self,
-        user_message: str,
-        agent_response: str,
-        ess_score: float,
-        topics: Sequence[str],
-        summary: str,
-        interaction_count: int = 0,
-        memory_type: str = EPISODIC,
-        *,
-        episode_id: str | None = None,
-    ) -> str:
-        """Store (or overwrite, by ``episode_id``) one episode and return its id."""
-        episode = Episode(
-            id=episode_id or uuid.uuid4().hex,
-            user_message=user_message,
-            agent_response=agent_response,
-            ess_score=ess_score,
-            topics=tuple(topics),
-            summary=summary,
-            interaction=interaction_count,
-            memory_type=memory_type,
-        )
-        self.store_many([episode])
-        return episode.id
-
     def store_many(self, episodes: Sequence[Episode]) -> None:
         upsert(self._collection, with_vectors(episodes, self._embed))
 
@@ -173,9 +170,6 @@ class EpisodeStore:
         """Delete by id; ids not stored are ignored."""
         if ids:
             self._collection.delete(ids=list(ids))
-
-    def embed_many(self, texts: Sequence[str]) -> Embeddings:
-        return self._embed(list(texts))
 
     def count(self) -> int:
         return self._collection.count()
@@ -210,38 +204,27 @@ class EpisodeStore:
         min_relevance: float = MIN_RELEVANCE,
         *,
         query_embedding: Embeddings | None = None,
-        unwritten: Sequence[Episode] = (),
         hidden: Sequence[HiddenRange] = (),
     ) -> list[str]:
-        """Semantic memories (distilled knowledge) first, then episodes, without repeats.
-
-        `unwritten` episodes (committed, not yet stored) that carry a vector are ranked
-        with the stored ones; memories in a `hidden` range (undone by a rollback) are
-        left out.
-        """
+        """Semantic memories (distilled knowledge) first, then episodes, without repeats;
+        memories in a `hidden` range (undone by a rollback) are left out."""
         vector = query_embedding if query_embedding is not None else self._embed([query])
         hide = outside(hidden)
         found: list[str] = []
         for memory_type, n in ((SEMANTIC, semantic_n), (EPISODIC, episodic_n)):
             where: dict[str, Any] = {"memory_type": memory_type}
-            scored, ids = scored_matches(
+            scored, _ = scored_matches(
                 self._collection,
                 vector,
                 n,
                 {"$and": [where, hide]} if hide else where,
                 min_relevance,
             )
-            waiting = [
-                e
-                for e in unwritten
-                if (e.memory_type == SEMANTIC) == (memory_type == SEMANTIC) and e.id not in ids
-            ]
-            scored += scored_waiting(vector, waiting, hidden, min_relevance)
             found += best(scored, n)
         return list(dict.fromkeys(found))
 
     def recent_summaries(
-        self, since_interaction: int, limit: int = 20, hidden: Sequence[HiddenRange] = ()
+        self, since_interaction: int, limit: int = RECENT_N, hidden: Sequence[HiddenRange] = ()
     ) -> list[str]:
         """Episode summaries from ``since_interaction`` on, oldest first (for reflection)."""
         if limit <= 0:
@@ -329,27 +312,6 @@ def scored_matches(
     return scored, set(result["ids"][0] if result["ids"] else [])
 
 
-def scored_waiting(
-    query_embedding: Embeddings,
-    waiting: Sequence[Episode],
-    hidden: Sequence[HiddenRange],
-    min_relevance: float,
-) -> list[Scored]:
-    """Unwritten episodes with a vector, scored exactly as stored ones are."""
-    waiting = [e for e in waiting if e.embedding is not None and not is_hidden(e, hidden)]
-    if not waiting:
-        return []
-    query = np.asarray(query_embedding[0], dtype=np.float32)
-    vectors = np.asarray([e.embedding for e in waiting], dtype=np.float32)
-    norms = np.linalg.norm(vectors, axis=1) * float(np.linalg.norm(query))
-    cosines = vectors @ query / np.where(norms == 0, 1.0, norms)
-    return [
-        (relevance(cosine, episode.ess_score), cosine, document_of(episode))
-        for episode, cosine in zip(waiting, cosines.tolist(), strict=True)
-        if cosine >= min_relevance
-    ]
-
-
 def best(scored: list[Scored], n_results: int) -> list[str]:
     """The `n_results` best summaries; ties go to the more similar memory."""
     scored.sort(key=lambda item: (item[0], item[1]), reverse=True)
@@ -382,14 +344,6 @@ def outside(hidden: Sequence[HiddenRange]) -> dict[str, Any] | None:
     if not conditions:
         return None
     return conditions[0] if len(conditions) == 1 else {"$and": conditions}
-
-
-def is_hidden(episode: Episode, hidden: Sequence[HiddenRange]) -> bool:
-    """The in-memory twin of :func:`outside`, for episodes not yet stored."""
-    return any(
-        after < episode.interaction <= upto and episode.version < from_version
-        for after, upto, from_version in hidden
-    )
 
 
 def document_of(episode: Episode) -> str:

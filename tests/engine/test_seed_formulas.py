@@ -19,9 +19,10 @@ import math
 import pytest
 
 from sonality import config
-from sonality.agent import SonalityAgent, _disagrees
+from sonality.agent import SonalityAgent
 from sonality.ess import ESSResult, OpinionDirection, ReasoningType, SourceReliability
 from sonality.memory.sponge import BeliefMeta, SpongeState
+from sonality.opinions import disagrees as _disagrees
 
 SUPPORTS = OpinionDirection.SUPPORTS
 OPPOSES = OpinionDirection.OPPOSES

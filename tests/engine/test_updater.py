@@ -9,7 +9,6 @@ import pytest
 
 from providers.anthropic import AnthropicLLM
 from sonality import config
-from sonality.agent import _fit_snapshot
 from sonality.ess import ESSResult, OpinionDirection, ReasoningType, SourceReliability
 from sonality.llm import LLMError
 from sonality.memory.sponge import SpongeState
@@ -19,6 +18,7 @@ from sonality.memory.updater import (
     extract_insight,
     validate_snapshot,
 )
+from sonality.reflection import fit_snapshot as _fit_snapshot
 from sonality.store import UsageRecord
 from tests.fakes.anthropic_server import AnthropicFake, Fault, Text
 

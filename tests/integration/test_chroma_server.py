@@ -24,8 +24,8 @@ import pytest_asyncio
 
 from bot.app import open_runtime
 from bot.messages import IncomingMessage, ReplyKind
+from chroma_memory.episodes import collection_name_for
 from chroma_memory.server import ServerMemory
-from sonality.memory.episodes import collection_name_for
 from tests.chroma_server import ChromaServer, free_port, running_chroma_server
 from tests.fakes.anthropic_fixtures import FAKE_API_KEY
 from tests.integration.conftest import (

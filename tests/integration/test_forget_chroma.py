@@ -21,6 +21,7 @@ import pytest
 from bot.forget import forget_member
 from chroma_memory.embedding import FastMiniLML6V2
 from chroma_memory.episodes import EpisodeStore
+from chroma_memory.write_behind import WriteBehindMemory
 from sonality.agent import SonalityAgent
 from sonality.memory.episodes import Episode
 from storage import Database
@@ -49,7 +50,11 @@ async def chroma_agent(
         COMMUNITY, persist_dir, embedding_function=embedding_function
     )
     agent = await SonalityAgent.load(
-        client=llm, store=db.community(COMMUNITY), episodes=episodes, model="m", ess_model="m"
+        client=llm,
+        store=db.community(COMMUNITY),
+        episodes=WriteBehindMemory(episodes),  # as the bot composes it
+        model="m",
+        ess_model="m",
     )
     try:
         yield agent, llm, episodes
@@ -77,7 +82,9 @@ async def test_forget_me_deletes_the_members_episodes_from_chroma(
     # One of Alice's episodes still waiting for the write-behind writer (as after a
     # restart, when the outbox's unwritten episodes are queued) must not land afterwards.
     episodes.delete(alice_ids[:1])
-    agent._unwritten.append(
+    memory = agent.memory
+    assert isinstance(memory, WriteBehindMemory)
+    memory.unwritten.append(
         Episode(
             id=alice_ids[0],
             user_message=f"{TOKEN} waiting",
@@ -94,7 +101,7 @@ async def test_forget_me_deletes_the_members_episodes_from_chroma(
 
     assert episodes.stored(alice_ids) == []
     assert not any(TOKEN in d for d in documents(episodes))
-    assert all(e.id not in set(alice_ids) for e in agent._unwritten)
+    assert all(e.id not in set(alice_ids) for e in memory.unwritten)
     # Every other member's episode is still there.
     assert sorted(s["id"] for s in episodes.stored(bob_ids)) == sorted(bob_ids)
     # Deleting again (a forget-me resumed after a crash) is a no-op.

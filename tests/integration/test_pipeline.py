@@ -407,14 +407,15 @@ async def test_a_memory_whose_embedding_failed_is_embedded_by_the_store(
     the episode is committed without a vector and the store embeds the same summary."""
     llm_server.brain.ess_rule(**NUCLEAR)
     agent = await runtime.registry.agent_for(A)
-    embed = agent.embedder.embed
+    lane = agent.memory.lane  # the runtime's write-behind memory
+    embed = lane.embed
 
     async def summaries_fail(text: str) -> Any:
         if text == NUCLEAR["summary"]:
             raise RuntimeError("embedding model unavailable")
         return await embed(text)
 
-    monkeypatch.setattr(agent.embedder, "embed", summaries_fail)
+    monkeypatch.setattr(lane, "embed", summaries_fail)
     await say(runtime, STRONG_ARGUMENT)
     assert "could not embed new memories" in caplog.text
     assert agent.sponge.interaction_count == 1

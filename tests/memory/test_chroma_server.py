@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from chroma_memory.embedding import FastMiniLML6V2
+from chroma_memory.episodes import collection_name_for
 from chroma_memory.server import ServerChroma, ServerMemory, ServerUnreachable
-from sonality.memory.episodes import SEMANTIC, Episode, collection_name_for
+from sonality.memory.episodes import SEMANTIC, Episode
 from tests.chroma_server import ChromaServer, free_port, running_chroma_server
 
 NUCLEAR = "Nuclear power plants are a safe, low-carbon source of electricity"

@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from chroma_memory.embed_lane import EmbeddingLane
 from chroma_memory.embedding import FastMiniLML6V2, similar_length_runs
-from sonality.memory.embed_lane import EmbeddingLane
 
 TEXTS = [
     "Nuclear power is safer per terawatt-hour than coal.",

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from chroma_memory.embedding import FastMiniLML6V2, close_chroma_client, make_chroma_client
-from chroma_memory.episodes import EpisodeStore
+from chroma_memory.episodes import EpisodeStore, collection_name_for
 from chroma_memory.shared_chroma import ChromaHandle
-from sonality.memory.episodes import EPISODIC, SEMANTIC, Episode, collection_name_for
+from sonality.memory.episodes import EPISODIC, SEMANTIC, Episode
 
 NUCLEAR = "Nuclear power plants are a safe, low-carbon source of electricity"
 SOURDOUGH = "Sourdough bread needs a long, cold fermentation for flavour"

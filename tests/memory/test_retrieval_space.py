@@ -143,7 +143,7 @@ def evaluation(
 
     spaces: dict[str, list[Episode]] = {
         # What the store does with an episode that comes without a vector; the agent
-        # embeds the same text ahead of time (see `SonalityAgent._embedded`).
+        # embeds the same text ahead of time (see `WriteBehindMemory.prepare`).
         "production": with_vectors(episodes, embedding_function),
         "summary": vectors(summaries),
         "message": vectors(messages),

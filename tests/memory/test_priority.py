@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from sonality.priority import ReplyPriority
+from chroma_memory.priority import ReplyPriority
 
 # Long enough never to elapse in a test that expects the reply to release the writer:
 # if it did elapse, the ordering assertions below would fail, not pass by accident.

@@ -1,0 +1,123 @@
+"""How a change is recorded: its audit events, its one-line description and its
+evidence steps, so history, timeline and forget-me read the same facts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sonality import config
+from sonality.ess import ESSResult
+from sonality.evidence import DECAY, MESSAGE, EvidenceStep, RecordedESS
+from sonality.memory.sponge import SpongeState
+from sonality.reflection import ReflectionOutcome
+from sonality.store import AuditEvent, InteractionRecord
+
+
+def recorded_ess(ess: ESSResult) -> RecordedESS:
+    """The ESS result as the evidence log keeps it (see `sonality.evidence`)."""
+    return RecordedESS(
+        score=ess.score,
+        reasoning_type=str(ess.reasoning_type),
+        source_reliability=str(ess.source_reliability),
+        internal_consistency=ess.internal_consistency,
+        novelty=ess.novelty,
+        topics=tuple(ess.topics),
+        summary=ess.summary,
+        opinion_direction=str(ess.opinion_direction),
+        used_defaults=ess.used_defaults,
+    )
+
+
+def message_step(state: SpongeState, record: InteractionRecord, ess: ESSResult) -> EvidenceStep:
+    return EvidenceStep(
+        kind=MESSAGE,
+        interaction=state.interaction_count,
+        interaction_id=record.id,
+        member=record.speaker.id,
+        ess=recorded_ess(ess),
+    )
+
+
+def decay_step(state: SpongeState) -> EvidenceStep:
+    """The decay a reflection just applied, at the rate reflections use."""
+    return EvidenceStep(
+        kind=DECAY, interaction=state.interaction_count, rate=config.BELIEF_DECAY_RATE
+    )
+
+
+def ess_event(
+    state: SpongeState,
+    record: InteractionRecord,
+    ess: ESSResult,
+    **outcome: Any,
+) -> AuditEvent:
+    """The classification of one message and what it did (`outcome`: staged, committed,
+    disagreed, insight)."""
+    return AuditEvent(
+        kind="ess",
+        interaction=state.interaction_count,
+        payload={
+            "interaction_id": record.id,
+            "speaker": record.speaker.id,
+            "score": ess.score,
+            "reasoning_type": str(ess.reasoning_type),
+            "source_reliability": str(ess.source_reliability),
+            "opinion_direction": str(ess.opinion_direction),
+            "novelty": ess.novelty,
+            "topics": list(ess.topics),
+            "summary": ess.summary,
+            "used_defaults": ess.used_defaults,
+            **outcome,
+        },
+    )
+
+
+def reflection_event(state: SpongeState, outcome: ReflectionOutcome) -> AuditEvent:
+    return AuditEvent(
+        kind="reflection",
+        interaction=state.interaction_count,
+        payload={
+            "ran": outcome.ran,
+            "accepted": outcome.accepted,
+            "trigger": outcome.reason,
+            "dropped_beliefs": list(outcome.dropped_beliefs),
+            "old_chars": outcome.old_chars,
+            "new_chars": outcome.new_chars,
+            "error": outcome.error,
+            "beliefs": len(state.opinion_vectors),
+        },
+    )
+
+
+def describe_reflection(outcome: ReflectionOutcome) -> str:
+    if not outcome.ran:
+        base = f"reflection failed ({outcome.error})"
+    elif outcome.accepted:
+        base = (
+            f"reflection ({outcome.reason}): narrative "
+            f"{outcome.old_chars}->{outcome.new_chars} chars"
+        )
+    else:
+        base = f"reflection ({outcome.reason}) rejected: {outcome.new_chars} chars too short"
+    if outcome.dropped_beliefs:
+        base += "; decayed away: " + ", ".join(outcome.dropped_beliefs)
+    return base
+
+
+def describe_interaction(
+    ess: ESSResult,
+    staged: list[dict[str, Any]],
+    committed: list[str],
+    insight: str | None,
+    outcome: ReflectionOutcome | None,
+) -> str:
+    parts = [f"ESS {ess.score:.2f} {ess.reasoning_type}"]
+    if staged:
+        parts.append("staged " + ", ".join(f"{s['topic']} {s['delta']:+.3f}" for s in staged))
+    if committed:
+        parts.append("committed " + "; ".join(committed))
+    if insight:
+        parts.append("insight noted")
+    if outcome is not None:
+        parts.append(describe_reflection(outcome))
+    return " | ".join(parts)

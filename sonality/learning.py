@@ -1,0 +1,159 @@
+"""The learning queue: answered messages post-processed one at a time, in order.
+
+Each interaction was recorded in the store's outbox before its reply left; the queue
+runs the agent's post-processing on it, and the commit that ends it acknowledges the
+outbox row. A crash in between leaves the row pending for the next start.
+
+The model being unavailable (an outage, a spending limit) is not the interaction's
+fault: it is retried, in order, until the model answers, so no evidence is lost and no
+later message is learned before it. Any other failure counts as an attempt, and the
+store parks the interaction after `MAX_LEARNING_ATTEMPTS`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+
+from sonality.llm import LLMError
+from sonality.store import MAX_LEARNING_ATTEMPTS, InteractionRecord, StateStore, UsageRecord
+
+log = logging.getLogger(__name__)
+
+#: Learning that waits for the model retries after this long, doubling up to the cap
+#: (a provider's own `retry_after`, e.g. a spending limit's midnight, is capped too, so
+#: a raised limit or a recovered provider is noticed within minutes).
+LEARNING_RETRY_FIRST = 1.0
+LEARNING_RETRY_CAP = 300.0
+
+#: Post-processes one interaction; fills the list with the usage of its LLM calls.
+Learn = Callable[[InteractionRecord, list[UsageRecord]], Awaitable[None]]
+
+
+class LearningQueue:
+    """One community's unlearned interactions and the single worker that learns them."""
+
+    def __init__(
+        self,
+        learn: Learn,
+        *,
+        lock: asyncio.Lock,
+        store: StateStore,
+        skip: Callable[[InteractionRecord], bool],
+        label: str,
+    ) -> None:
+        self._learn_one = learn
+        self._lock = lock  # the agent's: learning waits for rollbacks and reflections
+        self._store = store
+        self._skip = skip
+        self.label = label
+        self._queue: asyncio.Queue[InteractionRecord] = asyncio.Queue()
+        self._worker: asyncio.Task[None] | None = None
+        self._current: InteractionRecord | None = None
+        # Set while the head of the queue waits for the model; `resume` wakes it.
+        self._held = asyncio.Event()
+        self._resume = asyncio.Event()
+
+    def put(self, record: InteractionRecord) -> None:
+        self._queue.put_nowait(record)
+        if self._worker is None or self._worker.done():
+            self._worker = asyncio.create_task(self._work(), name=f"sonality-post:{self.label}")
+
+    async def settled(self) -> None:
+        """Return once the queue is empty or its head waits for the model."""
+        join = asyncio.ensure_future(self._queue.join())
+        held = asyncio.ensure_future(self._held.wait())
+        try:
+            await asyncio.wait({join, held}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in (join, held):
+                waiter.cancel()
+
+    @property
+    def held(self) -> bool:
+        return self._held.is_set()
+
+    def resume(self) -> None:
+        self._resume.set()
+
+    @property
+    def backlog(self) -> int:
+        return self._queue.qsize() + (1 if self._current is not None else 0)
+
+    async def close(self, grace_seconds: float) -> None:
+        """Learn what is queued (bounded), then stop; the rest is replayed on next load."""
+        try:
+            await asyncio.wait_for(self._queue.join(), grace_seconds)
+        except TimeoutError:
+            log.warning("%s: %d interaction(s) left for replay", self.label, self._queue.qsize())
+        if self._worker is not None:
+            self._worker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._worker
+
+    async def _work(self) -> None:
+        while True:
+            record = await self._queue.get()
+            self._current = record
+            try:
+                if not self._skip(record):
+                    await self._learn(record)
+            finally:
+                self._current = None
+                self._queue.task_done()
+
+    async def _learn(self, record: InteractionRecord) -> None:
+        delay = LEARNING_RETRY_FIRST
+        while True:
+            usage: list[UsageRecord] = []  # filled by each LLM call of the attempt
+            try:
+                async with self._lock:
+                    await self._learn_one(record, usage)
+                return
+            except asyncio.CancelledError:
+                raise
+            except LLMError as exc:
+                wait = exc.retry_after if exc.retry_after is not None else delay
+                wait = min(max(wait, LEARNING_RETRY_FIRST), LEARNING_RETRY_CAP)
+                log.warning(
+                    "%s: learning of %s waits %.0fs for the model (%s)",
+                    self.label,
+                    record.id,
+                    wait,
+                    exc,
+                )
+                await self._record_spent(usage)
+                await self._hold(wait)
+            except Exception as exc:
+                log.exception("%s: post-processing of %s failed", self.label, record.id)
+                try:
+                    attempts = await self._store.mark_interaction_failed(
+                        record.id, repr(exc), usage
+                    )
+                except Exception:
+                    log.exception("%s: could not record the failure", self.label)
+                    return
+                if attempts >= MAX_LEARNING_ATTEMPTS:
+                    log.error(
+                        "%s: gave up on %s after %d attempts", self.label, record.id, attempts
+                    )
+                    return
+                await self._hold(delay)
+            delay = min(delay * 2, LEARNING_RETRY_CAP)
+
+    async def _hold(self, seconds: float) -> None:
+        self._resume.clear()
+        self._held.set()
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._resume.wait(), seconds)
+        finally:
+            self._held.clear()
+
+    async def _record_spent(self, usage: list[UsageRecord]) -> None:
+        try:
+            await self._store.record_usage(usage)
+        except Exception:
+            log.exception("%s: could not record the tokens of a held attempt", self.label)

@@ -1,0 +1,114 @@
+"""What one classified message does to the personality's opinions (seed stages 5-6).
+
+Pure functions of a state and an ESS result, so the agent, the forget-me replay
+(`sonality.replay`) and the benchmarks run exactly the same rules.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sonality import config
+from sonality.ess import ESSResult
+from sonality.memory.sponge import SpongeState
+from sonality.memory.updater import compute_magnitude
+
+#: Beliefs (strongest first) shown to the ESS call for judging novelty.
+VIEWS_FOR_ESS = 8
+
+
+def views_for_ess(state: SpongeState) -> str:
+    """What ESS compares a message with to judge its novelty: the committed beliefs.
+
+    The seed sends the whole narrative; the beliefs are what novelty is about, and they
+    stay short while a mature narrative runs to 500 tokens on every message's ESS call.
+    """
+    return state.belief_summary(limit=VIEWS_FOR_ESS) or "No settled views yet."
+
+
+def update_topics(state: SpongeState, ess: ESSResult) -> None:
+    for topic in ess.topics:
+        state.track_topic(topic)
+
+
+def disagrees(state: SpongeState, ess: ESSResult) -> bool:
+    """Structural disagreement: the user argues against a stance the agent holds."""
+    sign = ess.opinion_direction.sign
+    return sign != 0 and any(state.opinion_vectors.get(t, 0.0) * sign < 0 for t in ess.topics)
+
+
+def apply_due(state: SpongeState) -> list[str]:
+    """Commit staged updates whose cooling period is over; record them as shifts."""
+    before = dict(state.opinion_vectors)
+    applied = state.apply_due_staged_updates()
+    for topic, value in state.opinion_vectors.items():
+        moved = abs(value - before.get(topic, 0.0))
+        if moved > 0:
+            state.record_shift(f"{topic}: {before.get(topic, 0.0):+.3f} -> {value:+.3f}", moved)
+    return applied
+
+
+def update_opinions(
+    state: SpongeState,
+    ess: ESSResult,
+    *,
+    interaction_id: str = "",
+    member: str = "",
+    version: int = 0,
+) -> list[dict[str, Any]]:
+    """Stage belief moves for strong, directional evidence, with Bayesian resistance.
+
+    effective magnitude = magnitude / (confidence + 1), where arguing against the
+    current stance adds |current position| to the confidence. Each update carries its
+    source (`interaction_id`, its speaker `member` and `version`, the version the commit
+    creates), so the credit for a move stays with the argument that caused it.
+    """
+    sign = ess.opinion_direction.sign
+    if not (ess.score > config.ESS_THRESHOLD and ess.topics and sign != 0):
+        return []
+    magnitude = compute_magnitude(ess, state)
+    staged: list[dict[str, Any]] = []
+    for topic in ess.topics:
+        old = state.opinion_vectors.get(topic, 0.0)
+        meta = state.belief_meta.get(topic)
+        confidence = meta.confidence if meta else 0.0
+        if old * sign < 0:
+            confidence += abs(old)
+        effective = magnitude / (confidence + 1.0)
+        due = state.stage_opinion_update(
+            topic,
+            sign,
+            effective,
+            config.OPINION_COOLING_PERIOD,
+            provenance=f"ESS {ess.score:.2f}: {ess.summary[:160]}",
+            interaction_id=interaction_id,
+            member=member,
+            version=version,
+        )
+        staged.append({"topic": topic, "delta": round(sign * effective, 6), "due": due})
+    return staged
+
+
+def structured_traits(state: SpongeState) -> str:
+    """The compact numeric summary of the personality (seed format, plus the moves
+    still cooling)."""
+    lines = [f"Style: {state.tone}"]
+    engagement = state.behavioral_signature.topic_engagement
+    if engagement:
+        top = sorted(engagement.items(), key=lambda kv: (-kv[1], kv[0]))[:5]
+        lines.append("Top topics: " + ", ".join(f"{t}({n})" for t, n in top))
+    if state.opinion_vectors:
+        ranked = sorted(state.opinion_vectors.items(), key=lambda kv: (-abs(kv[1]), kv[0]))
+        parts = []
+        for topic, value in ranked[:5]:
+            meta = state.belief_meta.get(topic)
+            conf = meta.confidence if meta else 0.0
+            parts.append(f"{topic}={value:+.2f} c={conf:.1f}")
+        lines.append("Strongest opinions: " + ", ".join(parts))
+    if state.staged_opinion_updates:
+        pending = ", ".join(
+            f"{u.topic}({u.signed_magnitude:+.3f})" for u in state.staged_opinion_updates[:5]
+        )
+        lines.append(f"Still weighing: {pending}")
+    lines.append(f"Disagreement rate: {state.behavioral_signature.disagreement_rate:.0%}")
+    return "\n".join(lines)

@@ -1,0 +1,157 @@
+"""Reflection: when it runs, and how the narrative is rewritten (seed `_maybe_reflect`).
+
+The caller decays beliefs and gathers recent episode summaries first; `rewrite` asks
+the model for a new narrative, validates it, and turns the pending insights into
+semantic memories. Insights are consumed by every reflection that ran, accepted or
+not: left pending, one rejected rewrite would make every later trigger (the idle job
+among them) pay for the same reflection again.
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+
+from pydantic import BaseModel, ConfigDict
+
+from sonality import config
+from sonality.llm import ChatTurn, LLMClient, LLMError, SystemBlock
+from sonality.memory.sponge import SpongeState
+from sonality.memory.updater import SNAPSHOT_CHAR_LIMIT, validate_snapshot
+from sonality.opinions import structured_traits
+from sonality.prompts import CORE_IDENTITY, REFLECTION_PROMPT, escape_prompt_text
+from sonality.store import SEMANTIC, Episode, UsageRecord
+
+log = logging.getLogger(__name__)
+
+REFLECTION_MAX_OUTPUT_TOKENS = 1500
+RECENT_EPISODES_FOR_REFLECTION = 30
+
+
+class ReflectionOutcome(BaseModel):
+    """What one reflection did, for commands and the audit log."""
+
+    model_config = ConfigDict(frozen=True)
+
+    ran: bool
+    accepted: bool = False
+    reason: str = ""
+    dropped_beliefs: tuple[str, ...] = ()
+    old_chars: int = 0
+    new_chars: int = 0
+    error: str = ""
+
+
+def cumulative_shift(state: SpongeState) -> float:
+    """Shift magnitude since the last reflection (shown by `/sonality status`)."""
+    return sum(s.magnitude for s in state.recent_shifts if s.interaction > state.last_reflection_at)
+
+
+def trigger(state: SpongeState) -> str | None:
+    """Why a reflection is due now (periodic or cumulative shift), or None.
+
+    Never before half the periodic interval since the last one.
+    """
+    since = state.interaction_count - state.last_reflection_at
+    shift = cumulative_shift(state)
+    periodic = since >= config.REFLECTION_EVERY
+    if not (periodic or shift > config.REFLECTION_SHIFT_THRESHOLD):
+        return None
+    if since < config.REFLECTION_EVERY // 2:
+        return None
+    return "periodic" if periodic else f"shift {shift:.3f}"
+
+
+def fit_snapshot(text: str) -> str:
+    """Keep a reflection within SNAPSHOT_CHAR_LIMIT, cutting at a sentence end if needed."""
+    if len(text) <= SNAPSHOT_CHAR_LIMIT:
+        return text
+    cut = text[:SNAPSHOT_CHAR_LIMIT]
+    end = max(cut.rfind(". "), cut.rfind(".\n"), cut.rfind("! "), cut.rfind("? "))
+    return cut[: end + 1] if end > SNAPSHOT_CHAR_LIMIT // 2 else cut
+
+
+def _bullets(lines: list[str], empty: str = "(none)") -> str:
+    return escape_prompt_text("\n".join(f"- {line}" for line in lines) or empty)
+
+
+def prompt(state: SpongeState, recent: list[str]) -> str:
+    return REFLECTION_PROMPT.format(
+        current_snapshot=escape_prompt_text(state.snapshot),
+        structured_traits=escape_prompt_text(structured_traits(state)),
+        current_beliefs=escape_prompt_text(state.belief_summary() or "(none yet)"),
+        pending_insights=_bullets(state.pending_insights),
+        episode_count=len(recent),
+        episode_summaries=_bullets(recent),
+        recent_shifts=_bullets([f"#{s.interaction}: {s.description}" for s in state.recent_shifts]),
+        max_tokens=config.SPONGE_MAX_TOKENS,
+    )
+
+
+async def rewrite(
+    client: LLMClient,
+    model: str,
+    state: SpongeState,
+    recent: list[str],
+    *,
+    reason: str,
+    dropped: tuple[str, ...],
+    version: int,
+    usage: list[UsageRecord],
+    episodes: list[Episode],
+    label: str,
+) -> ReflectionOutcome:
+    """Rewrite `state`'s narrative in place, validated before use.
+
+    The consumed insights are appended to `episodes` as semantic memories, named by
+    `version` (the version this reflection creates): two reflections at one interaction
+    count, one of them after a rollback, must not overwrite each other's memories.
+    """
+    old_chars = len(state.snapshot)
+    try:
+        result = await client.reply(
+            system=[SystemBlock(text=CORE_IDENTITY, cache=True)],
+            messages=[ChatTurn(role="user", content=prompt(state, recent))],
+            max_tokens=REFLECTION_MAX_OUTPUT_TOKENS,
+            model=model,
+            purpose="reflection",
+        )
+    except LLMError as exc:
+        log.warning("%s: reflection failed (%s); state kept", label, exc)
+        return ReflectionOutcome(ran=False, reason=reason, dropped_beliefs=dropped, error=str(exc))
+    usage.append(UsageRecord(purpose="reflection", model=result.model, usage=result.usage))
+    # The prompt showed the narrative escaped; a model that copies its wording may copy
+    # an entity too ("R&amp;D"), which would be escaped again next time.
+    candidate = fit_snapshot(html.unescape(result.text).strip())
+    accepted = validate_snapshot(state.snapshot, candidate)
+    episodes.extend(
+        Episode(
+            id=f"insight-v{version}-{index}",
+            user_message=insight,
+            ess_score=1.0,
+            summary=insight,
+            interaction=state.interaction_count,
+            memory_type=SEMANTIC,
+            version=version,
+        )
+        for index, insight in enumerate(state.pending_insights)
+    )
+    state.pending_insights.clear()
+    if accepted:
+        state.snapshot = candidate
+    else:
+        log.warning(
+            "%s: reflection rejected (%d -> %d chars); snapshot kept",
+            label,
+            old_chars,
+            len(candidate),
+        )
+    state.last_reflection_at = state.interaction_count
+    return ReflectionOutcome(
+        ran=True,
+        accepted=accepted,
+        reason=reason,
+        dropped_beliefs=dropped,
+        old_chars=old_chars,
+        new_chars=len(candidate),
+    )

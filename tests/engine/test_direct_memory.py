@@ -1,0 +1,90 @@
+"""The engine's own memory path (`DirectMemory`, used when the host hands the agent a
+plain `EpisodeMemory`): episodes reach the store right after their commit, and a write
+that fails is not lost but made on the next start from the store's episode outbox.
+
+Same stand-ins as test_agent_learning: a scripted `LLMClient`, the real SQLite store
+and an in-process memory that records what it is given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from sonality.agent import SonalityAgent
+from sonality.memory.access import AgentMemory, DirectMemory
+from sonality.memory.episodes import EpisodeMemory
+from sonality.store import Episode
+from storage import Database
+from tests.engine import test_agent_learning as harness
+from tests.engine.test_agent_learning import COMMUNITY, RecordingMemory, ScriptedLLM
+
+# Fixtures used here by name.
+db = harness.db
+seed_tunables = harness.seed_tunables
+
+
+class FailingOnceMemory(RecordingMemory):
+    """Refuses the first write, as a full disk or a broken index would."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refused = 0
+
+    def store_many(self, episodes: Sequence[Episode]) -> None:
+        if self.refused == 0:
+            self.refused += 1
+            raise OSError("disk full")
+        super().store_many(episodes)
+
+
+async def load(db: Database, memory: EpisodeMemory | AgentMemory) -> SonalityAgent:
+    return await SonalityAgent.load(
+        client=ScriptedLLM(), store=db.community(COMMUNITY), episodes=memory, model="m"
+    )
+
+
+async def test_a_plain_store_gets_each_episode_right_after_its_commit(db: Database) -> None:
+    memory = RecordingMemory()
+    agent = await load(db, memory)
+    assert isinstance(agent.memory, DirectMemory) and agent.episodes is memory
+    try:
+        await agent.respond("hello")
+        await agent.learning.settled()  # no flush: nothing is left waiting
+        assert [e.interaction for e in memory.stored] == [1]
+        assert await db.community(COMMUNITY).pending_episodes() == []
+    finally:
+        await agent.close(grace_seconds=5)
+
+
+async def test_a_failed_write_is_made_on_the_next_start(
+    db: Database, caplog: pytest.LogCaptureFixture
+) -> None:
+    memory = FailingOnceMemory()
+    agent = await load(db, memory)
+    try:
+        await agent.respond("hello")
+        await agent.drain()
+    finally:
+        await agent.close(grace_seconds=5)
+    assert "writing memories failed" in caplog.text
+    assert agent.sponge.interaction_count == 1  # the learning itself was committed
+    [waiting] = await db.community(COMMUNITY).pending_episodes()
+    assert memory.stored == []
+
+    again = await load(db, memory)
+    try:
+        assert [e.id for e in memory.stored] == [waiting.id]
+        assert await db.community(COMMUNITY).pending_episodes() == []
+    finally:
+        await again.close(grace_seconds=5)
+
+
+async def test_a_host_memory_is_used_as_given(db: Database) -> None:
+    given = DirectMemory(RecordingMemory(), "host")
+    agent = await load(db, given)
+    try:
+        assert isinstance(given, AgentMemory) and agent.memory is given
+    finally:
+        await agent.close(grace_seconds=5)
