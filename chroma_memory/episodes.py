@@ -29,7 +29,7 @@ from chromadb.api.types import Documents, EmbeddingFunction, Embeddings, Where
 from chromadb.errors import NotFoundError
 
 from chroma_memory.embedding import default_embedding_function
-from chroma_memory.shared_chroma import SharedChroma
+from chroma_memory.shared_chroma import SharedChroma, vacuum
 from sonality.memory.episodes import (
     EPISODIC_N,
     MIN_RELEVANCE,
@@ -198,15 +198,38 @@ class EpisodeStore:
                 self._upsert(self._episodic(), episodic)
 
     def delete(self, ids: Sequence[str]) -> None:
-        """Delete by id from both collections (forget-me); ids not stored are ignored,
-        so a forget-me re-run after a crash deletes nothing twice."""
+        """Delete by id from both collections and from Chroma's files (forget-me); ids
+        not stored are ignored, so a forget-me re-run after a crash deletes nothing twice.
+
+        Why more than ``collection.delete``: Chroma keeps every write in its own log
+        table (``embeddings_queue``, the document and metadata included) until the
+        collection's HNSW index is saved, which happens every ``sync_threshold`` (1,000)
+        writes, and its SQLite leaves deleted rows' bytes in free pages. Seen in a test:
+        the forgotten member's word was still in ``chroma.sqlite3`` after the delete.
+        So the collections' ``sync_threshold`` is set to 1 for one reopen of the client
+        (loading the index then saves it, and Chroma purges the log up to that point),
+        set back, and the file is rebuilt with Chroma's ``chroma vacuum``.
+        """
         if not ids:
             return
+        thresholds: dict[str, int] = {}
         with self.chroma.use():
-            self._episodic().delete(ids=list(ids))
-            semantic = self._semantic(create=False)
-            if semantic is not None:
-                semantic.delete(ids=list(ids))
+            for collection in (self._episodic(), self._semantic(create=False)):
+                if collection is None:
+                    continue
+                collection.delete(ids=list(ids))
+                hnsw = collection.configuration_json.get("hnsw") or {}
+                thresholds[collection.name] = int(hnsw.get("sync_threshold") or 1000)
+                collection.modify(configuration={"hnsw": {"sync_threshold": 1}})
+        self.chroma.reopen()
+        with self.chroma.use():
+            for name, threshold in thresholds.items():
+                collection = self.chroma.collection(name, create=False, opener=self._open)
+                if collection is None:
+                    continue
+                collection.count()  # loads the index: saved, and the log purged
+                collection.modify(configuration={"hnsw": {"sync_threshold": threshold}})
+        vacuum(self.chroma.persist_dir)
 
     def _upsert(self, collection: Collection, episodes: Sequence[Episode]) -> None:
         upsert(collection, with_vectors(episodes, self._embed))

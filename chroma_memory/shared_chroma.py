@@ -141,6 +141,21 @@ class SharedChroma:
             if self._reopen_due:
                 self._reopen_locked()
 
+    def reopen(self) -> None:
+        """Close and reopen the client as soon as no call is in flight, and wait for it.
+
+        Why: Chroma reads a collection's HNSW settings only when it loads the index, so
+        a changed ``sync_threshold`` (see :func:`erase_from_disk`) takes effect only in
+        a new client. Never call it inside :meth:`use` (it would wait for itself).
+        """
+        with self._cond:
+            self._reopen_due = True
+            while self._reopen_due:
+                if self._active == 0:
+                    self._reopen_locked()
+                else:
+                    self._cond.wait()
+
     def _reopen_locked(self) -> None:
         start = time.perf_counter()
         held = len(self._open)
@@ -172,3 +187,33 @@ def _return_free_heap() -> None:
     except (OSError, AttributeError):
         return
     trim(0)
+
+
+def vacuum(persist_dir: Path, *, timeout_seconds: int = 60) -> None:
+    """Rebuild Chroma's SQLite file with Chroma's own ``chroma vacuum`` command.
+
+    Why: Chroma's SQLite does not overwrite deleted rows, so a deleted memory's text
+    stays in the file's free pages until the file is rebuilt. The command runs in a
+    child process because it prints to the process's standard output (the terminal
+    community's screen); it waits up to ``timeout_seconds`` for Chroma's write lock.
+    Raises RuntimeError if it fails, so a forget-me is retried rather than reported done.
+    """
+    import subprocess
+    import sys
+
+    command = [
+        sys.executable,
+        "-c",
+        "import sys, chromadb_rust_bindings; chromadb_rust_bindings.cli(sys.argv[1:])",
+        "chroma",
+        "vacuum",
+        "--path",
+        str(persist_dir),
+        "--force",
+        "--timeout",
+        str(timeout_seconds),
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_seconds + 60)
+    if done.returncode != 0 or "Vacuum complete" not in done.stdout:
+        detail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise RuntimeError(f"chroma vacuum of {persist_dir} failed: {detail[0]}")
