@@ -56,7 +56,7 @@ from tests.integration.forget_scenario import (
     sqlite_files,
     teach,
 )
-from tests.integration.test_discord_e2e import WAIT, World, mention, slash
+from tests.integration.test_discord_e2e import WAIT, World, mention, settle, slash
 from tests.integration.test_slack_e2e import slack_bot, slack_settings
 from tests.slack.conftest import fake_slack, http_session  # noqa: F401 (fixtures)
 
@@ -211,17 +211,20 @@ async def test_forget_me_on_discord(
         heard_all = agent.sponge
 
         callback, asked = await slash(world, world.guild_a, "forget-me", user=zorb)
-        assert "confirm" in asked.json["content"]
+        assert "Press Confirm" in asked.json["content"]
         assert is_ephemeral(callback) and agent.sponge == heard_all
+        question = world.fake.interactions[callback.path.split("/")[3]].message
+        assert question is not None
         since = len(anthropic_server.requests)
-        callback, done = await slash(
-            world,
-            world.guild_a,
-            "forget-me",
-            options=[{"name": "confirm", "type": 5, "value": True}],
-            user=zorb,
+        _, token = await world.fake.press(
+            guild=world.guild_a, user=zorb, message=question, label="Confirm"
         )
-        assert is_ephemeral(callback) and "Forgotten" in done.json["content"]
+        original = f"/webhooks/{world.fake.application_id}/{token}/messages/@original"
+        [done] = await world.fake.wait_for(
+            lambda r: r.method == "PATCH" and r.path == original, seconds=WAIT
+        )
+        await settle(world)
+        assert "Forgotten" in done.json["content"]
 
         assert_same_opinions_rebased(agent.sponge, world.agent(world.guild_b).sponge)
         assert differs_somewhere(agent.sponge, heard_all)
