@@ -241,6 +241,22 @@ class EpisodeStore:
             semantic = self._semantic(create=False)
             return self._episodic().count() + (semantic.count() if semantic is not None else 0)
 
+    def semantic_ids(self, documents: Sequence[str]) -> list[str]:
+        """Ids of the semantic memories (consolidated insights) whose text is one of
+        `documents`. Why by text: an insight is consolidated as it was extracted, and
+        the audit trail records which member's message it was drawn from, so a
+        forget-me finds the member's insights this way (the collection is small)."""
+        wanted = set(documents)
+        if not wanted:
+            return []
+        with self.chroma.use():
+            semantic = self._semantic(create=False)
+            if semantic is None:
+                return []
+            got = semantic.get(include=["documents"])
+        texts = got.get("documents") or []
+        return sorted(i for i, text in zip(got["ids"], texts, strict=True) if text in wanted)
+
     def stored(self, ids: Sequence[str]) -> list[dict[str, Any]]:
         """The episodes with these ids exactly as Chroma holds them (document and
         metadata, no vector), so a member's data export shows what is really kept."""

@@ -105,3 +105,39 @@ async def test_forget_me_deletes_the_members_episodes_from_chroma(
     # Deleting again (a forget-me resumed after a crash) is a no-op.
     episodes.delete(alice_ids)
     assert sorted(s["id"] for s in episodes.stored(bob_ids)) == sorted(bob_ids)
+
+
+def semantic_documents(episodes: EpisodeStore) -> list[str]:
+    with episodes.chroma.use():
+        semantic = episodes._semantic(create=False)
+        if semantic is None:
+            return []
+        got = semantic.get(include=["documents"])
+    return [d or "" for d in got.get("documents") or []]
+
+
+async def test_forget_me_deletes_the_insights_a_reflection_drew_from_the_member(
+    chroma_agent: tuple[SonalityAgent, ScriptedLLM, EpisodeStore],
+    db: Database,
+    persist_dir: Path,
+) -> None:
+    agent, llm, episodes = chroma_agent
+    for n, (speaker, answer) in enumerate(with_token(script(4, 12))):
+        if answer is None:
+            continue
+        llm.ess.append(answer)
+        who = "Alice" if speaker is ALICE else "Someone else"
+        llm.insight = f"{who} made me weigh evidence ({TOKEN if speaker is ALICE else n})."
+        await agent.respond(f"message {n}", speaker=speaker)
+        await agent.drain()
+    # A reflection consolidates the pending insights into semantic memories.
+    await agent.reflect_now("moderator", actor="mod")
+    await agent.flush_episodes()
+    before = semantic_documents(episodes)
+    assert any(TOKEN in d for d in before) and any(TOKEN not in d for d in before)
+
+    await forget_member(db, agent, COMMUNITY, ALICE.id, requested_by="self")
+
+    after = semantic_documents(episodes)
+    assert after == [d for d in before if TOKEN not in d]  # the others' insights stay
+    assert files_holding([persist_dir], [TOKEN]) == []
