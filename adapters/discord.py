@@ -254,6 +254,7 @@ class _Hooks:
 
     async def on_ready(self) -> None:
         self._adapter._ready.set()
+        await self._adapter._removed_while_offline()
 
     async def on_message(self, message: discord.Message) -> None:
         await self._adapter._on_message(message)
@@ -436,6 +437,34 @@ class DiscordAdapter:
             log.exception(
                 "could not record the bot %s %s", "leaving" if removed else "joining", community_id
             )
+
+    async def _removed_while_offline(self) -> None:
+        """Discord does not repeat a removal that happened while the bot was offline,
+        but READY lists every guild the bot is in (an outage shows as unavailable, not
+        missing). So a guild the bot keeps data for that READY left out, and that one
+        of this client's shards would carry, counts as removed. Never raises."""
+        client = self._client
+        if client is None:
+            return
+        count = client.shard_count or 1
+        if isinstance(client, discord.AutoShardedClient):
+            shards = set(client.shards)
+        else:
+            shards = {client.shard_id or 0}
+        present = {guild.id for guild in client.guilds}
+        try:
+            for community_id in await self._runtime.known_communities(PLATFORM):
+                raw = community_id.removeprefix(f"{PLATFORM}:")
+                if not raw.isdigit():  # a DM's personality
+                    continue
+                guild_id = int(raw)
+                if guild_id in present or (guild_id >> 22) % count not in shards:
+                    continue
+                await self._runtime.community_removed(
+                    community_id, "not among Discord's guilds at connect (removed while offline)"
+                )
+        except Exception:
+            log.exception("Discord: could not check for removals while offline")
 
     async def _on_message(self, message: discord.Message) -> None:
         incoming = self.to_incoming(message)

@@ -17,8 +17,14 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from bot.app import open_runtime
 from bot.messages import Community, IncomingMessage, User
 from bot.scheduler import ReflectionScheduler
+from providers.anthropic import AnthropicLLM
+from tests.fakes.anthropic_server import AnthropicFake
+from tests.fakes.discord_fixtures import running
+from tests.fakes.discord_server import FakeDiscord, FakeUser
+from tests.integration.conftest import make_settings
 from tests.integration.test_discord_e2e import (  # noqa: F401
     TOPIC,
     World,
@@ -150,3 +156,38 @@ async def test_an_outage_is_not_a_removal(world: World) -> None:
     await asyncio.sleep(0.2)
     assert not world.runtime.removals.is_removed(community)
     assert await world.runtime.db.removals() == []
+
+
+async def test_a_kick_while_the_bot_was_offline_is_noticed_at_the_next_connect(
+    tmp_path: Path, llm: AnthropicLLM, anthropic_server: AnthropicFake
+) -> None:
+    """Discord never repeats the GUILD_DELETE the bot missed; READY at the next connect
+    no longer lists the guild, and that starts the removal countdown (an outage, where
+    READY lists the guild as unavailable, does not: test_an_outage_is_not_a_removal)."""
+    member, moderator = FakeUser(9001, "alice", "Alice"), FakeUser(9002, "mod", "Mo")
+    fake = FakeDiscord()
+    kept = fake.add_guild("Kept", members=[member, moderator])
+    left = fake.add_guild("Left", members=[member, moderator])
+    await fake.start()
+    settings = make_settings(
+        tmp_path / "data",
+        DISCORD_TOKEN="test-token",
+        DISCORD_API_BASE_URL=fake.api_base,
+        DISCORD_GATEWAY_URL=fake.gateway_url,
+    )
+    try:
+        async with open_runtime(settings, llm=llm) as runtime:
+            async with running(runtime, settings) as adapter:
+                world = World(
+                    fake, runtime, adapter, anthropic_server, kept, left, member, moderator
+                )
+                await mention(world, kept, "hello")
+                await mention(world, left, "hello")
+            fake.guilds.remove(left)  # kicked while the bot was not connected
+            async with running(runtime, settings):
+                await until(lambda: runtime.removals.is_removed(World.community(left)))
+                assert not runtime.removals.is_removed(World.community(kept))
+                [removal] = await runtime.db.removals()
+                assert removal.community_id == World.community(left)
+    finally:
+        await fake.close()
