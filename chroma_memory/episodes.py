@@ -207,8 +207,9 @@ class EpisodeStore:
         writes, and its SQLite leaves deleted rows' bytes in free pages. Seen in a test:
         the forgotten member's word was still in ``chroma.sqlite3`` after the delete.
         So the collections' ``sync_threshold`` is set to 1 for one reopen of the client
-        (loading the index then saves it, and Chroma purges the log up to that point),
-        set back, and the file is rebuilt with Chroma's ``chroma vacuum``.
+        (Chroma reads it only when it loads an index; loading it then saves it, and
+        Chroma purges the log up to that point), set back, and the file is rebuilt with
+        Chroma's ``chroma vacuum``.
         """
         if not ids:
             return
@@ -221,7 +222,7 @@ class EpisodeStore:
                 hnsw = collection.configuration_json.get("hnsw") or {}
                 thresholds[collection.name] = int(hnsw.get("sync_threshold") or 1000)
                 collection.modify(configuration={"hnsw": {"sync_threshold": 1}})
-        self.chroma.reopen()
+        self.chroma.reopen_now()
         with self.chroma.use():
             for name, threshold in thresholds.items():
                 collection = self.chroma.collection(name, create=False, opener=self._open)

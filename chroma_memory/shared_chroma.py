@@ -118,7 +118,8 @@ class SharedChroma:
 
     def drop(self, names: Sequence[str]) -> int:
         """Delete these collections and forget their handles (a community the bot was
-        removed from); returns how many existed. Missing ones are fine: a community's
+        removed from), then rebuild Chroma's SQLite file (`vacuum`); returns how many
+        existed. Missing ones are fine: a community's
         semantic collection is only made on its first insight."""
         dropped = 0
         with self.use():
@@ -130,6 +131,9 @@ class SharedChroma:
                 except (NotFoundError, ValueError):
                     continue
                 dropped += 1
+        if dropped:
+            # Chroma's SQLite keeps the dropped documents' text in free pages.
+            vacuum(self.persist_dir)
         return dropped
 
     def reopen_now(self) -> None:
@@ -140,21 +144,6 @@ class SharedChroma:
                 self._cond.wait()
             if self._reopen_due:
                 self._reopen_locked()
-
-    def reopen(self) -> None:
-        """Close and reopen the client as soon as no call is in flight, and wait for it.
-
-        Why: Chroma reads a collection's HNSW settings only when it loads the index, so
-        a changed ``sync_threshold`` (see :func:`erase_from_disk`) takes effect only in
-        a new client. Never call it inside :meth:`use` (it would wait for itself).
-        """
-        with self._cond:
-            self._reopen_due = True
-            while self._reopen_due:
-                if self._active == 0:
-                    self._reopen_locked()
-                else:
-                    self._cond.wait()
 
     def _reopen_locked(self) -> None:
         start = time.perf_counter()
