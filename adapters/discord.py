@@ -31,6 +31,7 @@ from discord.http import Route
 from discord.utils import MISSING
 
 from adapters.chunking import split_message
+from adapters.discord_confirm import ConfirmView
 from adapters.discord_faults import GatewayClass, answer_command_error
 from adapters.sanitize import MAX_COMMUNITY_NAME_CHARS, clean_command, clean_name, clean_text
 from bot.interface import ChatRuntime, StartupError
@@ -253,6 +254,7 @@ class _Hooks:
 
     async def on_ready(self) -> None:
         self._adapter._ready.set()
+        await self._adapter._removed_while_offline()
 
     async def on_message(self, message: discord.Message) -> None:
         await self._adapter._on_message(message)
@@ -287,6 +289,9 @@ class DiscordAdapter:
     """
 
     name = PLATFORM
+    #: Seconds a Confirm / Cancel question waits for its member (well inside the
+    #: interaction token's 15 minutes, which the expiry notice needs).
+    confirm_timeout: float = 300.0
 
     def __init__(
         self,
@@ -435,6 +440,34 @@ class DiscordAdapter:
             log.exception(
                 "could not record the bot %s %s", "leaving" if removed else "joining", community_id
             )
+
+    async def _removed_while_offline(self) -> None:
+        """Discord does not repeat a removal that happened while the bot was offline,
+        but READY lists every guild the bot is in (an outage shows as unavailable, not
+        missing). So a guild the bot keeps data for that READY left out, and that one
+        of this client's shards would carry, counts as removed. Never raises."""
+        client = self._client
+        if client is None:
+            return
+        count = client.shard_count or 1
+        if isinstance(client, discord.AutoShardedClient):
+            shards = set(client.shards)
+        else:
+            shards = {client.shard_id or 0}
+        present = {guild.id for guild in client.guilds}
+        try:
+            for community_id in await self._runtime.known_communities(PLATFORM):
+                raw = community_id.removeprefix(f"{PLATFORM}:")
+                if not raw.isdigit():  # a DM's personality
+                    continue
+                guild_id = int(raw)
+                if guild_id in present or (guild_id >> 22) % count not in shards:
+                    continue
+                await self._runtime.community_removed(
+                    community_id, "not among Discord's guilds at connect (removed while offline)"
+                )
+        except Exception:
+            log.exception("Discord: could not check for removals while offline")
 
     async def _on_message(self, message: discord.Message) -> None:
         incoming = self.to_incoming(message)
@@ -660,9 +693,9 @@ class DiscordAdapter:
         @group.command(
             name="forget-me", description="Forget me here: my messages and their influence"
         )
-        @app_commands.describe(confirm="True to go ahead; without it you only see what happens")
-        async def forget_me(interaction: discord.Interaction, confirm: bool = False) -> None:
-            await run(interaction, "forget-me", ("confirm",) if confirm else ())
+        async def forget_me(interaction: discord.Interaction) -> None:
+            # Asks first; its Confirm button runs it (`discord_confirm.ConfirmView`).
+            await run(interaction, "forget-me", ())
 
         @group.command(name="forget-user", description="Moderators: forget a member who asked")
         @app_commands.describe(member="The member to forget", reason="Why (kept in the log)")
@@ -762,10 +795,46 @@ class DiscordAdapter:
                 channel_id,
             )
             result = CommandResult(text=INTERNAL_ERROR, ok=False, private=True)
+        view = self._confirm_view(interaction, request, result) if result.confirm_args else None
         try:
-            await self._deliver(interaction, name, result, ephemeral)
+            await self._deliver(interaction, name, result, ephemeral, view=view)
         except discord.HTTPException as exc:
             _log_discord_error(f"/sonality {name} response", exc, interaction.guild_id, channel_id)
+
+    def _confirm_view(
+        self, question: discord.Interaction, request: CommandRequest, result: CommandResult
+    ) -> ConfirmView:
+        """Confirm / Cancel under `result`'s question; Confirm runs `request` again with
+        the confirming arguments and shows its answer in place of the question."""
+        confirmed = request.model_copy(update={"args": result.confirm_args})
+
+        async def on_confirm(pressed: discord.Interaction) -> None:
+            try:
+                answer = await self._runtime.run_command(confirmed)
+            except Exception:
+                log.exception(
+                    "Discord: confirmed /sonality %s failed (guild %s)",
+                    request.name,
+                    pressed.guild_id,
+                )
+                answer = CommandResult(text=INTERNAL_ERROR, ok=False, private=True)
+            try:
+                await self._deliver(pressed, request.name, answer, True)
+            except discord.HTTPException as exc:
+                _log_discord_error(
+                    f"/sonality {request.name} confirmed",
+                    exc,
+                    pressed.guild_id,
+                    pressed.channel_id,
+                )
+
+        return ConfirmView(
+            owner_id=question.user.id,
+            command=request.name,
+            question=question,
+            on_confirm=on_confirm,
+            timeout=self.confirm_timeout,
+        )
 
     async def _deliver(
         self,
@@ -773,9 +842,12 @@ class DiscordAdapter:
         name: str,
         result: CommandResult,
         deferred_ephemeral: bool,
+        *,
+        view: discord.ui.View | None = None,
     ) -> None:
         heading = f"**{result.title}**\n" if result.title else ""
-        text = heading + (result.text.strip() or "(nothing to show)")
+        shown = result.button_text if view is not None and result.button_text else result.text
+        text = heading + (shown.strip() or "(nothing to show)")
         files = [
             discord.File(io.BytesIO(f.data), filename=f.name, description=f.description or None)
             for f in result.files
@@ -792,13 +864,18 @@ class DiscordAdapter:
             await interaction.delete_original_response()
             ephemeral = True
             await interaction.followup.send(
-                first, files=files or MISSING, ephemeral=True, allowed_mentions=NO_MENTIONS
+                first,
+                files=files or MISSING,
+                ephemeral=True,
+                allowed_mentions=NO_MENTIONS,
+                view=view or MISSING,
             )
         else:
             await interaction.edit_original_response(
                 content=first,
                 attachments=files or MISSING,  # MISSING: no attachments field at all
                 allowed_mentions=NO_MENTIONS,
+                view=view or MISSING,
             )
         for chunk in rest:
             await interaction.followup.send(

@@ -130,6 +130,9 @@ _HUMAN_SUBTYPES: frozenset[str | None] = frozenset({None, "file_share", "thread_
 _AUTH_ERRORS = frozenset(
     {"invalid_auth", "not_authed", "account_inactive", "token_revoked", "token_expired"}
 )
+#: What auth.test answers once the app was uninstalled or its bot token revoked (the
+#: workspace or the bot user deleted): unlike a mistyped token, the bot was removed.
+_REVOKED_ERRORS = frozenset({"token_revoked", "account_inactive"})
 
 
 class SlackStore(Protocol):
@@ -784,11 +787,32 @@ class SlackAdapter:
             await self.app.client.auth_test()
         except SlackApiError as e:
             error = e.response.get("error", "")
+            if error in _REVOKED_ERRORS:
+                await self._revoked_while_offline(error)
+                raise StartupError(
+                    f"Slack rejected SLACK_BOT_TOKEN ({error}): the app was uninstalled or its "
+                    "token revoked; the workspace's data is deleted after "
+                    "SONALITY_DELETE_AFTER_REMOVAL_DAYS unless the app is installed again"
+                ) from e
             if error in _AUTH_ERRORS:
                 raise StartupError(f"Slack rejected SLACK_BOT_TOKEN ({error})") from e
             log.warning("Slack auth.test failed at start (%s); will retry on first event", error)
         except Exception as e:
             log.warning("Slack auth.test failed at start (%r); will retry on first event", e)
+
+    async def _revoked_while_offline(self, error: str) -> None:
+        """The single workspace's bot token was revoked while the bot was not running
+        (Slack does not resend app_uninstalled or tokens_revoked): the workspaces it
+        keeps data for count as removed, so the erasure countdown starts. Its team
+        cannot be asked any more; a single-workspace bot keeps data for that one team
+        only. Never raises."""
+        try:
+            for community_id in await self._runtime.known_communities(PLATFORM):
+                await self._runtime.community_removed(
+                    community_id, f"bot token {error} at start (removed while offline)"
+                )
+        except Exception:
+            log.exception("Slack: could not record the removal found at start")
 
     async def _serve_http(self, web_app: web.Application) -> None:
         runner = web.AppRunner(web_app, shutdown_timeout=0.1, access_log=None)

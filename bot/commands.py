@@ -358,20 +358,21 @@ class CommandHandlers:
 
     # ------------------------------------------------------------------ moderators
     async def _cmd_forget_me(self, request: CommandRequest) -> CommandResult:
-        """Any member, for themselves; nothing happens without `confirm` (the Discord
-        adapter shows a button that sends it)."""
+        """Any member, for themselves; nothing happens without `confirm` (typed on Slack
+        and at the terminal, a Confirm button on Discord)."""
         if not request.args or request.args[0].strip().lower() != "confirm":
+            question = (
+                "This forgets you in this community: your messages and my replies to "
+                "them, and their influence on my opinions (recomputed as if you had "
+                "never argued). Past versions keep their "
+                "opinions but show you only under a pseudonym. It cannot be undone."
+            )
             return CommandResult(
-                text=(
-                    "This forgets you in this community: your messages and my replies to "
-                    "them, and their influence on my opinions (recomputed as if you had "
-                    "never argued). Past versions keep their "
-                    "opinions but show you only under a pseudonym. It cannot be undone. "
-                    "To go ahead: `/sonality forget-me confirm` (on Discord, the confirm option "
-                    "set to True)."
-                ),
+                text=f"{question} To go ahead: `/sonality forget-me confirm`.",
                 title="Forget me?",
                 private=True,
+                confirm_args=("confirm",),
+                button_text=f"{question} Press Confirm to go ahead.",
             )
         return await self._forget(request, request.caller.id, requested_by="self", reason="")
 

@@ -13,18 +13,18 @@ delete and redact every SQLite row (the episode outbox included), closing the re
 in the same transaction. For tests, `SONALITY_TEST_KILL_AT_FORGET_STEP=<n>` kills the
 process with SIGKILL right before step n.
 
-Not done yet: semantic memories (consolidated insights, ids `insight-v…`) drawn from
-the member's messages are not deleted from Chroma; Chroma keeps deleted documents'
-bytes in its own SQLite file until it is vacuumed; the conversation buffer's in-memory
-cache (if any) is not cleared.
+The member's consolidated insights (semantic memories, ids `insight-v…`) are found by
+their text, which the audit trail records with the message they were drawn from; an
+insight whose audit row the audit retention already deleted is no longer traceable.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 
 from sonality.agent import SonalityAgent
@@ -78,8 +78,10 @@ async def finish_forget(
             version = state.version
         await db.set_forget_version(request.id, version)
     _step(3)
-    # Chroma first: the interactions rows, which hold the episode ids, go in erase_member.
+    # Chroma first: the interactions rows, which hold the episode ids, and the audit
+    # rows, which hold the insights drawn from the member's messages, go in erase_member.
     ids = await db.member_interaction_ids(request.community_id, member)
+    ids += await _semantic_ids(agent, words)
     await agent.forget_episodes(member, ids)
     await db.erase_member(request, words, datetime.now(UTC))
     log.info(
@@ -90,6 +92,16 @@ async def finish_forget(
         extra={"community": request.community_id},
     )
     return request.model_copy(update={"version": version, "member_id": None})
+
+
+async def _semantic_ids(agent: SonalityAgent, words: Sequence[str]) -> list[str]:
+    """The consolidated insights (semantic memories) drawn from the member's messages:
+    those whose text is one the audit trail recorded for them (`member_words`)."""
+    find = getattr(agent.episodes, "semantic_ids", None)
+    if not callable(find) or not words:
+        return []
+    found = await asyncio.to_thread(find, list(words))
+    return [str(i) for i in found]
 
 
 async def reapply_after_rollback(

@@ -56,6 +56,12 @@ class ChatRuntime(Protocol):
         """The bot is in a community (again): a pending erasure is cancelled."""
         ...
 
+    async def known_communities(self, platform: str) -> list[str]:
+        """Ids of the platform's communities the bot keeps data for and has not been
+        removed from; an adapter compares them with the platform's own list at connect
+        to notice a removal that happened while the bot was offline."""
+        ...
+
 
 class Adapter(Protocol):
     """A platform connection started by `python -m bot`."""

@@ -97,6 +97,11 @@ class CommandResult(BaseModel):
     private: bool = False
     title: str = ""
     files: tuple[Attachment, ...] = ()
+    # A question to confirm: running the same command with `confirm_args` goes ahead.
+    # An adapter with buttons shows `button_text` with Confirm and Cancel instead of
+    # `text`, which says how to type the confirmation.
+    confirm_args: tuple[str, ...] = ()
+    button_text: str = ""
 
 
 # What people see when something goes wrong, the same wording on every platform.

@@ -248,6 +248,14 @@ class Runtime:
         """The bot is (again) in the community; cancels a pending erasure."""
         await self.removals.added_back(community_id)
 
+    async def known_communities(self, platform: str) -> list[str]:
+        prefix = f"{platform}:"
+        return [
+            cid
+            for cid in await self.db.community_ids()
+            if cid.startswith(prefix) and not self.removals.is_removed(cid)
+        ]
+
     def _forget_caches(self, community_id: str) -> None:
         self.last_message_at.pop(community_id, None)
         self._touched.pop(community_id, None)

@@ -31,7 +31,7 @@ from chromadb.api.types import Documents, EmbeddingFunction, Embeddings, Where
 from chromadb.errors import NotFoundError
 
 from chroma_memory.embedding import default_embedding_function
-from chroma_memory.shared_chroma import ChromaHandle, SharedChroma
+from chroma_memory.shared_chroma import ChromaHandle, SharedChroma, vacuum
 from sonality.memory.episodes import (
     EPISODIC_N,
     MIN_RELEVANCE,
@@ -239,15 +239,50 @@ class EpisodeStore(SeedStoreMethods):
                 self._upsert(self._episodic(), episodic)
 
     def delete(self, ids: Sequence[str]) -> None:
-        """Delete by id from both collections (forget-me); ids not stored are ignored,
-        so a forget-me re-run after a crash deletes nothing twice."""
+        """Delete by id from both collections and from Chroma's files (forget-me); ids
+        not stored are ignored, so a forget-me re-run after a crash deletes nothing twice.
+
+        Why more than ``collection.delete``: Chroma keeps every write in its own log
+        table (``embeddings_queue``, the document and metadata included) until the
+        collection's HNSW index is saved, which happens every ``sync_threshold`` (1,000)
+        writes, and its SQLite leaves deleted rows' bytes in free pages. Seen in a test:
+        the forgotten member's word was still in ``chroma.sqlite3`` after the delete.
+        So the collections' ``sync_threshold`` is set to 1 for one reopen of the client
+        (Chroma reads it only when it loads an index; loading it then saves it, and
+        Chroma purges the log up to that point), set back, and the file is rebuilt with
+        Chroma's ``chroma vacuum``.
+        """
         if not ids:
             return
+        thresholds: dict[str, int] = {}
         with self.chroma.use():
-            self._episodic().delete(ids=list(ids))
-            semantic = self._semantic(create=False)
-            if semantic is not None:
-                semantic.delete(ids=list(ids))
+            for collection in (self._episodic(), self._semantic(create=False)):
+                if collection is None:
+                    continue
+                collection.delete(ids=list(ids))
+                hnsw = collection.configuration_json.get("hnsw") or {}
+                thresholds[collection.name] = int(hnsw.get("sync_threshold") or 1000)
+                collection.modify(configuration={"hnsw": {"sync_threshold": 1}})
+        if isinstance(self.chroma, SharedChroma):
+            self._purge_files(self.chroma, thresholds)
+        else:  # a Chroma server's files are its operator's to vacuum (README)
+            self._restore_thresholds(thresholds)
+
+    def _purge_files(self, chroma: SharedChroma, thresholds: dict[str, int]) -> None:
+        """Reopen (the index loads, is saved, and Chroma purges its log), then rebuild
+        the SQLite file so deleted rows leave no bytes in free pages."""
+        chroma.reopen_now()
+        self._restore_thresholds(thresholds)
+        vacuum(chroma.persist_dir)
+
+    def _restore_thresholds(self, thresholds: dict[str, int]) -> None:
+        with self.chroma.use():
+            for name, threshold in thresholds.items():
+                collection = self.chroma.collection(name, create=False, opener=self._open)
+                if collection is None:
+                    continue
+                collection.count()  # loads the index: saved, and the log purged
+                collection.modify(configuration={"hnsw": {"sync_threshold": threshold}})
 
     def _upsert(self, collection: Collection, episodes: Sequence[Episode]) -> None:
         upsert(collection, with_vectors(episodes, self._embed))
@@ -258,6 +293,22 @@ class EpisodeStore(SeedStoreMethods):
         with self.chroma.use():
             semantic = self._semantic(create=False)
             return self._episodic().count() + (semantic.count() if semantic is not None else 0)
+
+    def semantic_ids(self, documents: Sequence[str]) -> list[str]:
+        """Ids of the semantic memories (consolidated insights) whose text is one of
+        `documents`. Why by text: an insight is consolidated as it was extracted, and
+        the audit trail records which member's message it was drawn from, so a
+        forget-me finds the member's insights this way (the collection is small)."""
+        wanted = set(documents)
+        if not wanted:
+            return []
+        with self.chroma.use():
+            semantic = self._semantic(create=False)
+            if semantic is None:
+                return []
+            got = semantic.get(include=["documents"])
+        texts = got.get("documents") or []
+        return sorted(i for i, text in zip(got["ids"], texts, strict=True) if text in wanted)
 
     def stored(self, ids: Sequence[str]) -> list[dict[str, Any]]:
         """The episodes with these ids exactly as Chroma holds them (document and

@@ -89,6 +89,9 @@ class MemoryService:
     def delete(self, community_id: str, ids: Sequence[str]) -> None:
         self._store(community_id).delete(ids)
 
+    def semantic_ids(self, community_id: str, documents: Sequence[str]) -> list[str]:
+        return self._store(community_id).semantic_ids(documents)
+
     def retrieve_typed(
         self,
         community_id: str,
@@ -317,6 +320,13 @@ class RemoteEpisodeStore:
     def delete(self, ids: Sequence[str]) -> None:
         wanted = list(ids)
         self._host.call(lambda service: service.delete(self._community_id, wanted))
+
+    def semantic_ids(self, documents: Sequence[str]) -> list[str]:
+        texts = list(documents)
+        found: list[str] = self._host.call(
+            lambda service: service.semantic_ids(self._community_id, texts)
+        )
+        return found
 
     def retrieve_typed(
         self,

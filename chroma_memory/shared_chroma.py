@@ -135,7 +135,8 @@ class SharedChroma:
 
     def drop(self, names: Sequence[str]) -> int:
         """Delete these collections and forget their handles (a community the bot was
-        removed from); returns how many existed. Missing ones are fine: a community's
+        removed from), then rebuild Chroma's SQLite file (`vacuum`); returns how many
+        existed. Missing ones are fine: a community's
         semantic collection is only made on its first insight."""
         dropped = 0
         with self.use():
@@ -147,6 +148,9 @@ class SharedChroma:
                 except (NotFoundError, ValueError):
                     continue
                 dropped += 1
+        if dropped:
+            # Chroma's SQLite keeps the dropped documents' text in free pages.
+            vacuum(self.persist_dir)
         return dropped
 
     def reopen_now(self) -> None:
@@ -189,3 +193,33 @@ def _return_free_heap() -> None:
     except (OSError, AttributeError):
         return
     trim(0)
+
+
+def vacuum(persist_dir: Path, *, timeout_seconds: int = 60) -> None:
+    """Rebuild Chroma's SQLite file with Chroma's own ``chroma vacuum`` command.
+
+    Why: Chroma's SQLite does not overwrite deleted rows, so a deleted memory's text
+    stays in the file's free pages until the file is rebuilt. The command runs in a
+    child process because it prints to the process's standard output (the terminal
+    community's screen); it waits up to ``timeout_seconds`` for Chroma's write lock.
+    Raises RuntimeError if it fails, so a forget-me is retried rather than reported done.
+    """
+    import subprocess
+    import sys
+
+    command = [
+        sys.executable,
+        "-c",
+        "import sys, chromadb_rust_bindings; chromadb_rust_bindings.cli(sys.argv[1:])",
+        "chroma",
+        "vacuum",
+        "--path",
+        str(persist_dir),
+        "--force",
+        "--timeout",
+        str(timeout_seconds),
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_seconds + 60)
+    if done.returncode != 0 or "Vacuum complete" not in done.stdout:
+        detail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise RuntimeError(f"chroma vacuum of {persist_dir} failed: {detail[0]}")

@@ -32,7 +32,19 @@ log = logging.getLogger(__name__)
 # The tool answer is a few short fields; this leaves ample room without inviting essays.
 ESS_MAX_TOKENS = 1024
 MAX_TOPICS = 3
-SUMMARY_FALLBACK_CHARS = 120
+
+
+def fallback_summary(user_message: str) -> str:
+    """The summary of a message the model gave none for (no rating, or an empty one).
+
+    Why it never quotes the message: summaries outlive the message's text (Chroma keeps
+    them as the episode's document, the audit trail and evidence log keep them), and
+    they are shared with every later prompt that recalls the episode, so a quote would
+    keep the member's words past the retention and out of reach of a forget-me's
+    redaction. The seed's default (the first 120 characters) did exactly that.
+    """
+    words = len(user_message.split())
+    return f"A message of {words} word{'' if words == 1 else 's'} that could not be summarised."
 
 
 class ReasoningType(StrEnum):
@@ -170,7 +182,8 @@ def safe_default_ess(user_message: str) -> ESSResult:
 
     Why these values: a score of 0.0 with a neutral direction can never pass the update
     threshold, so a failed classification leaves the personality untouched, while the
-    summary still lets the episode be stored and found later.
+    summary (which does not quote the member, see `fallback_summary`) still lets the
+    episode be stored.
     """
     return ESSResult(
         score=0.0,
@@ -179,7 +192,7 @@ def safe_default_ess(user_message: str) -> ESSResult:
         internal_consistency=False,
         novelty=0.0,
         topics=(),
-        summary=user_message[:SUMMARY_FALLBACK_CHARS],
+        summary=fallback_summary(user_message),
         opinion_direction=OpinionDirection.NEUTRAL,
         used_defaults=True,
     )
@@ -195,7 +208,7 @@ def _describe_errors(error: ValidationError) -> str:
 
 
 def _to_result(data: _ToolInput, user_message: str) -> ESSResult:
-    summary = " ".join(data.summary.split()) or user_message[:SUMMARY_FALLBACK_CHARS]
+    summary = " ".join(data.summary.split()) or fallback_summary(user_message)
     return ESSResult(
         score=data.score,
         reasoning_type=data.reasoning_type,

@@ -92,8 +92,9 @@ class Episode(BaseModel):
     (tests/memory/test_retrieval_space.py), insights have nothing else, and a vector of
     the raw words would outlive them once retention deletes the message (embeddings can
     be partly inverted), whereas the summary is kept with its vector anyway. (When
-    classification fails, the summary is the message's first words, and so is the
-    vector.) The price is one more embedding per message, in the background.
+    classification fails, the summary says only that, `sonality.ess.fallback_summary`;
+    releases before 2026-11-24 used the message's first words.) The price is one more
+    embedding per message, in the background.
     """
 
     model_config = ConfigDict(frozen=True)

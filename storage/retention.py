@@ -16,9 +16,10 @@ not by how much a community ever said:
 * ``episode_outbox`` rows are work still to do and are kept, but the member's message
   and the reply inside an unwritten episode are erased after the message retention
   (Chroma only ever gets the ESS summary).
-* A summary that quotes the member: when a message could not be rated, its ESS
-  summary is the message's first words (`sonality.ess.safe_default_ess`). In the
-  "ess" audit events and the evidence log that summary is erased with the message.
+* A summary that quotes the member: releases before 2026-11-24 gave a message that
+  could not be rated the message's first words as its ESS summary (today's fallback,
+  `sonality.ess.fallback_summary`, quotes nothing). In the "ess" audit events and the
+  evidence log such a summary is erased with the message.
 * ``audit_events``, ``moderator_actions`` and ``usage_daily`` (token usage per day):
   deleted after the **audit retention** (``SONALITY_AUDIT_RETENTION_DAYS``). The
   personality's history keeps each version's cause, change and actor for good.
@@ -64,7 +65,7 @@ class RetentionReport(BaseModel):
     texts_erased: int = 0  # finished interactions whose message and reply were erased
     conversation_turns: int = 0
     episode_texts_erased: int = 0  # unwritten episodes whose message and reply were erased
-    quoted_summaries_erased: int = 0  # fallback summaries (the message's first words)
+    quoted_summaries_erased: int = 0  # older fallback summaries (the message's first words)
     interactions: int = 0
     audit_events: int = 0
     moderator_actions: int = 0
@@ -80,8 +81,8 @@ class RetentionReport(BaseModel):
         return ", ".join(f"{name} {count}" for name, count in self.model_dump().items() if count)
 
 
-#: An ESS result whose summary is the fallback (`sonality.ess.safe_default_ess`): the
-#: first words of the member's message, so it is raw text and goes with the message.
+#: An ESS result whose summary is the fallback (`sonality.ess.safe_default_ess`): before
+#: 2026-11-24 the first words of the member's message, so raw text that goes with it.
 _QUOTING_SUMMARY = (
     "json_extract(payload_json, '$.used_defaults') = 1 "
     "AND json_extract(payload_json, '$.summary') != ''"

@@ -90,7 +90,7 @@ def test_result_is_frozen_with_nine_fields():
 
 
 def test_safe_defaults():
-    msg = "x" * 200
+    msg = "zebraquokka " * 20
     d = safe_default_ess(msg)
     assert d == ESSResult(
         score=0.0,
@@ -99,10 +99,20 @@ def test_safe_defaults():
         internal_consistency=False,
         novelty=0.0,
         topics=(),
-        summary="x" * 120,
+        summary="A message of 20 words that could not be summarised.",
         opinion_direction=OpinionDirection.NEUTRAL,
         used_defaults=True,
     )
+    assert "zebraquokka" not in d.summary  # the summary outlives the message: no quote
+
+
+async def test_an_empty_summary_from_the_model_does_not_quote_the_message(
+    anthropic_server: AnthropicFake, llm: AnthropicLLM
+):
+    anthropic_server.enqueue(ToolUse({**VALID, "summary": "  "}))
+    result = await classify(llm, "My secret word is zebraquokka.", "snap")
+    assert not result.used_defaults and result.score == VALID["score"]
+    assert result.summary == "A message of 5 words that could not be summarised."
 
 
 async def test_classify_valid_answer(anthropic_server: AnthropicFake, llm: AnthropicLLM):

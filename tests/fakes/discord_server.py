@@ -16,6 +16,12 @@ Facts this server relies on (checked against discord.py 2.7.1):
 - Interaction and webhook routes carry no Authorization header.
 - A MESSAGE_CREATE with "message_reference": null breaks parsing: omit the key.
 - The gateway may answer in text frames even when the client asked for zlib-stream.
+- Interactions follow Discord's response rules: the first callback must arrive within
+  3 s of the interaction (later: 404 "Unknown interaction", code 10062), only one
+  callback per interaction (a second: 400 code 40060), and the interaction token's
+  webhook (@original edits, follow-ups) works only after that callback and for 15
+  minutes. A button press (MESSAGE_COMPONENT, type 3) may also be answered by updating
+  the message it is on (callback types 6 and 7), and its @original is that message.
 """
 
 from __future__ import annotations
@@ -132,6 +138,25 @@ class FakeGuild:
     members: list[FakeUser] = field(default_factory=list)
 
 
+@dataclass
+class FakeInteraction:
+    """An interaction the fake sent, and what the bot has answered to it."""
+
+    id: int
+    token: str
+    type: int  # 2 application command, 3 message component, 4 autocomplete
+    created: float  # time.monotonic()
+    channel_id: int
+    responded: bool = False
+    #: The @original message: the response (types 4, 5), or the message a pressed
+    #: button is on (for a component interaction, from the start).
+    message: JSONDict | None = None
+
+
+#: Callback types Discord accepts for each interaction type.
+_CALLBACK_TYPES = {2: {4, 5, 9}, 3: {4, 5, 6, 7, 9}, 4: {8}}
+
+
 class FakeDiscord:
     """One fake Discord: start(), point the client at api_base / gateway_url, script it."""
 
@@ -144,6 +169,12 @@ class FakeDiscord:
         self.requests: list[RecordedRequest] = []
         self.identifies: list[JSONDict] = []
         self.messages: dict[int, JSONDict] = {}
+        #: Interactions sent, by token, and the interaction responses (ephemeral ones
+        #: included) by message id.
+        self.interactions: dict[str, FakeInteraction] = {}
+        self.interaction_messages: dict[int, JSONDict] = {}
+        self.response_deadline = 3.0  # seconds to the first callback, as on Discord
+        self.token_lifetime = 15 * 60.0
         self.close_with_4014 = False
         # The portal's "Message Content Intent" switch: a session asking for the intent
         # while it is off is closed with 4014, as Discord does.
@@ -474,10 +505,14 @@ class FakeDiscord:
         leave out an option it now requires."""
         interaction_id = self.snowflake()
         token = f"tok-{interaction_id}"
+        kind = 4 if autocomplete else 2
+        self.interactions[token] = FakeInteraction(
+            interaction_id, token, kind, time.monotonic(), channel.id
+        )
         data: JSONDict = {
             "id": str(interaction_id),
             "application_id": str(self.application_id),
-            "type": 4 if autocomplete else 2,
+            "type": kind,
             "token": token,
             "version": 1,
             "guild_id": str(guild.id),
@@ -501,6 +536,63 @@ class FakeDiscord:
                 "type": 1,
                 "options": [{"name": subcommand, "type": 1, "options": options or []}],
             },
+        }
+        await self.dispatch("INTERACTION_CREATE", data, guild_id=guild.id)
+        return interaction_id, token
+
+    @staticmethod
+    def buttons(message: JSONDict) -> dict[str, str]:
+        """label -> custom_id of the enabled buttons on a message."""
+        return {
+            str(c.get("label")): str(c.get("custom_id"))
+            for row in message.get("components") or []
+            for c in row.get("components") or []
+            if c.get("type") == 2 and not c.get("disabled") and c.get("custom_id")
+        }
+
+    async def press(
+        self,
+        *,
+        guild: FakeGuild,
+        user: FakeUser,
+        message: JSONDict,
+        label: str,
+        permissions: int = 0,
+    ) -> tuple[int, str]:
+        """Press the button `label` on an interaction response `message`: a
+        MESSAGE_COMPONENT INTERACTION_CREATE carrying the button's custom_id and the
+        message as Discord sends it. Returns (interaction id, token). Only a button the
+        message shows can be pressed."""
+        stored = self.interaction_messages.get(int(message["id"]))
+        assert stored is not None, "no such interaction response"
+        custom_id = self.buttons(stored).get(label)
+        assert custom_id is not None, f"no enabled button {label!r} on the message"
+        interaction_id = self.snowflake()
+        token = f"tok-{interaction_id}"
+        channel_id = int(stored["channel_id"])
+        channel = next(c for c in guild.channels if c.id == channel_id)
+        self.interactions[token] = FakeInteraction(
+            interaction_id, token, 3, time.monotonic(), channel_id, message=stored
+        )
+        data: JSONDict = {
+            "id": str(interaction_id),
+            "application_id": str(self.application_id),
+            "type": 3,
+            "token": token,
+            "version": 1,
+            "guild_id": str(guild.id),
+            "channel_id": str(channel_id),
+            "channel": self._channel_payload(guild, channel, 0),
+            "member": {"user": user.payload(), **_member(), "permissions": str(permissions)},
+            "app_permissions": str((1 << 53) - 1),
+            "locale": "en-US",
+            "guild_locale": "en-US",
+            "attachment_size_limit": 8 * 1024 * 1024,
+            "entitlements": [],
+            "authorizing_integration_owners": {"0": str(guild.id)},
+            "context": 0,
+            "message": stored,
+            "data": {"custom_id": custom_id, "component_type": 2},
         }
         await self.dispatch("INTERACTION_CREATE", data, guild_id=guild.id)
         return interaction_id, token
@@ -656,27 +748,95 @@ class FakeDiscord:
         if method == "PATCH" and parts[0] == "channels" and parts[2:3] == ["messages"]:
             return self._edit_message(int(parts[1]), int(parts[3]), req.json or {})
         if method == "POST" and parts[0] == "interactions" and parts[-1] == "callback":
-            if req.query.get("with_response") in ("1", "true", "True"):
-                data = (req.json or {}).get("data") or {}
-                return json_response(
-                    {
-                        "interaction": {
-                            "id": parts[1],
-                            "type": 2,
-                            "response_message_loading": (req.json or {}).get("type") == 5,
-                            "response_message_ephemeral": bool(int(data.get("flags", 0)) & 64),
-                        }
-                    }
-                )
-            return web.Response(status=204)
-        if parts[0] == "webhooks":
-            if method == "DELETE":
-                return web.Response(status=204)
-            if method in ("PATCH", "POST", "GET"):
-                return json_response(self._webhook_message(req.json or {}))
+            return self._callback(parts[1], parts[2], req)
+        if parts[0] == "webhooks" and len(parts) >= 3:
+            return self._interaction_webhook(method, parts, req)
         return json_response(
             {"message": f"fake Discord: no route {method} {path}", "code": 0}, status=404
         )
+
+    def _callback(self, interaction_id: str, token: str, req: RecordedRequest) -> web.Response:
+        """An interaction response: within the deadline, once, of a type that fits."""
+        interaction = self.interactions.get(token)
+        late = interaction is not None and (
+            time.monotonic() - interaction.created > self.response_deadline
+        )
+        if interaction is None or str(interaction.id) != interaction_id or late:
+            return json_response({"message": "Unknown interaction", "code": 10062}, status=404)
+        if interaction.responded:
+            return json_response(
+                {"message": "Interaction has already been acknowledged.", "code": 40060},
+                status=400,
+            )
+        body = req.json or {}
+        kind = body.get("type")
+        if kind not in _CALLBACK_TYPES[interaction.type]:
+            return json_response(
+                {"message": "Invalid interaction response type", "code": 50035}, status=400
+            )
+        interaction.responded = True
+        data = body.get("data") or {}
+        if kind in (4, 5):
+            flags = int(data.get("flags") or 0) | (128 if kind == 5 else 0)  # 128: loading
+            message = self._webhook_message({**data, "flags": flags})
+            message["channel_id"] = str(interaction.channel_id)
+            self.interaction_messages[int(message["id"])] = message
+            interaction.message = message
+        elif kind == 7 and interaction.message is not None:
+            self._update(interaction.message, data)
+        if req.query.get("with_response") in ("1", "true", "True"):
+            return json_response(
+                {
+                    "interaction": {
+                        "id": interaction_id,
+                        "type": interaction.type,
+                        "response_message_loading": kind == 5,
+                        "response_message_ephemeral": bool(int(data.get("flags", 0)) & 64),
+                    }
+                }
+            )
+        return web.Response(status=204)
+
+    def _interaction_webhook(
+        self, method: str, parts: list[str], req: RecordedRequest
+    ) -> web.Response:
+        """/webhooks/{application}/{token}[/messages/@original]: only for an
+        interaction already answered, while its token lives."""
+        interaction = self.interactions.get(parts[2])
+        expired = interaction is not None and (
+            time.monotonic() - interaction.created > self.token_lifetime
+        )
+        if interaction is None or expired or not interaction.responded:
+            return json_response({"message": "Unknown Webhook", "code": 10015}, status=404)
+        original = parts[3:] == ["messages", "@original"]
+        if original and interaction.message is None:
+            return json_response({"message": "Unknown Message", "code": 10008}, status=404)
+        if original and method == "DELETE":
+            assert interaction.message is not None
+            self.interaction_messages.pop(int(interaction.message["id"]), None)
+            interaction.message = None
+            return web.Response(status=204)
+        if original and method in ("PATCH", "GET"):
+            assert interaction.message is not None
+            if method == "PATCH":
+                self._update(interaction.message, req.json or {})
+            return json_response(interaction.message)
+        if method == "POST" and len(parts) == 3:  # a follow-up message
+            message = self._webhook_message(req.json or {})
+            message["channel_id"] = str(interaction.channel_id)
+            self.interaction_messages[int(message["id"])] = message
+            return json_response(message)
+        return json_response({"message": "405: Method Not Allowed", "code": 0}, status=405)
+
+    @staticmethod
+    def _update(message: JSONDict, body: JSONDict) -> None:
+        """An edit of an interaction message: the fields sent replace the old ones;
+        the loading state ends."""
+        for key in ("content", "components", "embeds"):
+            if key in body:
+                message[key] = body[key] if body[key] is not None else []
+        message["flags"] = int(message.get("flags") or 0) & ~128
+        message["edited_timestamp"] = _now_iso()
 
     def _edit_message(self, channel_id: int, message_id: int, body: JSONDict) -> web.Response:
         """PATCH a message: Discord's per-channel edit limit, then its checks."""
@@ -774,5 +934,6 @@ class FakeDiscord:
             "pinned": False,
             "type": 20,
             "flags": int(body.get("flags") or 0),
+            "components": list(body.get("components") or []),
             "webhook_id": str(self.application_id),
         }

@@ -49,6 +49,8 @@ class RecordingRuntime:
         # (community id, reason) per removal; community ids the bot was (re)added to.
         self.removed: list[tuple[str, str]] = []
         self.added: list[str] = []
+        #: Community ids the runtime says it keeps data for (`known_communities`).
+        self.known: list[str] = []
 
     async def handle(
         self, message: IncomingMessage, on_text: TextSink | None = None
@@ -77,6 +79,10 @@ class RecordingRuntime:
 
     async def community_added(self, community_id: str) -> None:
         self.added.append(community_id)
+
+    async def known_communities(self, platform: str) -> list[str]:
+        removed = {cid for cid, _ in self.removed}
+        return [c for c in self.known if c.startswith(f"{platform}:") and c not in removed]
 
     async def complete(
         self, community: Community, kind: Literal["version", "topic"], prefix: str

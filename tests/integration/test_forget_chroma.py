@@ -6,9 +6,9 @@ The harness of test_forget_core.py (real agent, real SQLite, scripted LLM), with
 real Chroma store (chroma_memory.EpisodeStore) and the real embedding model of the
 memory tests instead of the recording memory.
 
-Checked through the Chroma client (ids and documents), not by scanning the Chroma
-directory's bytes: Chroma keeps a deleted document's bytes in its own chroma.sqlite3
-(seen: the member's token is still in the file after the delete) until it is vacuumed.
+Checked through the Chroma client (ids and documents) and in the bytes of every file
+under the Chroma directory: Chroma's own log table and SQLite free pages kept a deleted
+document's text until `EpisodeStore.delete` learned to purge and vacuum them.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from sonality.memory.episodes import Episode
 from storage import Database
 from tests.engine import test_replay as harness
 from tests.engine.test_replay import ALICE, BOB, ScriptedLLM, script
+from tests.integration.forget_scenario import files_holding
 from tests.integration.test_forget_core import TOKEN, run, with_token
 from tests.memory import conftest as memory
 
@@ -69,7 +70,9 @@ def documents(episodes: EpisodeStore) -> list[str]:
 
 
 async def test_forget_me_deletes_the_members_episodes_from_chroma(
-    chroma_agent: tuple[SonalityAgent, ScriptedLLM, EpisodeStore], db: Database
+    chroma_agent: tuple[SonalityAgent, ScriptedLLM, EpisodeStore],
+    db: Database,
+    persist_dir: Path,
 ) -> None:
     agent, llm, episodes = chroma_agent
     await run(agent, llm, with_token(script(4, 40)))
@@ -79,6 +82,7 @@ async def test_forget_me_deletes_the_members_episodes_from_chroma(
     assert alice_ids and bob_ids
     assert len(episodes.stored(alice_ids)) == len(alice_ids)  # written before the forget
     assert any(TOKEN in d for d in documents(episodes))
+    assert files_holding([persist_dir], [TOKEN])  # the scan below can fail
     # One of Alice's episodes still waiting for the write-behind writer (as after a
     # restart, when the outbox's unwritten episodes are queued) must not land afterwards.
     episodes.delete(alice_ids[:1])
@@ -101,9 +105,46 @@ async def test_forget_me_deletes_the_members_episodes_from_chroma(
 
     assert episodes.stored(alice_ids) == []
     assert not any(TOKEN in d for d in documents(episodes))
+    assert files_holding([persist_dir], [TOKEN]) == []
     assert all(e.id not in set(alice_ids) for e in memory.unwritten)
     # Every other member's episode is still there.
     assert sorted(s["id"] for s in episodes.stored(bob_ids)) == sorted(bob_ids)
     # Deleting again (a forget-me resumed after a crash) is a no-op.
     episodes.delete(alice_ids)
     assert sorted(s["id"] for s in episodes.stored(bob_ids)) == sorted(bob_ids)
+
+
+def semantic_documents(episodes: EpisodeStore) -> list[str]:
+    with episodes.chroma.use():
+        semantic = episodes._semantic(create=False)
+        if semantic is None:
+            return []
+        got = semantic.get(include=["documents"])
+    return [d or "" for d in got.get("documents") or []]
+
+
+async def test_forget_me_deletes_the_insights_a_reflection_drew_from_the_member(
+    chroma_agent: tuple[SonalityAgent, ScriptedLLM, EpisodeStore],
+    db: Database,
+    persist_dir: Path,
+) -> None:
+    agent, llm, episodes = chroma_agent
+    for n, (speaker, answer) in enumerate(with_token(script(4, 12))):
+        if answer is None:
+            continue
+        llm.ess.append(answer)
+        who = "Alice" if speaker is ALICE else "Someone else"
+        llm.insight = f"{who} made me weigh evidence ({TOKEN if speaker is ALICE else n})."
+        await agent.respond(f"message {n}", speaker=speaker)
+        await agent.drain()
+    # A reflection consolidates the pending insights into semantic memories.
+    await agent.reflect_now("moderator", actor="mod")
+    await agent.flush_episodes()
+    before = semantic_documents(episodes)
+    assert any(TOKEN in d for d in before) and any(TOKEN not in d for d in before)
+
+    await forget_member(db, agent, COMMUNITY, ALICE.id, requested_by="self")
+
+    after = semantic_documents(episodes)
+    assert after == [d for d in before if TOKEN not in d]  # the others' insights stay
+    assert files_holding([persist_dir], [TOKEN]) == []

@@ -10,8 +10,6 @@ reflections at the same points in both communities).
 
 from __future__ import annotations
 
-import math
-from pathlib import Path
 from typing import Any
 
 from bot.commands import diff_states
@@ -21,14 +19,13 @@ from sonality.store import Speaker
 from storage import Database
 from tests.engine import test_replay as harness
 from tests.engine.test_replay import ALICE, BOB, TOPICS, ScriptedLLM, script
+from tests.integration.forget_scenario import TOKEN, assert_same_opinions_rebased, file_bytes
 
 # The harness's fixtures, used here by name.
 agents = harness.agents
 db = harness.db
 no_automatic_reflection = harness.no_automatic_reflection
 seed_tunables = harness.seed_tunables
-
-TOKEN = "zebraquokka42"
 
 
 def with_token(steps: list[tuple[Speaker, dict[str, Any] | None]]) -> list[tuple[Speaker, Any]]:
@@ -50,15 +47,6 @@ async def run(agent: SonalityAgent, llm: ScriptedLLM, steps: list[tuple[Speaker,
         words = f"{TOKEN} message {n}" if speaker is ALICE else f"message {n}"
         await agent.respond(words, speaker=speaker)
         await agent.drain()
-
-
-def file_bytes(path: Path) -> bytes:
-    data = path.read_bytes()
-    for suffix in ("-wal", "-journal"):
-        extra = path.with_name(path.name + suffix)
-        if extra.exists():
-            data += extra.read_bytes()
-    return data
 
 
 async def test_forget_me_removes_the_member_and_their_influence(agents, db: Database, tmp_path):
@@ -96,28 +84,6 @@ async def test_forget_me_removes_the_member_and_their_influence(agents, db: Data
     await db.close()
     raw = file_bytes(db.path)
     assert TOKEN.encode() not in raw and ALICE.id.encode() not in raw
-
-
-def assert_same_opinions_rebased(mine, fresh) -> None:
-    """Opinions and confidences equal within 1e-9 (interaction counts differ by the
-    rebase, so gaps are compared relative to the count)."""
-    assert set(mine.opinion_vectors) == set(fresh.opinion_vectors)
-    offset = mine.interaction_count - fresh.interaction_count
-    for topic, value in fresh.opinion_vectors.items():
-        assert math.isclose(mine.opinion_vectors[topic], value, rel_tol=0, abs_tol=1e-9)
-        a, b = mine.belief_meta[topic], fresh.belief_meta[topic]
-        assert math.isclose(a.confidence, b.confidence, rel_tol=0, abs_tol=1e-9)
-        assert (a.evidence_count, a.last_reinforced - offset) == (
-            b.evidence_count,
-            b.last_reinforced,
-        )
-    assert [
-        (u.topic, round(u.signed_magnitude, 12), u.due_interaction - offset)
-        for u in mine.staged_opinion_updates
-    ] == [
-        (u.topic, round(u.signed_magnitude, 12), u.due_interaction)
-        for u in fresh.staged_opinion_updates
-    ]
 
 
 async def test_a_rollback_to_before_the_forget_me_does_not_bring_the_influence_back(

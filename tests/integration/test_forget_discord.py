@@ -1,24 +1,40 @@
 """Forget-me and forget-user through real discord.py against the loopback Discord.
 
-Why: the engine and storage side of forgetting is proven in test_forget_core.py; this
-checks that a Discord member can reach it (the subcommands, their options, a private
-answer) and that what the member asked to be forgotten is gone afterwards, as the
-member's own export shows.
+Why: the engine and storage side of forgetting is proven in test_forget_core.py (and on
+every platform in test_forget_acceptance.py); this checks how a Discord member reaches
+it: a private question with Confirm and Cancel buttons, where only the member who asked
+can press, a press runs it once, Cancel and an expired question change nothing. The
+loopback Discord delivers button presses (MESSAGE_COMPONENT interactions) and holds the
+bot to Discord's interaction rules (first response within 3 s, only one), which the
+last test checks on the fake itself.
 """
 
 from __future__ import annotations
 
 import json
+import time
+from typing import Any
 
+import aiohttp
+
+from adapters.discord_confirm import CANCELLED, NOT_YOURS, expired_text
 from tests.fakes.discord_fixtures import is_ephemeral
-from tests.integration.test_discord_e2e import World, mention, slash, world  # noqa: F401
+from tests.fakes.discord_server import FakeInteraction, FakeUser, RecordedRequest
+from tests.integration.test_discord_e2e import (  # noqa: F401 (fixture "world")
+    WAIT,
+    World,
+    mention,
+    settle,
+    slash,
+    world,
+)
 
 TOKEN = "zebracrossing71"
 ARGUMENT = f"A 2023 meta-analysis of 40 trials ({TOKEN}) shows remote work raises output."
 
 
-async def test_forget_me_asks_first_then_forgets_the_member(world: World) -> None:  # noqa: F811
-    world.anthropic.brain.ess_rule(
+def _rate(stack: World) -> None:
+    stack.anthropic.brain.ess_rule(
         contains=TOKEN,
         score=0.8,
         reasoning_type="empirical_data",
@@ -26,27 +42,87 @@ async def test_forget_me_asks_first_then_forgets_the_member(world: World) -> Non
         direction="supports",
         summary="The sender cites a meta-analysis in favour of remote work.",
     )
+
+
+async def _export(stack: World) -> bytes:
+    _, answer = await slash(stack, stack.guild_a, "my-data")
+    [(_, data)] = answer.files
+    return data
+
+
+async def _ask(stack: World) -> tuple[dict[str, Any], str]:
+    """/sonality forget-me: the question as the fake holds it (content, buttons), and
+    the interaction's token."""
+    callback, _ = await slash(stack, stack.guild_a, "forget-me")
+    assert is_ephemeral(callback)
+    token = callback.path.split("/")[3]
+    message = stack.fake.interactions[token].message
+    assert message is not None
+    return message, token
+
+
+async def _press(
+    stack: World, message: dict[str, Any], label: str, user: FakeUser | None = None
+) -> tuple[RecordedRequest, str]:
+    """Press a button; returns the bot's callback to the press and the press's token."""
+    iid, token = await stack.fake.press(
+        guild=stack.guild_a, user=user or stack.member, message=message, label=label
+    )
+    [callback] = await stack.fake.wait_for(
+        lambda r: r.method == "POST" and r.path == f"/interactions/{iid}/{token}/callback",
+        seconds=WAIT,
+    )
+    return callback, token
+
+
+async def test_forget_me_asks_with_buttons_and_forgets_on_confirm(world: World) -> None:  # noqa: F811
+    _rate(world)
     await mention(world, world.guild_a, ARGUMENT)
 
-    callback, patch = await slash(world, world.guild_a, "forget-me")
-    assert is_ephemeral(callback)
-    assert "forget-me confirm" in patch.json["content"] or "confirm" in patch.json["content"]
-    _, before = await slash(world, world.guild_a, "my-data")
-    [(_, data)] = before.files
-    assert TOKEN.encode() in data  # nothing was forgotten without confirmation
+    question, _ = await _ask(world)
+    assert "Press Confirm" in question["content"]
+    assert set(world.fake.buttons(question)) == {"Confirm", "Cancel"}
+    assert TOKEN.encode() in await _export(world)  # nothing forgotten by asking
 
-    callback, patch = await slash(
-        world,
-        world.guild_a,
-        "forget-me",
-        options=[{"name": "confirm", "type": 5, "value": True}],
+    # Another member's press is refused privately and changes nothing.
+    refused, _ = await _press(world, question, "Confirm", user=world.moderator)
+    assert refused.json["type"] == 4 and refused.json["data"]["content"] == NOT_YOURS
+    assert is_ephemeral(refused)
+    assert set(world.fake.buttons(question)) == {"Confirm", "Cancel"}
+
+    pressed, token = await _press(world, question, "Confirm")
+    assert pressed.json["type"] == 7  # the question is replaced at once…
+    assert pressed.json["data"]["components"] == []
+    original = f"/webhooks/{world.fake.application_id}/{token}/messages/@original"
+    [done] = await world.fake.wait_for(
+        lambda r: r.method == "PATCH" and r.path == original, seconds=WAIT
     )
-    assert is_ephemeral(callback)
-    _, after = await slash(world, world.guild_a, "my-data")
-    [(_, data)] = after.files
-    export = json.loads(data)
-    assert TOKEN.encode() not in data
-    assert export["messages"] == []
+    await settle(world)
+    assert "Forgotten" in done.json["content"]  # …then answered when the forget is done
+    assert "Forgotten" in question["content"] and world.fake.buttons(question) == {}
+    data = await _export(world)
+    assert TOKEN.encode() not in data and json.loads(data)["messages"] == []
+
+
+async def test_cancel_and_expiry_forget_nothing(world: World) -> None:  # noqa: F811
+    _rate(world)
+    await mention(world, world.guild_a, ARGUMENT)
+
+    question, _ = await _ask(world)
+    cancelled, _ = await _press(world, question, "Cancel")
+    assert cancelled.json["type"] == 7 and cancelled.json["data"]["content"] == CANCELLED
+    assert world.fake.buttons(question) == {}
+
+    world.adapter.confirm_timeout = 0.3
+    question, token = await _ask(world)
+    original = f"/webhooks/{world.fake.application_id}/{token}/messages/@original"
+    # The question's own edit, then the expiry notice.
+    await world.fake.wait_for(
+        lambda r: r.method == "PATCH" and r.path == original, count=2, seconds=WAIT
+    )
+    assert world.fake.buttons(question) == {}
+    assert question["content"] == expired_text("forget-me")
+    assert TOKEN.encode() in await _export(world)
 
 
 async def test_forget_user_is_refused_to_a_member(world: World) -> None:  # noqa: F811
@@ -61,3 +137,37 @@ async def test_forget_user_is_refused_to_a_member(world: World) -> None:  # noqa
     )
     assert is_ephemeral(callback)
     assert "Only moderators" in patch.json["content"]
+
+
+async def test_the_fake_holds_the_bot_to_discords_interaction_rules(
+    world: World,  # noqa: F811
+) -> None:
+    """One response per interaction, the first within 3 s, a type that fits the
+    interaction, and the interaction's webhook only once it is answered. Checked on
+    interactions the bot never sees, answered by hand."""
+    fake = world.fake
+    channel = world.guild_b.channels[0].id
+
+    def interaction(token: str, kind: int = 2, age: float = 0.0) -> str:
+        iid = fake.snowflake()
+        fake.interactions[token] = FakeInteraction(
+            iid, token, kind, time.monotonic() - age, channel
+        )
+        return f"{fake.api_base}/interactions/{iid}/{token}/callback"
+
+    async with aiohttp.ClientSession() as http:
+        first = interaction("tok-rules-1")
+        edit = f"{fake.api_base}/webhooks/{fake.application_id}/tok-rules-1/messages/@original"
+        early = await http.patch(edit, json={"content": "too soon"})
+        assert early.status == 404 and (await early.json())["code"] == 10015
+        assert (await http.post(first, json={"type": 5, "data": {"flags": 64}})).status == 204
+        again = await http.post(first, json={"type": 4, "data": {"content": "x"}})
+        assert again.status == 400 and (await again.json())["code"] == 40060
+        edited = await http.patch(edit, json={"content": "done"})
+        assert edited.status == 200 and (await edited.json())["content"] == "done"
+
+        late = await http.post(interaction("tok-rules-2", age=3.5), json={"type": 5})
+        assert late.status == 404 and (await late.json())["code"] == 10062
+        # Updating "the message" (7) answers only a button press.
+        wrong = await http.post(interaction("tok-rules-3"), json={"type": 7, "data": {}})
+        assert wrong.status == 400

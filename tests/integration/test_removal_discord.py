@@ -17,8 +17,15 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from bot.app import open_runtime
 from bot.messages import Community, IncomingMessage, User
 from bot.scheduler import ReflectionScheduler
+from providers.anthropic import AnthropicLLM
+from tests.fakes.anthropic_server import AnthropicFake
+from tests.fakes.discord_fixtures import running
+from tests.fakes.discord_server import FakeDiscord, FakeUser
+from tests.integration.conftest import make_settings
+from tests.integration.forget_scenario import files_holding
 from tests.integration.test_discord_e2e import (  # noqa: F401
     TOPIC,
     World,
@@ -27,7 +34,7 @@ from tests.integration.test_discord_e2e import (  # noqa: F401
     teach_canary,
     world,
 )
-from tests.integration.test_isolation_and_commands import CANARY_TEXT
+from tests.integration.test_isolation_and_commands import CANARY, CANARY_TEXT
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -87,6 +94,9 @@ async def test_kicked_then_invited_back_before_the_deadline_keeps_everything(
     await teach_canary(world)
     await mention(world, world.guild_b, "hello from B")
     db_path = world.runtime.db.path
+    await world.agent(world.guild_a).flush_episodes()
+    summary = str(CANARY["summary"])
+    assert files_holding([db_path.parent / "chromadb"], [summary])  # the scan can fail
     before = rows_of(db_path, gone)
     assert before["personality_versions"] == 5
 
@@ -112,6 +122,9 @@ async def test_kicked_and_back_after_the_deadline_starts_from_the_seed(world: Wo
     await teach_canary(world)
     await mention(world, world.guild_b, "hello from B")
     db_path = world.runtime.db.path
+    await world.agent(world.guild_a).flush_episodes()
+    summary = str(CANARY["summary"])
+    assert files_holding([db_path.parent / "chromadb"], [summary])  # the scan can fail
     kept = rows_of(db_path, world.community(world.guild_b))
     memories_b = world.agent(world.guild_b).episodes
     assert world.agent(world.guild_a).episodes.count() > 0
@@ -130,8 +143,9 @@ async def test_kicked_and_back_after_the_deadline_starts_from_the_seed(world: Wo
     assert await asyncio.to_thread(memory.drop_community, gone) == 0
     assert memories_b.count() > 0
     assert rows_of(db_path, world.community(world.guild_b)) == kept
-    data = b"".join(p.read_bytes() for p in db_path.parent.iterdir() if p.is_file())
-    assert CANARY_TEXT.encode() not in data
+    # Nothing of it in any file of the data directory, Chroma's included.
+    summary = str(CANARY["summary"])
+    assert files_holding([db_path.parent], [CANARY_TEXT, summary]) == []
 
     clock.now = T0 + timedelta(days=31)
     await world.fake.add_bot(world.guild_a)
@@ -150,3 +164,40 @@ async def test_an_outage_is_not_a_removal(world: World) -> None:
     await asyncio.sleep(0.2)
     assert not world.runtime.removals.is_removed(community)
     assert await world.runtime.db.removals() == []
+
+
+async def test_a_kick_while_the_bot_was_offline_is_noticed_at_the_next_connect(
+    tmp_path: Path, llm: AnthropicLLM, anthropic_server: AnthropicFake
+) -> None:
+    """Discord never repeats the GUILD_DELETE the bot missed; READY at the next connect
+    no longer lists the guild, and that starts the removal countdown (an outage, where
+    READY lists the guild as unavailable, does not: test_an_outage_is_not_a_removal)."""
+    member, moderator = FakeUser(9001, "alice", "Alice"), FakeUser(9002, "mod", "Mo")
+    fake = FakeDiscord()
+    kept = fake.add_guild("Kept", members=[member, moderator])
+    left = fake.add_guild("Left", members=[member, moderator])
+    await fake.start()
+    settings = make_settings(
+        tmp_path / "data",
+        DISCORD_TOKEN="test-token",
+        DISCORD_API_BASE_URL=fake.api_base,
+        DISCORD_GATEWAY_URL=fake.gateway_url,
+    )
+    try:
+        async with open_runtime(settings, llm=llm) as runtime:
+            async with running(runtime, settings) as adapter:
+                world = World(
+                    fake, runtime, adapter, anthropic_server, kept, left, member, moderator
+                )
+                await mention(world, kept, "hello")
+                await mention(world, left, "hello")
+            fake.guilds.remove(left)  # kicked while the bot was not connected
+            async with running(runtime, settings):
+                await until(lambda: runtime.removals.is_removed(World.community(left)))
+                assert not runtime.removals.is_removed(World.community(kept))
+                async with asyncio.timeout(10):  # recorded right after it goes silent
+                    while not (removals := await runtime.db.removals()):  # noqa: ASYNC110
+                        await asyncio.sleep(0.01)
+                assert [r.community_id for r in removals] == [World.community(left)]
+    finally:
+        await fake.close()

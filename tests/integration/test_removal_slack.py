@@ -13,13 +13,27 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
+import aiohttp
+import pytest
+
+from bot.app import open_runtime
+from bot.interface import StartupError
 from bot.scheduler import ReflectionScheduler
-from providers.anthropic import AnthropicLLM  # noqa: F401
+from providers.anthropic import AnthropicLLM
 from tests.fakes.anthropic_server import AnthropicFake
 from tests.fakes.slack_server import FakeSlack, app_uninstalled_event, tokens_revoked_event
 from tests.integration.test_removal_discord import Clock, rows_of
-from tests.integration.test_slack_e2e import T1, T2, TOPIC, SlackBot, bot  # noqa: F401
+from tests.integration.test_slack_e2e import (  # noqa: F401
+    T1,
+    T2,
+    TOPIC,
+    SlackBot,
+    bot,
+    slack_bot,
+    slack_settings,
+)
 from tests.slack.conftest import fake_slack, http_session  # noqa: F401
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -92,3 +106,24 @@ async def test_uninstalled_past_the_deadline_is_erased_and_starts_fresh(
     agent = await bot.agent(T1)
     assert TOPIC not in agent.sponge.opinion_vectors
     assert agent.sponge.interaction_count == 1
+
+
+async def test_a_token_revoked_while_the_bot_was_offline_starts_the_countdown(
+    tmp_path: Path,
+    llm: AnthropicLLM,
+    fake: FakeSlack,
+    http: aiohttp.ClientSession,
+) -> None:
+    """Slack never resends the app_uninstalled the bot missed; auth.test at the next
+    start answers token_revoked, and that starts the removal countdown (a mistyped
+    token, invalid_auth, only stops the start: test_misconfiguration_is_a_startup_error)."""
+    settings = slack_settings(tmp_path / "data", fake)
+    async with slack_bot(settings, llm, fake, http) as stack:
+        await stack.mention("<@UBOT> hello")
+    fake.failures["auth.test"] = "token_revoked"
+    with pytest.raises(StartupError, match="token_revoked"):
+        async with slack_bot(settings, llm, fake, http):
+            pass
+    async with open_runtime(settings, llm=llm) as runtime:
+        assert [r.community_id for r in await runtime.db.removals()] == [T1]
+        assert runtime.removals.is_removed(T1)
