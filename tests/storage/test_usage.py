@@ -13,6 +13,7 @@ from sonality.llm import Usage
 from sonality.store import UsageRecord
 from storage import DailyUsage, Database
 from storage.migrations import MIGRATIONS, migrate
+from storage.models import IntegrityViolation
 
 from .conftest import commit_of, record
 
@@ -175,6 +176,6 @@ async def test_budget_override_set_off_and_cleared(db: Database) -> None:
 
 
 async def test_a_negative_limit_is_refused_by_the_database(db: Database) -> None:
-    with pytest.raises(sqlite3.IntegrityError):
+    with pytest.raises(IntegrityViolation, match="daily_limit_usd"):
         await db.set_budget_override(CID, -1.0, set_by="x")
     assert await db.budget_override(CID) is None
