@@ -367,11 +367,19 @@ class PostgresEngine:
     async def _in_thread(self, work: Callable[[], T]) -> T:
         # Tracked so `close` lets every operation already started finish first, as the
         # SQLite engine's queue does. A cancelled caller drops only the result: the
-        # thread still commits or rolls back the whole transaction.
+        # thread still commits or rolls back the whole transaction, and the
+        # cancellation is passed on once it has, so the caller's next operation sees
+        # the outcome (as on SQLite, where it queues behind it).
         future = asyncio.get_running_loop().run_in_executor(self._threads, work)
         self._busy.add(future)
         future.add_done_callback(self._busy.discard)
-        return await asyncio.shield(future)
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            while not future.done():
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.wait({future})
+            raise
 
     async def write(self, fn: Callable[[Conn], T]) -> T:
         return await self._in_thread(lambda: self._write(fn))

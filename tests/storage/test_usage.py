@@ -15,7 +15,7 @@ from storage import DailyUsage, Database
 from storage.migrations import MIGRATIONS, migrate
 from storage.models import IntegrityViolation
 
-from .conftest import commit_of, record
+from .conftest import Backend, commit_of, record
 
 CID = "discord:1"
 
@@ -24,15 +24,15 @@ def used(purpose: str, at: datetime, model: str = "m", **tokens: int) -> UsageRe
     return UsageRecord(purpose=purpose, model=model, usage=Usage(**tokens), created_at=at)
 
 
-def _rows(path: Path) -> list[tuple[object, ...]]:
-    with sqlite3.connect(path) as conn:
-        return conn.execute(
-            "SELECT community_id, day, role, model, calls, input_tokens, output_tokens, "
-            "cache_write_tokens, cache_read_tokens FROM usage_daily ORDER BY 1, 2, 3, 4"
-        ).fetchall()
+def _rows(where: Backend | Path) -> list[tuple[object, ...]]:
+    backend = where if isinstance(where, Backend) else Backend("sqlite", where, None)
+    return backend.sql(
+        "SELECT community_id, day, role, model, calls, input_tokens, output_tokens, "
+        "cache_write_tokens, cache_read_tokens FROM usage_daily ORDER BY 1, 2, 3, 4"
+    )
 
 
-async def test_calls_on_one_day_with_one_model_share_a_row(db: Database, db_path: Path) -> None:
+async def test_calls_on_one_day_with_one_model_share_a_row(db: Database, backend: Backend) -> None:
     noon = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
     store = db.community(CID)
     await store.commit(
@@ -45,7 +45,7 @@ async def test_calls_on_one_day_with_one_model_share_a_row(db: Database, db_path
         )
     )
     await store.record_usage([used("ess", noon, input_tokens=1000)])
-    assert _rows(db_path) == [
+    assert _rows(backend) == [
         (CID, "2025-03-01", "evidence", "m", 3, 1105, 11, 7, 3),
     ]
 
