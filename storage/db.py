@@ -396,3 +396,11 @@ def _configure(conn: sqlite3.Connection, path: Path) -> None:
     # Deleted rows (erased communities, replaced Slack tokens, forgotten members) are
     # overwritten with zeros instead of lingering in free pages of the file.
     conn.execute("PRAGMA secure_delete=ON")
+
+
+async def open_database(*, url: str | None, path: Path, timezone: str | tzinfo = "UTC") -> Database:
+    """The bot's database as configured: PostgreSQL at `url` (DATABASE_URL) when one is
+    given, else the SQLite file at `path`."""
+    if url:
+        return await Database.open_url(url, timezone=timezone)
+    return await Database.open(path, timezone=timezone)

@@ -12,18 +12,18 @@ from sonality.store import SEMANTIC
 from storage import Database, VersionConflictError
 from storage.migrations import MIGRATIONS, migrate
 
-from .conftest import commit_of, episode
+from .conftest import Backend, commit_of, episode
 
 
-async def test_committed_episodes_are_pending_until_marked_written(db_path: Path) -> None:
-    db = await Database.open(db_path)
+async def test_committed_episodes_are_pending_until_marked_written(backend: Backend) -> None:
+    db = await backend.open()
     store = db.community("discord:1")
     commit = commit_of(0)
     commit.episodes.extend([episode("a"), episode("b", memory_type=SEMANTIC, ess_score=1.0)])
     await store.commit(commit)
     await db.close()
 
-    db = await Database.open(db_path)  # survives a restart
+    db = await backend.open()  # survives a restart
     store = db.community("discord:1")
     pending = await store.pending_episodes()
     assert [e.id for e in pending] == ["a", "b"]

@@ -78,10 +78,9 @@ async def test_roles_and_models_get_rows_of_their_own(db: Database) -> None:
     assert totals.by_role["reflection"] == Usage(output_tokens=9)
 
 
-async def test_days_split_at_local_midnight(tmp_path: Path) -> None:
+async def test_days_split_at_local_midnight(backend: Backend) -> None:
     """New York is UTC-5 in January: its midnight is 05:00 UTC."""
-    path = tmp_path / "ny.sqlite3"
-    db = await Database.open(path, timezone="America/New_York")
+    db = await backend.open(timezone="America/New_York")
     try:
         before = datetime(2025, 1, 2, 4, 59, tzinfo=UTC)  # 23:59 on Jan 1 in New York
         after = datetime(2025, 1, 2, 5, 1, tzinfo=UTC)  # 00:01 on Jan 2
@@ -95,7 +94,7 @@ async def test_days_split_at_local_midnight(tmp_path: Path) -> None:
         ]
     finally:
         await db.close()
-    utc = await Database.open(path)  # the same two calls fall on one UTC day
+    utc = await backend.open()  # the same two calls fall on one UTC day
     try:
         await utc.community("discord:2").record_usage(
             [used("reply", before, input_tokens=1), used("reply", after, input_tokens=2)]
