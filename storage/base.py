@@ -402,8 +402,13 @@ class PostgresEngine:
             try:
                 return self._transaction(fn, write=True)
             except psycopg.errors.OperationalError as exc:
-                if exc.sqlstate not in RETRY_SQLSTATES or attempt == MAX_WRITE_ATTEMPTS:
+                if exc.sqlstate not in RETRY_SQLSTATES:
                     raise
+                if attempt == MAX_WRITE_ATTEMPTS:
+                    raise StorageError(
+                        f"PostgreSQL at {self.where}: a write kept conflicting with "
+                        f"concurrent ones ({attempt} attempts); nothing of it was written"
+                    ) from exc
                 log.debug(
                     "write conflict (%s), attempt %d: running it again", exc.sqlstate, attempt
                 )

@@ -1,0 +1,82 @@
+"""Two `Database` objects on one database, as two bot processes would share it.
+
+On SQLite they are two connections to one file (SQLite's file lock orders them); on
+PostgreSQL two connection pools whose transactions really run at the same time, so
+these are where SERIALIZABLE and re-running a conflicting write are put to work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from sonality.llm import Usage
+from sonality.store import UsageRecord
+from storage import Database, VersionConflictError
+
+from .conftest import T0, Backend, at, commit_of, record
+
+CID = "slack:T1"
+
+
+@pytest.fixture
+async def two(backend: Backend) -> AsyncIterator[tuple[Database, Database]]:
+    first = await backend.open()
+    second = await backend.open()
+    try:
+        yield first, second
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_an_event_is_seen_once_across_both(two: tuple[Database, Database]) -> None:
+    ids = [f"Ev{n}" for n in range(25)]
+    attempts = [db.mark_event_seen("slack", e, T0, 300) for e in ids for db in two for _ in "ab"]
+    results = await asyncio.gather(*attempts)
+    assert results.count(True) == len(ids)
+    firsts = {ids[i // 4] for i, seen in enumerate(results) if seen}
+    assert firsts == set(ids)
+
+
+async def test_racing_commits_across_both_leave_one_gap_free_history(
+    two: tuple[Database, Database],
+) -> None:
+    stores = [db.community(CID) for db in two]
+    await stores[0].commit(commit_of(0))
+    for version in range(1, 6):
+        results = await asyncio.gather(
+            *(store.commit(commit_of(version)) for store in stores for _ in range(3)),
+            return_exceptions=True,
+        )
+        assert results.count(None) == 1, results
+        assert all(isinstance(r, VersionConflictError) for r in results if r is not None)
+    history = await stores[1].versions(limit=100)
+    assert [v.version for v in history] == [5, 4, 3, 2, 1, 0]
+
+
+async def test_usage_counted_from_both_at_once_adds_up(two: tuple[Database, Database]) -> None:
+    def used(n: int) -> UsageRecord:
+        return UsageRecord(
+            purpose="reply", model="m", usage=Usage(input_tokens=n), created_at=at(n % 60)
+        )
+
+    await asyncio.gather(
+        *(db.community(CID).record_usage([used(n)]) for n in range(1, 21) for db in two)
+    )
+    totals = await two[0].usage_totals(CID)
+    assert totals.calls == 40
+    assert totals.usage.input_tokens == 2 * sum(range(1, 21))
+
+
+async def test_an_interaction_recorded_by_both_is_queued_once(
+    two: tuple[Database, Database],
+) -> None:
+    rec = record("i1")
+    await asyncio.gather(*(db.community(CID).record_interaction(rec) for db in two for _ in "ab"))
+    assert [r.id for r in await two[1].community(CID).pending_interactions()] == ["i1"]
+    assert (await two[0].usage_totals(CID)).calls == 1  # the reply's usage counted once
+    when = await two[0].community_info(CID)
+    assert when is not None and when.last_activity_at == T0
