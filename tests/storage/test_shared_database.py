@@ -15,6 +15,7 @@ import pytest
 from sonality.llm import Usage
 from sonality.store import UsageRecord
 from storage import Database, VersionConflictError
+from storage.base import fetchone
 
 from .conftest import T0, Backend, at, commit_of, record
 
@@ -80,3 +81,16 @@ async def test_an_interaction_recorded_by_both_is_queued_once(
     assert (await two[0].usage_totals(CID)).calls == 1  # the reply's usage counted once
     when = await two[0].community_info(CID)
     assert when is not None and when.last_activity_at == T0
+
+
+async def test_postgres_writes_are_serializable_and_reads_a_read_only_snapshot(
+    db: Database, backend: Backend
+) -> None:
+    if not backend.postgres:
+        pytest.skip("transaction isolation levels are PostgreSQL's (SQLite has one writer)")
+    query = (
+        "SELECT current_setting('transaction_isolation'), current_setting('transaction_read_only')"
+    )
+    for _ in range(2):  # pooled connections are reused: each operation sets its own mode
+        assert await db._run_write(lambda c: fetchone(c, query)) == ("serializable", "off")
+        assert await db._run_read(lambda c: fetchone(c, query)) == ("repeatable read", "on")
