@@ -66,7 +66,7 @@ class BufferStore(SqlBase):
                 (community_id, user_id, exchange - keep_exchanges),
             )
 
-        await self._run_write(work)
+        await self._run_write(work, scope=community_id)
 
     async def recent_turns(
         self,

@@ -297,7 +297,7 @@ class CommunityStore:
             if commit.cause in ACTIVITY_CAUSES:
                 advance_time(conn, cid, "last_activity_at", now)
 
-        await self._db._run_write(work)
+        await self._db._run_write(work, scope=cid)
         self._tip = planned.tip
 
     # --- episode write-behind ---------------------------------------------------------
@@ -320,7 +320,7 @@ class CommunityStore:
                 "DELETE FROM episode_outbox WHERE community_id = ? AND episode_id = ?", params
             )
 
-        await self._db._run_write(work)
+        await self._db._run_write(work, scope=cid)
 
     async def evidence(self) -> list[EvidenceStep]:
         """The evidence log in commit order (what `sonality.replay` replays)."""
@@ -373,7 +373,7 @@ class CommunityStore:
                     conn, cid, "reply", record.model, record.reply_usage, record.created_at, tz
                 )
 
-        await self._db._run_write(work)
+        await self._db._run_write(work, scope=cid)
 
     async def pending_interactions(self) -> list[InteractionRecord]:
         """Recorded, not yet committed and not given up on; oldest (first recorded) first."""
@@ -446,7 +446,7 @@ class CommunityStore:
                 )
             return int(row[0])
 
-        return await self._db._run_write(work)
+        return await self._db._run_write(work, scope=cid)
 
     async def record_usage(self, usage: Sequence[UsageRecord]) -> None:
         cid = self.community_id
@@ -462,7 +462,7 @@ class CommunityStore:
                     conn, cid, record.purpose, record.model, record.usage, record.created_at, tz
                 )
 
-        await self._db._run_write(work)
+        await self._db._run_write(work, scope=cid)
 
     # --- audit ---------------------------------------------------------------------------
 

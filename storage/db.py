@@ -174,7 +174,7 @@ class Database(
             if name:
                 execute(conn, "UPDATE communities SET name = ? WHERE id = ?", (name, community_id))
 
-        await self._run_write(work)
+        await self._run_write(work, scope=community_id)
 
     async def communities_needing_nightly(self) -> list[str]:
         """Communities with activity after their last reflection (or never reflected).
@@ -191,7 +191,8 @@ class Database(
     async def mark_reflected(self, community_id: str, at: datetime) -> None:
         """Record a finished reflection (never moves the time backwards)."""
         await self._run_write(
-            lambda conn: advance_time(conn, community_id, "last_reflection_time", at)
+            lambda conn: advance_time(conn, community_id, "last_reflection_time", at),
+            scope=community_id,
         )
 
     async def community_ids(self) -> list[str]:
@@ -297,14 +298,15 @@ class Database(
                 params,
             )
 
-        await self._run_write(work)
+        await self._run_write(work, scope=community_id)
 
     async def clear_budget_override(self, community_id: str) -> None:
         """Make the community follow the default limit again."""
         await self._run_write(
             lambda conn: execute(
                 conn, "DELETE FROM community_budgets WHERE community_id = ?", (community_id,)
-            )
+            ),
+            scope=community_id,
         )
 
     # --- moderator actions ---------------------------------------------------------------
@@ -349,7 +351,7 @@ class Database(
                 params,
             )
 
-        await self._run_write(work)
+        await self._run_write(work, scope=community_id)
 
     async def moderator_actions(self, community_id: str, limit: int = 20) -> list[ModeratorAction]:
         """Newest first."""

@@ -125,7 +125,7 @@ class ForgetStore(SqlBase):
             assert found is not None
             return _request(found)
 
-        return await self._run_write(work)
+        return await self._run_write(work, scope=community_id)
 
     async def open_forgets(self) -> list[ForgetRequest]:
         """Unfinished requests, oldest first (finished on start)."""
@@ -285,6 +285,6 @@ class ForgetStore(SqlBase):
             )
             return changed
 
-        changed = await self._run_write(work)
+        changed = await self._run_write(work, scope=cid)
         await self._scrub_deleted(FORGET_TABLES, rebuild=True)
         return changed

@@ -161,7 +161,7 @@ class PlatformStore(SqlBase):
                 (platform, event_id, now, expires),
             )
 
-        return await self._run_write(work) == 1
+        return await self._run_write(work, scope=f"event:{platform}:{event_id}") == 1
 
     # --- installations -----------------------------------------------------------------
 

@@ -160,7 +160,7 @@ class RemovalStore(SqlBase):
                 community_id, datetime.fromisoformat(row[0]), datetime.fromisoformat(row[1])
             )
 
-        return await self._run_write(work)
+        return await self._run_write(work, scope=community_id)
 
     async def mark_returned(self, community_id: str, at: datetime) -> Return:
         """The bot was added back at `at`. Before the deadline the removal is cancelled
@@ -182,7 +182,7 @@ class RemovalStore(SqlBase):
             execute(conn, "DELETE FROM community_removals WHERE community_id = ?", (community_id,))
             return "kept"
 
-        outcome = await self._run_write(work)
+        outcome = await self._run_write(work, scope=community_id)
         if outcome == "erased":
             await self.truncate_wal()
         return outcome
@@ -207,7 +207,9 @@ class RemovalStore(SqlBase):
     async def erase_community(self, community_id: str, at: datetime) -> int:
         """Delete every SQLite row of `community_id` now, in one transaction; returns the
         rows deleted. Chroma and in-memory state are the caller's (bot/) to clear."""
-        deleted = await self._run_write(lambda conn: erase_in_transaction(conn, community_id, at))
+        deleted = await self._run_write(
+            lambda conn: erase_in_transaction(conn, community_id, at), scope=community_id
+        )
         await self.truncate_wal()
         return deleted
 

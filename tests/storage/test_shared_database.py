@@ -8,6 +8,7 @@ these are where SERIALIZABLE and re-running a conflicting write are put to work.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator
 
 import pytest
@@ -15,7 +16,7 @@ import pytest
 from sonality.llm import Usage
 from sonality.store import UsageRecord
 from storage import Database, VersionConflictError
-from storage.base import fetchone
+from storage.base import Conn, execute, fetchone
 
 from .conftest import T0, Backend, at, commit_of, record
 
@@ -83,14 +84,40 @@ async def test_an_interaction_recorded_by_both_is_queued_once(
     assert when is not None and when.last_activity_at == T0
 
 
-async def test_postgres_writes_are_serializable_and_reads_a_read_only_snapshot(
-    db: Database, backend: Backend
+async def test_postgres_writes_of_one_scope_take_turns_other_scopes_do_not_wait(
+    two: tuple[Database, Database], backend: Backend
 ) -> None:
     if not backend.postgres:
-        pytest.skip("transaction isolation levels are PostgreSQL's (SQLite has one writer)")
+        pytest.skip("write scopes are PostgreSQL's (SQLite has one writer for the file)")
+    first, second = two
+    started, release = threading.Event(), threading.Event()
+
+    def held(conn: Conn) -> str:
+        started.set()
+        release.wait(30)
+        return str(fetchone(conn, "SELECT current_setting('transaction_isolation')"))
+
+    holder = asyncio.create_task(first._run_write(held, scope="slack:T1"))
+    assert await asyncio.to_thread(started.wait, 30)
+    # Another community writes while slack:T1's write is open...
+    await second._run_write(lambda c: execute(c, "SELECT 1"), scope="slack:T2")
+    # ...a second write of slack:T1, from the other "process", waits for it.
+    waiting = asyncio.create_task(
+        second._run_write(lambda c: execute(c, "SELECT 1"), scope="slack:T1")
+    )
+    await asyncio.sleep(0.3)
+    assert not waiting.done()
+    release.set()
+    assert await holder == "('read committed',)"
+    await waiting
+
+
+async def test_postgres_reads_are_one_read_only_snapshot(db: Database, backend: Backend) -> None:
+    if not backend.postgres:
+        pytest.skip("transaction isolation levels are PostgreSQL's")
     query = (
         "SELECT current_setting('transaction_isolation'), current_setting('transaction_read_only')"
     )
     for _ in range(2):  # pooled connections are reused: each operation sets its own mode
-        assert await db._run_write(lambda c: fetchone(c, query)) == ("serializable", "off")
+        assert await db._run_write(lambda c: fetchone(c, query)) == ("read committed", "off")
         assert await db._run_read(lambda c: fetchone(c, query)) == ("repeatable read", "on")
