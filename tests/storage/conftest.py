@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import aiosqlite
 import pytest
 
 from sonality.llm import Usage
@@ -31,6 +32,8 @@ from sonality.store import (
 )
 from storage import Database
 from storage.base import to_postgres
+from storage.migrations import MIGRATIONS, migrate
+from storage.postgres import open_postgres
 from tests.pg import PostgresServer
 
 T0 = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
@@ -125,6 +128,29 @@ class Backend:
             with contextlib.closing(sqlite3.connect(self.path, isolation_level=None)) as conn:
                 yield conn
 
+    async def migrate_to(self, version: int) -> None:
+        """Bring an empty database to schema `version` only, as an older release left it."""
+        if self.url is not None:
+            engine = await asyncio.to_thread(open_postgres, self.url)
+            try:
+                assert await migrate(engine, MIGRATIONS[:version]) == version
+            finally:
+                await engine.close()
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        async with aiosqlite.connect(self.path, isolation_level=None) as conn:
+            assert await migrate(conn, MIGRATIONS[:version]) == version
+
+    def tables(self) -> set[str]:
+        if self.postgres:
+            query = (
+                "SELECT table_name FROM information_schema.tables "
+                "WHERE table_schema = current_schema()"
+            )
+        else:
+            query = "SELECT name FROM sqlite_master WHERE type = 'table'"
+        return {str(r[0]) for r in self.sql(query)} - {"sqlite_sequence"}
+
     def sql(self, query: str, params: Iterable[object] = ()) -> list[tuple[object, ...]]:
         """The rows of one query (``?`` placeholders on both engines)."""
         with self._connection() as conn:
@@ -157,6 +183,20 @@ def backend(request: pytest.FixtureRequest, db_path: Path) -> Iterator[Backend]:
     server: PostgresServer = request.getfixturevalue("postgres_server")
     template: str = request.getfixturevalue("migrated_template")
     url = server.new_database(template)
+    try:
+        yield Backend("postgresql", db_path, url)
+    finally:
+        server.drop(url)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def empty_backend(request: pytest.FixtureRequest, db_path: Path) -> Iterator[Backend]:
+    """Like `backend`, but with no schema at all (for tests of older schemas)."""
+    if request.param == "sqlite":
+        yield Backend("sqlite", db_path, None)
+        return
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    url = server.new_database()
     try:
         yield Backend("postgresql", db_path, url)
     finally:

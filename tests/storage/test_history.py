@@ -6,7 +6,6 @@ import json
 import random
 from pathlib import Path
 
-import aiosqlite
 import pytest
 
 from sonality.llm import Usage
@@ -14,7 +13,6 @@ from sonality.memory.sponge import SpongeState
 from sonality.store import StateCommit, UsageRecord
 from storage import Database, StorageError, VersionConflictError
 from storage.history import MAX_CHAIN, merge_apply, merge_diff
-from storage.migrations import MIGRATIONS, migrate
 
 from .conftest import Backend, record
 
@@ -287,29 +285,24 @@ async def test_a_broken_chain_is_reported_not_misread(db: Database, backend: Bac
         await db.community(CID).latest_state()
 
 
-async def test_rows_written_before_the_migration_stay_keyframes(db_path: Path) -> None:
-    """A file from the release before patches: full rows, one with a legacy field.
-
-    SQLite-only: PostgreSQL storage starts at the current schema, it has no files from
-    older releases."""
+async def test_rows_written_before_the_migration_stay_keyframes(empty_backend: Backend) -> None:
+    """A database from the release before patches: full rows, one with a legacy field."""
+    backend = empty_backend
     old = SpongeState(version=0, snapshot="as it was")
     # A field older releases stored, first, as they wrote it.
     legacy = {"vibe": "cheerful", **SpongeState(version=1, interaction_count=1).model_dump()}
-    db_path.parent.mkdir(parents=True)
-    async with aiosqlite.connect(db_path, isolation_level=None) as conn:
-        assert await migrate(conn, MIGRATIONS[:3]) == 3
-        await conn.execute(
-            "INSERT INTO communities (id, platform, name, created_at) "
-            "VALUES (?, 'discord', '', 'x')",
-            (CID,),
+    await backend.migrate_to(3)
+    backend.run(
+        "INSERT INTO communities (id, platform, name, created_at) VALUES (?, 'discord', '', 'x')",
+        (CID,),
+    )
+    for version, text in ((0, old.model_dump_json()), (1, json.dumps(legacy))):
+        backend.run(
+            "INSERT INTO personality_versions (community_id, version, cause, change, "
+            "interaction_count, state_json, created_at) VALUES (?, ?, 'seed', '', ?, ?, 'x')",
+            (CID, version, version, text),
         )
-        for version, text in ((0, old.model_dump_json()), (1, json.dumps(legacy))):
-            await conn.execute(
-                "INSERT INTO personality_versions (community_id, version, cause, change, "
-                "interaction_count, state_json, created_at) VALUES (?, ?, 'seed', '', ?, ?, 'x')",
-                (CID, version, version, text),
-            )
-    db = await Database.open(db_path)
+    db = await backend.open()
     try:
         store = db.community(CID)
         assert await store.state_at(0) == old
@@ -319,7 +312,7 @@ async def test_rows_written_before_the_migration_stay_keyframes(db_path: Path) -
         latest.version = 2
         latest.interaction_count = 2
         await store.commit(StateCommit(state=latest, cause="interaction", change="chat"))
-        stored = rows(db_path)
+        stored = rows(backend)
         assert [k for _, k, _ in stored] == [None, None, 1]
         assert '"vibe":null' in stored[2][2]  # the patch drops what the old row had
         assert await db.community(CID).state_at(2) == latest

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import sqlite3
 from datetime import UTC, date, datetime
 from pathlib import Path
 
-import aiosqlite
 import pytest
 
 from sonality.llm import Usage
 from sonality.store import UsageRecord
 from storage import DailyUsage, Database
-from storage.migrations import MIGRATIONS, migrate
 from storage.models import IntegrityViolation
 
 from .conftest import Backend, commit_of, record
@@ -122,10 +119,11 @@ async def test_a_day_range_includes_both_ends_and_only_this_community(db: Databa
     assert (await db.usage_totals(CID)).calls == 4
 
 
-async def test_the_migration_moves_per_call_rows_into_the_rollup(tmp_path: Path) -> None:
-    path = tmp_path / "v2.sqlite3"
-    async with aiosqlite.connect(path, isolation_level=None) as conn:
-        assert await migrate(conn, MIGRATIONS[:2]) == 2
+async def test_the_migration_moves_per_call_rows_into_the_rollup(
+    empty_backend: Backend,
+) -> None:
+    backend = empty_backend
+    await backend.migrate_to(2)
     old_rows = [
         # community, purpose, model, in, out, cache read, cache write, created_at (UTC)
         (CID, "reply", "m", 10, 1, 2, 3, "2025-01-01T10:00:00.000000+00:00"),
@@ -135,29 +133,27 @@ async def test_the_migration_moves_per_call_rows_into_the_rollup(tmp_path: Path)
         (CID, "reflection", "big", 7, 70, 0, 0, "2025-01-02T00:00:00.000000+00:00"),
         ("slack:T1", "reply", "m", 1, 1, 1, 1, "2025-01-01T10:00:00.000000+00:00"),
     ]
-    with sqlite3.connect(path) as conn:
-        for cid in (CID, "slack:T1"):
-            conn.execute(
-                "INSERT INTO communities (id, platform, name, created_at) VALUES (?, '', '', ?)",
-                (cid, "2025-01-01T00:00:00.000000+00:00"),
-            )
-        conn.executemany(
+    for cid in (CID, "slack:T1"):
+        backend.run(
+            "INSERT INTO communities (id, platform, name, created_at) VALUES (?, '', '', ?)",
+            (cid, "2025-01-01T00:00:00.000000+00:00"),
+        )
+    for row in old_rows:
+        backend.run(
             "INSERT INTO token_usage (community_id, purpose, model, input_tokens, "
             "output_tokens, cache_read_tokens, cache_write_tokens, created_at) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            old_rows,
+            row,
         )
-    db = await Database.open(path, timezone="Asia/Tokyo")  # old rows keep their UTC date
+    db = await backend.open(timezone="Asia/Tokyo")  # old rows keep their UTC date
     await db.close()
-    assert _rows(path) == [
+    assert _rows(backend) == [
         (CID, "2025-01-01", "evidence", "m", 2, 11, 2, 0, 0),
         (CID, "2025-01-01", "reply", "m", 2, 30, 3, 3, 2),
         (CID, "2025-01-02", "reflection", "big", 1, 7, 70, 0, 0),
         ("slack:T1", "2025-01-01", "reply", "m", 1, 1, 1, 1, 1),
     ]
-    with sqlite3.connect(path) as conn:
-        gone = conn.execute("SELECT name FROM sqlite_master WHERE name LIKE 'token_usage%'")
-        assert gone.fetchall() == []
+    assert "token_usage" not in backend.tables()
 
 
 async def test_budget_override_set_off_and_cleared(db: Database) -> None:
