@@ -121,3 +121,18 @@ async def test_postgres_reads_are_one_read_only_snapshot(db: Database, backend: 
     for _ in range(2):  # pooled connections are reused: each operation sets its own mode
         assert await db._run_write(lambda c: fetchone(c, query)) == ("read committed", "off")
         assert await db._run_read(lambda c: fetchone(c, query)) == ("repeatable read", "on")
+
+
+async def test_postgres_connections_cut_by_the_server_are_replaced(
+    db: Database, backend: Backend
+) -> None:
+    if not backend.postgres:
+        pytest.skip("a connection pool is PostgreSQL's")
+    await asyncio.gather(*(db.touch_community(f"c:{n}", at=T0) for n in range(8)))
+    # What a server restart or failover does to every open connection.
+    backend.run(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+    )
+    await db.touch_community("c:after", at=T0)
+    assert "c:after" in await db.community_ids()
