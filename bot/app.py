@@ -34,7 +34,7 @@ from providers.anthropic import AnthropicLLM
 from providers.openai import OpenAILLM
 from sonality.agent import SonalityAgent
 from sonality.llm import LLMClient
-from storage import Database, StorageError
+from storage import Database, StorageError, open_database
 from storage.platform import KEY_HOWTO
 
 log = logging.getLogger(__name__)
@@ -86,7 +86,11 @@ async def open_runtime(
             stack.push_async_callback(owned.aclose)
             llm = owned
         client = RecordingLLM(llm, llm_health or LLMHealth())  # still just an LLMClient
-        db = await Database.open(settings.resolved_database_path, timezone=settings.timezone)
+        db = await open_database(
+            url=settings.postgres_url,
+            path=settings.resolved_database_path,
+            timezone=settings.timezone,
+        )
         stack.push_async_callback(db.close)
         await use_secret_key(db, settings)
         embed = await asyncio.to_thread(

@@ -131,6 +131,7 @@ def backup(settings: Settings, dest: Path) -> dict[str, Any]:
     Written under a hidden sibling name and renamed at the end, so a `dest` that
     exists is always a complete backup.
     """
+    _sqlite_only(settings, "back up")
     database = settings.resolved_database_path
     chroma = settings.resolved_chroma_dir
     if not database.is_file():
@@ -166,6 +167,16 @@ def backup(settings: Settings, dest: Path) -> dict[str, Any]:
             shutil.rmtree(partial, ignore_errors=True)
             raise
     return manifest
+
+
+def _sqlite_only(settings: Settings, verb: str) -> None:
+    """The backup copies the SQLite file; a PostgreSQL database is the server's to copy."""
+    if settings.postgres_url is not None:
+        raise BackupError(
+            f"error: cannot {verb} here: DATABASE_URL is set, so the state lives in "
+            "PostgreSQL and this command only copies the SQLite file; use pg_dump / "
+            "pg_restore for the database, and copy SONALITY_CHROMA_DIR beside it"
+        )
 
 
 def _manifest(settings: Settings, root: Path, facts: DatabaseFacts) -> dict[str, Any]:
@@ -228,6 +239,7 @@ def _fsync_tree(root: Path) -> None:
 
 def restore(settings: Settings, source: Path) -> dict[str, Any]:
     """Check the backup at `source`, then copy it into the empty data directory."""
+    _sqlite_only(settings, "restore")
     source = Path(source).absolute()
     manifest = read_manifest(source)
     verify(source, manifest)

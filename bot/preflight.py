@@ -28,7 +28,9 @@ import openai
 from bot.interface import StartupError
 from bot.settings import Settings
 from providers.openai import OPENAI_API_URL, OpenAILLM, connection_failure
+from storage.migrations import SCHEMA_VERSION
 from storage.models import SchemaTooNewError, StorageError
+from storage.postgres import check_postgres, describe_url
 from storage.probe import probe_database, probe_sqlite_file
 
 log = logging.getLogger(__name__)
@@ -188,19 +190,10 @@ def _short(err: Exception) -> str:
 
 def check_storage(settings: Settings) -> None:
     """Raise `StartupError` if the database or Chroma's files cannot be used as they are."""
-    database = settings.resolved_database_path
-    db_setting = "SONALITY_DATABASE_PATH" if settings.database_path else "SONALITY_DATA_DIR"
-    _check_place(database, "the database", db_setting)
-    if database.is_file():
-        try:
-            probe_database(database)
-        except SchemaTooNewError as exc:
-            raise StartupError(f"the database {exc}") from None
-        except StorageError as exc:
-            raise StartupError(
-                f"the database {exc}; nothing was changed: restore it from a backup, or "
-                f"point {db_setting} elsewhere to start with an empty one"
-            ) from None
+    if settings.postgres_url is not None:
+        _check_postgres(settings.postgres_url)
+    else:
+        _check_sqlite(settings)
     if settings.chroma_url is not None:
         return  # episodes live in a Chroma server; reaching it is checked as it opens
     chroma_dir = settings.resolved_chroma_dir
@@ -219,6 +212,37 @@ def check_storage(settings: Settings) -> None:
                 f"Chroma's file {exc}; nothing was changed: restore {chroma_dir} from a "
                 "backup (the members' remembered episodes live there)"
             ) from None
+
+
+def _check_sqlite(settings: Settings) -> None:
+    database = settings.resolved_database_path
+    db_setting = "SONALITY_DATABASE_PATH" if settings.database_path else "SONALITY_DATA_DIR"
+    _check_place(database, "the database", db_setting)
+    if database.is_file():
+        try:
+            probe_database(database)
+        except SchemaTooNewError as exc:
+            raise StartupError(f"the database {exc}") from None
+        except StorageError as exc:
+            raise StartupError(
+                f"the database {exc}; nothing was changed: restore it from a backup, or "
+                f"point {db_setting} elsewhere to start with an empty one"
+            ) from None
+
+
+def _check_postgres(url: str) -> None:
+    """DATABASE_URL: the server answers and holds no schema newer than this bot's. Only
+    reads; an empty database is fine (the first start creates the tables)."""
+    try:
+        version = check_postgres(url)
+    except StorageError as exc:
+        raise StartupError(f"the database: {exc}") from None
+    if version > SCHEMA_VERSION:
+        raise StartupError(
+            f"the database at {describe_url(url)} has schema version {version} but this "
+            f"bot knows only up to {SCHEMA_VERSION}: a newer version of the bot wrote it; "
+            "run that version (never downgrade the database)"
+        )
 
 
 def _check_place(path: Path, what: str, setting: str) -> None:

@@ -75,6 +75,9 @@ class Settings(BaseSettings):
     # --- storage ---------------------------------------------------------------
     data_dir: Path = Field(default=Path("data"), alias="SONALITY_DATA_DIR")
     database_path: Path | None = Field(default=None, alias="SONALITY_DATABASE_PATH")
+    # Unset: the SQLite file above. ``postgresql://user:password@host:5432/db``: the
+    # state lives in that PostgreSQL database instead (a secret: it may hold a password).
+    database_url: SecretStr | None = Field(default=None, alias="DATABASE_URL")
     chroma_dir: Path | None = Field(default=None, alias="SONALITY_CHROMA_DIR")
     model_cache_dir: Path | None = Field(default=None, alias="SONALITY_MODEL_CACHE_DIR")
     chroma_max_open: int = Field(default=32, ge=1, alias="SONALITY_CHROMA_MAX_OPEN")
@@ -228,6 +231,25 @@ class Settings(BaseSettings):
         if self.discord_shard_ids is None:
             return None
         return parse_shard_ids(self.discord_shard_ids)
+
+    @field_validator("database_url")
+    @classmethod
+    def _postgres_url(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None or not value.get_secret_value().strip():
+            return None
+        from storage.postgres import is_postgres_url
+
+        if not is_postgres_url(value.get_secret_value().strip()):
+            raise ValueError(
+                "must be a postgresql:// URL (postgresql://user:password@host:5432/name); "
+                "leave it unset to keep the SQLite file"
+            )
+        return SecretStr(value.get_secret_value().strip())
+
+    @property
+    def postgres_url(self) -> str | None:
+        """The PostgreSQL URL when DATABASE_URL is set, else None (SQLite)."""
+        return None if self.database_url is None else self.database_url.get_secret_value()
 
     @field_validator("secret_key")
     @classmethod

@@ -1,16 +1,18 @@
 """Persistence for the bot: the only package that speaks SQL.
 
-`Database` is the one SQLite file of a bot process; `Database.community(id)` gives the
-engine its `StateStore` (a `CommunityStore`) for one community.
+`Database` is the bot's state: one SQLite file by default, or a PostgreSQL database when
+DATABASE_URL is set (`open_database` picks); `Database.community(id)` gives the engine
+its `StateStore` (a `CommunityStore`) for one community.
 """
 
 from storage.community import MAX_INTERACTION_ATTEMPTS, CommunityStore
-from storage.db import Database
+from storage.db import Database, open_database
 from storage.models import (
     USAGE_ROLES,
     BudgetOverride,
     CommunityInfo,
     DailyUsage,
+    IntegrityViolation,
     InteractionAlreadyDoneError,
     ModeratorAction,
     SchemaTooNewError,
@@ -31,6 +33,7 @@ __all__ = [
     "CommunityStore",
     "DailyUsage",
     "Database",
+    "IntegrityViolation",
     "InteractionAlreadyDoneError",
     "ModeratorAction",
     "RetentionPolicy",
@@ -42,4 +45,5 @@ __all__ = [
     "UsageRole",
     "UsageTotals",
     "VersionConflictError",
+    "open_database",
 ]

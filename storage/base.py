@@ -1,46 +1,74 @@
-"""The one SQLite connection, how a transaction reaches it, and the shared value codecs.
+"""How a storage operation reaches the database, on either engine, and the shared codecs.
 
-Why every operation is ONE call into aiosqlite's worker thread: aiosqlite runs each call
-of a connection on one worker thread, and every awaited call (BEGIN, each statement, each
-fetch, COMMIT) costs a trip through the event loop. Under load the loop is busy with
-HTTP work, so a transaction made of many awaited calls stays open for many loop
-iterations and every other DB operation queues behind it (measured: ~1.3 s p50 for
-operations SQLite finishes in ~1 ms). So each storage method builds its statements in a
-plain synchronous function of a `sqlite3.Connection`, and `SqlBase._run_write` /
-`_run_read` hand that function to the worker thread in one call that also does
-BEGIN ... COMMIT/ROLLBACK around it.
+Two engines sit behind one design. Every storage method builds its statements in a
+plain synchronous function ``fn(conn)`` of a `Conn` and hands it over in ONE call,
+which also opens and ends the transaction around it:
 
-Why that is atomic without an `asyncio.Lock`: the worker thread runs queued calls one at
-a time, and each call opens and closes its own transaction, so no other operation can
-run in the middle of one (and no read can see another operation's uncommitted rows).
+- SQLite (the default): the call goes to aiosqlite's worker thread. Every awaited call
+  (BEGIN, each statement, each fetch, COMMIT) would cost a trip through the event loop;
+  under load the loop is busy with HTTP work, so a transaction made of many awaited
+  calls stays open for many loop iterations and every other DB operation queues behind
+  it (measured: ~1.3 s p50 for operations SQLite finishes in ~1 ms). The worker thread
+  runs queued calls one at a time, each its own transaction, so no other operation runs
+  in the middle of one and no read sees another's uncommitted rows, without any lock.
+- PostgreSQL (``DATABASE_URL``): the call goes to a thread of the engine's own that
+  borrows a connection from a psycopg pool for the whole transaction: again one thread
+  hop per operation, and the ~3,600 lines of storage logic are written once. Here
+  transactions DO run concurrently (several connections, later several processes), so
+  each write first takes a transaction lock on its scope (its community, or one lock
+  for everything else) and is re-run on a deadlock; reads run in one REPEATABLE READ,
+  READ ONLY snapshot (see `PostgresEngine`).
 
-What this does not remove: between SQLite calls the worker thread needs the GIL, and an
-event loop that never idles can starve it of the GIL (CPython hands it back to the loop
-thread on each loop iteration, faster than the waiting thread wakes up). Running the
-same `fn` on the loop thread would avoid that; `run_on_sqlite_thread` is the one place
-to change if measurements call for it.
+The contract every ``fn`` keeps, and what makes re-running it safe: it does all its work
+through the `Conn` it is given (no other I/O, no changes to outside state that a second
+run would repeat), and it may be called more than once for one operation; only the
+transaction of the last call is committed.
+
+SQL text is written once where both engines accept it (``ON CONFLICT ... DO NOTHING``,
+``RETURNING``, ``excluded.``); ``?`` placeholders are turned into psycopg's ``%s`` by
+`to_postgres`, and the few SQLite functions PostgreSQL lacks (JSON paths, ``instr``)
+are built by the `Dialect` of the connection.
 
 Timestamps are stored as ISO-8601 UTC text with fixed microsecond precision
-(``2025-01-31T04:00:00.000000+00:00``): readable in the sqlite3 shell and, because the
-width is fixed, string comparison in SQL equals chronological order.
+(``2025-01-31T04:00:00.000000+00:00``): readable in any SQL shell and, because the width
+is fixed, string comparison in SQL equals chronological order (PostgreSQL's text
+columns use the "C" collation so that holds there too).
+
+What this does not remove on SQLite: between calls the worker thread needs the GIL, and
+an event loop that never idles can starve it of the GIL (CPython hands it back to the
+loop thread on each loop iteration, faster than the waiting thread wakes up). Running
+the same ``fn`` on the loop thread would avoid that; `run_on_sqlite_thread` is the one
+place to change if measurements call for it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
+import logging
+import random
 import sqlite3
-from collections.abc import Callable, Iterable
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, date, datetime, tzinfo
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 import aiosqlite
 import pydantic_core
 
 from sonality.llm import Usage
-from storage.models import StorageError, usage_role
+from storage.models import IntegrityViolation, StorageError, usage_role
+
+if TYPE_CHECKING:
+    from psycopg_pool import ConnectionPool
+
+log = logging.getLogger(__name__)
 
 Row = tuple[Any, ...]
 T = TypeVar("T")
+EngineName = Literal["sqlite", "postgresql"]
 
 
 def to_db_time(value: datetime) -> str:
@@ -69,7 +97,177 @@ def platform_of(community_id: str) -> str:
     return prefix if sep else ""
 
 
-# --- running work on the SQLite thread -------------------------------------------------
+# --- the two dialects ------------------------------------------------------------------
+
+
+class Dialect:
+    """The SQL fragments that differ between the engines; everything else is shared text.
+
+    JSON columns are TEXT on both engines (the exact text is what was written, which the
+    keyframe chain and the forget-me redaction rely on); PostgreSQL reads into them with
+    a ``::jsonb`` cast. Paths are dotted keys ("ess.summary").
+    """
+
+    def __init__(self, name: EngineName) -> None:
+        self.name = name
+
+    @property
+    def postgres(self) -> bool:
+        return self.name == "postgresql"
+
+    def json_text(self, column: str, path: str) -> str:
+        """The value at `path` as SQL text (a JSON string's contents, or the JSON of an
+        array/object); NULL when missing."""
+        if self.postgres:
+            return f"({column}::jsonb #>> '{{{path.replace('.', ',')}}}')"
+        return f"json_extract({column}, '$.{path}')"
+
+    def json_is_true(self, column: str, path: str) -> str:
+        if self.postgres:
+            return f"({column}::jsonb #> '{{{path.replace('.', ',')}}}') = 'true'::jsonb"
+        return f"json_extract({column}, '$.{path}') = 1"
+
+    def json_array_not_empty(self, column: str, path: str) -> str:
+        if self.postgres:
+            value = f"({column}::jsonb #> '{{{path.replace('.', ',')}}}')"
+            return (
+                f"(CASE WHEN jsonb_typeof({value}) = 'array' "
+                f"THEN jsonb_array_length({value}) ELSE 0 END) > 0"
+            )
+        return f"json_array_length({column}, '$.{path}') > 0"
+
+    def json_blank(self, column: str, *paths: str) -> str:
+        """`column` with each of `paths` set to the empty string."""
+        if self.postgres:
+            expr = f"{column}::jsonb"
+            for path in paths:
+                expr = f"jsonb_set({expr}, '{{{path.replace('.', ',')}}}', '\"\"'::jsonb)"
+            return f"({expr})::text"
+        settings = ", ".join(f"'$.{path}', ''" for path in paths)
+        return f"json_set({column}, {settings})"
+
+    def contains(self, haystack: str, needle: str = "?") -> str:
+        """True when the text `needle` occurs in `haystack` (both SQL expressions)."""
+        if self.postgres:
+            return f"strpos({haystack}, {needle}) > 0"
+        return f"instr({haystack}, {needle}) > 0"
+
+
+SQLITE = Dialect("sqlite")
+POSTGRES = Dialect("postgresql")
+
+
+@functools.lru_cache(maxsize=1024)
+def to_postgres(sql: str) -> str:
+    """SQLite-style SQL text for psycopg: ``?`` becomes ``%s``, a literal ``%`` becomes
+    ``%%`` (psycopg reads ``%`` as the start of a placeholder everywhere). Quoted text
+    ('...', "...", $$...$$) keeps its question marks."""
+    out: list[str] = []
+    i, n = 0, len(sql)
+    while i < n:
+        ch = sql[i]
+        if ch in "'\"":
+            end = i + 1
+            while end < n:
+                if sql[end] == ch:
+                    if end + 1 < n and sql[end + 1] == ch:  # a doubled quote inside
+                        end += 2
+                        continue
+                    break
+                end += 1
+            out.append(sql[i : end + 1].replace("%", "%%"))
+            i = end + 1
+        elif sql.startswith("$$", i):
+            end = sql.find("$$", i + 2)
+            end = n if end < 0 else end + 2
+            out.append(sql[i:end].replace("%", "%%"))
+            i = end
+        elif ch == "?":
+            if i + 1 < n and sql[i + 1].isdigit():
+                raise StorageError(f"numbered placeholders are SQLite-only: {sql[:60]!r}")
+            out.append("%s")
+            i += 1
+        elif ch == "%":
+            out.append("%%")
+            i += 1
+        else:
+            out.append(ch)
+            i += 1
+    return "".join(out)
+
+
+class Conn:
+    """The connection one ``fn`` runs on, inside its transaction, on either engine.
+
+    Statements go through `execute`/`fetchall`/`fetchone` (module functions below), which
+    translate placeholders for PostgreSQL and turn either engine's integrity errors into
+    `IntegrityViolation`.
+    """
+
+    __slots__ = ("dialect", "raw")
+
+    def __init__(self, raw: Any, dialect: Dialect) -> None:
+        self.raw = raw
+        self.dialect = dialect
+
+    def cursor(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        """Run one statement; the caller reads and closes the cursor."""
+        try:
+            if self.dialect.postgres:
+                return self.raw.execute(to_postgres(sql), tuple(params))
+            return self.raw.execute(sql, tuple(params))
+        except sqlite3.IntegrityError as exc:
+            raise IntegrityViolation(str(exc)) from exc
+        except Exception as exc:
+            mapped = _integrity_of(exc)
+            if mapped is None:
+                raise
+            raise mapped from exc
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        data = [tuple(r) for r in rows]
+        try:
+            if self.dialect.postgres:
+                with self.raw.cursor() as cur:
+                    cur.executemany(to_postgres(sql), data)
+            else:
+                self.raw.executemany(sql, data)
+        except sqlite3.IntegrityError as exc:
+            raise IntegrityViolation(str(exc)) from exc
+        except Exception as exc:
+            mapped = _integrity_of(exc)
+            if mapped is None:
+                raise
+            raise mapped from exc
+
+
+def _integrity_of(exc: BaseException) -> IntegrityViolation | None:
+    """`IntegrityViolation` for a psycopg integrity error (None for anything else)."""
+    try:
+        import psycopg
+    except ImportError:  # pragma: no cover - psycopg is a dependency
+        return None
+    if isinstance(exc, psycopg.errors.IntegrityError):
+        diag = exc.diag.message_primary
+        return IntegrityViolation(diag or str(exc))
+    return None
+
+
+# --- engines ---------------------------------------------------------------------------
+
+
+class Engine(Protocol):
+    """Where `SqlBase` sends its operations: one call per transaction."""
+
+    dialect: Dialect
+
+    async def write(self, fn: Callable[[Conn], T], scope: str | None = None) -> T: ...
+
+    async def read(self, fn: Callable[[Conn], T]) -> T: ...
+
+    async def outside_transaction(self, fn: Callable[[Conn], T]) -> T: ...
+
+    async def close(self) -> None: ...
 
 
 async def run_on_sqlite_thread(
@@ -90,7 +288,7 @@ async def run_on_sqlite_thread(
     return result
 
 
-def write_transaction(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
+def write_transaction(conn: sqlite3.Connection, fn: Callable[[Conn], T]) -> T:
     """``BEGIN IMMEDIATE``, `fn`, ``COMMIT``; ``ROLLBACK`` if anything raises, COMMIT included.
 
     IMMEDIATE takes SQLite's write lock up front, so another process sharing the file
@@ -98,7 +296,7 @@ def write_transaction(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection
     """
     conn.execute("BEGIN IMMEDIATE")
     try:
-        result = fn(conn)
+        result = fn(Conn(conn, SQLITE))
         conn.commit()
     except BaseException:
         conn.rollback()  # a no-op if SQLite already ended the transaction
@@ -106,20 +304,194 @@ def write_transaction(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection
     return result
 
 
-def read_snapshot(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
+def read_snapshot(conn: sqlite3.Connection, fn: Callable[[Conn], T]) -> T:
     """Run `fn` in a deferred transaction, so all its queries see one consistent state."""
     conn.execute("BEGIN")
     try:
-        return fn(conn)
+        return fn(Conn(conn, SQLITE))
     finally:
         conn.rollback()
 
 
-class SqlBase:
-    """The connection + transaction helpers; package-internal (only `storage` speaks SQL)."""
+class SqliteEngine:
+    """One aiosqlite connection; each operation is one call into its worker thread."""
 
-    def __init__(self, conn: aiosqlite.Connection, tz: tzinfo = UTC) -> None:
-        self._conn = conn
+    dialect = SQLITE
+
+    def __init__(self, conn: aiosqlite.Connection) -> None:
+        self.conn = conn
+
+    async def write(self, fn: Callable[[Conn], T], scope: str | None = None) -> T:
+        # `scope` needs no lock here: one connection runs one transaction at a time,
+        # and BEGIN IMMEDIATE holds the file's write lock against other processes.
+        return await run_on_sqlite_thread(self.conn, lambda c: write_transaction(c, fn))
+
+    async def read(self, fn: Callable[[Conn], T]) -> T:
+        return await run_on_sqlite_thread(self.conn, lambda c: read_snapshot(c, fn))
+
+    async def outside_transaction(self, fn: Callable[[Conn], T]) -> T:
+        """For statements that cannot run in a transaction (VACUUM, checkpoints)."""
+        return await run_on_sqlite_thread(self.conn, lambda c: fn(Conn(c, SQLITE)))
+
+    async def close(self) -> None:
+        await self.conn.close()
+
+
+MAX_WRITE_ATTEMPTS = 12
+"""Runs of one write on PostgreSQL before a deadlock or serialization failure is given
+up on; with the back-off below that is well over a second of contention."""
+
+RETRY_SQLSTATES = frozenset({"40001", "40P01"})
+"""serialization_failure and deadlock_detected: the transaction was rolled back whole
+and running it again is the documented remedy."""
+
+SCOPE_LOCKS = 0x534F4E41
+"""The first key of every write-scope advisory lock (the second is the scope's hash),
+so they never meet single-key advisory locks taken elsewhere (the migration lock)."""
+
+GLOBAL_SCOPE = "*"
+"""The scope of writes that name none: they take one lock, so they run one at a time
+across every process, exactly as every write does on SQLite."""
+
+
+class PostgresEngine:
+    """A psycopg connection pool; each operation borrows one connection in a thread.
+
+    Why writes run at READ COMMITTED under a lock on their scope, not at SERIALIZABLE:
+    the storage code was written for SQLite's single writer, with "read, then write"
+    steps such as "the latest version, then insert the next" or "the highest exchange
+    number, then the next". A transaction-level advisory lock on the write's scope (its
+    community; everything without one shares `GLOBAL_SCOPE`) gives every such step a
+    single writer again, across processes, while different communities write in
+    parallel; READ COMMITTED then lets each statement after the lock see everything the
+    previous holder committed. SERIALIZABLE was measured first and rejected: on small
+    tables PostgreSQL's predicate locks cover whole pages or relations, so 20
+    communities writing at once aborted each other until a write failed 12 times in a
+    row. Where scopes meet (a retention window deletes rows a community's write
+    touches), row locks order them and every statement re-checks its WHERE clause.
+    A deadlock (40P01) re-runs the whole ``fn`` a bounded number of times.
+
+    Reads are one REPEATABLE READ, READ ONLY snapshot, never blocked by writers.
+    """
+
+    dialect = POSTGRES
+
+    def __init__(self, pool: ConnectionPool, where: str, threads: int) -> None:
+        self.pool = pool
+        self.where = where  # host/port/database for messages; never the password
+        # One thread per pooled connection: a thread never waits for a connection.
+        self._threads = ThreadPoolExecutor(threads, thread_name_prefix="postgres")
+        self._busy: set[asyncio.Future[Any]] = set()
+
+    async def _in_thread(self, work: Callable[[], T]) -> T:
+        # Tracked so `close` lets every operation already started finish first, as the
+        # SQLite engine's queue does. A cancelled caller drops only the result: the
+        # thread still commits or rolls back the whole transaction, and the
+        # cancellation is passed on once it has, so the caller's next operation sees
+        # the outcome (as on SQLite, where it queues behind it).
+        future = asyncio.get_running_loop().run_in_executor(self._threads, work)
+        self._busy.add(future)
+        future.add_done_callback(self._busy.discard)
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            while not future.done():
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.wait({future})
+            raise
+
+    async def write(self, fn: Callable[[Conn], T], scope: str | None = None) -> T:
+        return await self._in_thread(lambda: self._write(fn, scope or GLOBAL_SCOPE))
+
+    async def read(self, fn: Callable[[Conn], T]) -> T:
+        return await self._in_thread(lambda: self._transaction(fn, None))
+
+    async def outside_transaction(self, fn: Callable[[Conn], T]) -> T:
+        def work() -> T:
+            with self._connection() as raw:
+                raw.read_only = False
+                return fn(Conn(raw, POSTGRES))
+
+        return await self._in_thread(work)
+
+    def _write(self, fn: Callable[[Conn], T], scope: str) -> T:
+        import psycopg
+
+        for attempt in range(1, MAX_WRITE_ATTEMPTS + 1):
+            try:
+                return self._transaction(fn, scope)
+            except psycopg.errors.OperationalError as exc:
+                if exc.sqlstate not in RETRY_SQLSTATES:
+                    raise
+                if attempt == MAX_WRITE_ATTEMPTS:
+                    raise StorageError(
+                        f"PostgreSQL at {self.where}: a write kept conflicting with "
+                        f"concurrent ones ({attempt} attempts); nothing of it was written"
+                    ) from exc
+                log.debug(
+                    "write conflict (%s), attempt %d: running it again", exc.sqlstate, attempt
+                )
+                # Jittered back-off, so two writers that collided do not collide again.
+                time.sleep(random.uniform(0, 0.002 * 2 ** min(attempt, 7)))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _transaction(self, fn: Callable[[Conn], T], scope: str | None) -> T:
+        """A write (under the lock of `scope`) or, with no scope, a read snapshot."""
+        import psycopg
+
+        with self._connection() as raw:
+            # Client-side settings: psycopg puts them into the BEGIN it sends.
+            raw.isolation_level = (
+                psycopg.IsolationLevel.REPEATABLE_READ
+                if scope is None
+                else psycopg.IsolationLevel.READ_COMMITTED
+            )
+            raw.read_only = scope is None
+            with raw.transaction():
+                conn = Conn(raw, POSTGRES)
+                if scope is not None:
+                    execute(
+                        conn,
+                        "SELECT pg_advisory_xact_lock(?::integer, hashtext(?))",
+                        (SCOPE_LOCKS, scope),
+                    )
+                return fn(conn)
+
+    @contextlib.contextmanager
+    def _connection(self) -> Iterator[Any]:
+        import psycopg
+        from psycopg_pool import PoolClosed, PoolTimeout
+
+        try:
+            with self.pool.connection() as raw:
+                yield raw
+        except PoolClosed:
+            raise StorageError("the database is closed") from None
+        except PoolTimeout:
+            raise StorageError(f"PostgreSQL at {self.where} did not answer in time") from None
+        except psycopg.OperationalError as exc:
+            if exc.sqlstate in RETRY_SQLSTATES:
+                raise
+            raise StorageError(f"PostgreSQL at {self.where}: {first_line(exc)}") from exc
+
+    async def close(self) -> None:
+        if self._busy:
+            await asyncio.gather(*self._busy, return_exceptions=True)
+        await asyncio.to_thread(self.pool.close)
+        self._threads.shutdown(wait=False)
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+class SqlBase:
+    """The engine + transaction helpers; package-internal (only `storage` speaks SQL)."""
+
+    def __init__(self, engine: Engine, tz: tzinfo = UTC) -> None:
+        self._engine = engine
+        self.dialect = engine.dialect
         # The zone whose calendar days token usage is summed by (SONALITY_TIMEZONE):
         # spending limits and `/sonality usage` speak of the community's "today".
         self.tz = tz
@@ -128,22 +500,60 @@ class SqlBase:
         self._close_lock = asyncio.Lock()
         self._closed = False
 
-    async def _run_write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    @property
+    def _conn(self) -> aiosqlite.Connection:
+        """The aiosqlite connection (SQLite only: tests count the calls into its thread)."""
+        if not isinstance(self._engine, SqliteEngine):
+            raise StorageError("this database is not SQLite")
+        return self._engine.conn
+
+    async def _run_write(self, fn: Callable[[Conn], T], scope: str | None = None) -> T:
         """Run `fn` as one write transaction (all or nothing) in one round trip.
 
-        `fn` is synchronous and must do all its work on the connection it is given; it
-        runs in the SQLite thread between ``BEGIN IMMEDIATE`` and ``COMMIT`` (``ROLLBACK``
-        on any exception, which is then raised here). No other storage operation runs
-        while it does. If the caller is cancelled after the call was queued, the
-        transaction still completes or rolls back entirely; it is never half-applied.
+        `fn` is synchronous and must do all its work on the connection it is given; on
+        SQLite it runs between ``BEGIN IMMEDIATE`` and ``COMMIT`` (``ROLLBACK`` on any
+        exception, which is then raised here) and no other storage operation runs while
+        it does. On PostgreSQL no other write of the same `scope` runs while it does:
+        give the community id when `fn` reads and writes only that community's rows
+        (other communities then write in parallel); without a scope it runs one at a
+        time with every other unscoped write. It may run again after a deadlock (see
+        the module docstring). If the caller is cancelled after the call was handed
+        over, the transaction still completes or rolls back entirely.
         """
         self._ensure_open()
-        return await run_on_sqlite_thread(self._conn, lambda c: write_transaction(c, fn))
+        return await self._engine.write(fn, scope)
 
-    async def _run_read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    async def _run_read(self, fn: Callable[[Conn], T]) -> T:
         """Run `fn`'s queries in one round trip, as one consistent snapshot (then ROLLBACK)."""
         self._ensure_open()
-        return await run_on_sqlite_thread(self._conn, lambda c: read_snapshot(c, fn))
+        return await self._engine.read(fn)
+
+    async def _run_outside_transaction(self, fn: Callable[[Conn], T]) -> T:
+        self._ensure_open()
+        return await self._engine.outside_transaction(fn)
+
+    async def _scrub_deleted(self, tables: Sequence[str], *, rebuild: bool) -> None:
+        """After deleting a member's or a community's rows: leave as few copies behind
+        as the engine allows.
+
+        SQLite (secure_delete is on) zeroes deleted cells, but not the old copies a
+        b-tree rebalance leaves when it moves cells between pages, so with `rebuild` the
+        file is rebuilt (VACUUM); then the WAL, which still holds the pages as they
+        were, is emptied. PostgreSQL keeps deleted rows in the table's pages until
+        VACUUM frees them, so `tables` are vacuumed (plain VACUUM: no exclusive lock).
+        Zeroing bytes is SQLite-only: on PostgreSQL, freed space and WAL segments are
+        overwritten as the server reuses them.
+        """
+        if self.dialect.postgres:
+            names = ", ".join(f'"{table}"' for table in tables)
+            if names:
+                await self._run_outside_transaction(lambda conn: execute(conn, f"VACUUM {names}"))
+            return
+        if rebuild:
+            await self._run_outside_transaction(lambda conn: fetchall(conn, "VACUUM"))
+        await self._run_outside_transaction(
+            lambda conn: fetchall(conn, "PRAGMA wal_checkpoint(TRUNCATE)")
+        )
 
     async def _fetchall(self, sql: str, params: Iterable[Any] = ()) -> list[Row]:
         args = tuple(params)
@@ -161,17 +571,17 @@ class SqlBase:
 # --- synchronous statement helpers (called inside a `_run_write` / `_run_read` fn) -------
 
 
-def fetchall(conn: sqlite3.Connection, sql: str, params: Iterable[Any] = ()) -> list[Row]:
-    cur = conn.execute(sql, tuple(params))
+def fetchall(conn: Conn, sql: str, params: Iterable[Any] = ()) -> list[Row]:
+    cur = conn.cursor(sql, tuple(params))
     try:
         return [tuple(row) for row in cur.fetchall()]
     finally:
         cur.close()
 
 
-def fetchone(conn: sqlite3.Connection, sql: str, params: Iterable[Any] = ()) -> Row | None:
+def fetchone(conn: Conn, sql: str, params: Iterable[Any] = ()) -> Row | None:
     """The first row (the statement is finished either way, e.g. an UPDATE ... RETURNING)."""
-    cur = conn.execute(sql, tuple(params))
+    cur = conn.cursor(sql, tuple(params))
     try:
         row = cur.fetchone()
     finally:
@@ -179,28 +589,48 @@ def fetchone(conn: sqlite3.Connection, sql: str, params: Iterable[Any] = ()) -> 
     return None if row is None else tuple(row)
 
 
-def execute(conn: sqlite3.Connection, sql: str, params: Iterable[Any] = ()) -> int:
+def execute(conn: Conn, sql: str, params: Iterable[Any] = ()) -> int:
     """Run one statement; returns the number of rows it changed."""
-    cur = conn.execute(sql, tuple(params))
+    cur = conn.cursor(sql, tuple(params))
     try:
-        return cur.rowcount
+        return int(cur.rowcount)
     finally:
         cur.close()
 
 
-def ensure_community(conn: sqlite3.Connection, community_id: str, at: datetime) -> None:
+def insert_returning_id(conn: Conn, sql: str, params: Iterable[Any] = ()) -> int:
+    """Run an INSERT of one row and return its generated ``id`` (``RETURNING id``)."""
+    row = fetchone(conn, sql + " RETURNING id", params)
+    if row is None:  # pragma: no cover - an INSERT ... VALUES always returns its row
+        raise StorageError("the insert returned no id")
+    return int(row[0])
+
+
+def table_exists(conn: Conn, name: str) -> bool:
+    if conn.dialect.postgres:
+        sql = (
+            "SELECT 1 FROM information_schema.tables "
+            "WHERE table_schema = current_schema() AND table_name = ?"
+        )
+    else:
+        sql = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?"
+    return fetchone(conn, sql, (name,)) is not None
+
+
+def ensure_community(conn: Conn, community_id: str, at: datetime) -> None:
     """Create the community row if missing (every per-community row references it)."""
     if not community_id:
         raise StorageError("community_id must not be empty")
     execute(
         conn,
-        "INSERT OR IGNORE INTO communities (id, platform, name, created_at) VALUES (?, ?, '', ?)",
+        "INSERT INTO communities (id, platform, name, created_at) VALUES (?, ?, '', ?) "
+        "ON CONFLICT DO NOTHING",
         (community_id, platform_of(community_id), to_db_time(at)),
     )
 
 
 def advance_time(
-    conn: sqlite3.Connection,
+    conn: Conn,
     community_id: str,
     column: Literal["last_activity_at", "last_reflection_time"],
     at: datetime,
@@ -226,7 +656,7 @@ def local_day(at: datetime, tz: tzinfo) -> date:
 
 
 def insert_usage(
-    conn: sqlite3.Connection,
+    conn: Conn,
     community_id: str,
     purpose: str,
     model: str,
@@ -246,11 +676,11 @@ def insert_usage(
         "output_tokens, cache_write_tokens, cache_read_tokens) "
         "VALUES (?, ?, ?, ?, 1, ?, ?, ?, ?) "
         "ON CONFLICT (community_id, day, role, model) DO UPDATE SET "
-        "calls = calls + 1, "
-        "input_tokens = input_tokens + excluded.input_tokens, "
-        "output_tokens = output_tokens + excluded.output_tokens, "
-        "cache_write_tokens = cache_write_tokens + excluded.cache_write_tokens, "
-        "cache_read_tokens = cache_read_tokens + excluded.cache_read_tokens",
+        "calls = usage_daily.calls + 1, "
+        "input_tokens = usage_daily.input_tokens + excluded.input_tokens, "
+        "output_tokens = usage_daily.output_tokens + excluded.output_tokens, "
+        "cache_write_tokens = usage_daily.cache_write_tokens + excluded.cache_write_tokens, "
+        "cache_read_tokens = usage_daily.cache_read_tokens + excluded.cache_read_tokens",
         (
             community_id,
             local_day(at, tz).isoformat(),

@@ -13,10 +13,9 @@ user/assistant alternation the LLM API expects.
 
 from __future__ import annotations
 
-import sqlite3
 from datetime import datetime
 
-from storage.base import SqlBase, ensure_community, execute, fetchone, to_db_time
+from storage.base import Conn, SqlBase, ensure_community, execute, fetchone, to_db_time
 from storage.models import Role, StorageError
 
 MAX_EXCHANGES_PER_USER = 50
@@ -43,7 +42,7 @@ class BufferStore(SqlBase):
             raise StorageError("keep_exchanges must be at least 1")
         stamp = to_db_time(at)
 
-        def work(conn: sqlite3.Connection) -> None:
+        def work(conn: Conn) -> None:
             ensure_community(conn, community_id, at)
             row = fetchone(
                 conn,
@@ -67,7 +66,7 @@ class BufferStore(SqlBase):
                 (community_id, user_id, exchange - keep_exchanges),
             )
 
-        await self._run_write(work)
+        await self._run_write(work, scope=community_id)
 
     async def recent_turns(
         self,

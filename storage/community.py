@@ -16,7 +16,6 @@ and `latest_state` rebuild the full state, so callers never see the difference.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterable, Sequence
 
 from sonality.evidence import EvidenceStep
@@ -33,6 +32,7 @@ from sonality.store import (
     utcnow,
 )
 from storage.base import (
+    Conn,
     SqlBase,
     advance_time,
     ensure_community,
@@ -77,7 +77,7 @@ def _load_state(state_json: str) -> SpongeState:
     return SpongeState.from_json(state_json)
 
 
-def _latest_version(conn: sqlite3.Connection, community_id: str) -> int | None:
+def _latest_version(conn: Conn, community_id: str) -> int | None:
     row = fetchone(
         conn,
         "SELECT MAX(version) FROM personality_versions WHERE community_id = ?",
@@ -215,7 +215,7 @@ class CommunityStore:
             for step in commit.evidence
         ]
 
-        def work(conn: sqlite3.Connection) -> None:
+        def work(conn: Conn) -> None:
             latest = _latest_version(conn, cid)
             expected = 0 if latest is None else latest + 1
             if state.version != expected:
@@ -271,18 +271,20 @@ class CommunityStore:
                 execute(
                     conn,
                     "INSERT INTO evidence_log (community_id, seq, version, kind, "
-                    "interaction_id, member, step_json) VALUES (?1, "
-                    "(SELECT COALESCE(MAX(seq), 0) + 1 FROM evidence_log WHERE community_id = ?1),"
-                    " ?2, ?3, ?4, ?5, ?6)",
-                    evidence_row,
+                    "interaction_id, member, step_json) VALUES (?, "
+                    "(SELECT COALESCE(MAX(seq), 0) + 1 FROM evidence_log WHERE community_id = ?),"
+                    " ?, ?, ?, ?, ?)",
+                    (cid, *evidence_row),
                 )
             for episode_row in episodes:
                 execute(
                     conn,
-                    "INSERT OR REPLACE INTO episode_outbox (community_id, episode_id, seq, "
+                    "INSERT INTO episode_outbox (community_id, episode_id, seq, "
                     "episode_json, created_at) VALUES (?, ?, "
                     "(SELECT COALESCE(MAX(seq), 0) + 1 FROM episode_outbox WHERE community_id = ?),"
-                    " ?, ?)",
+                    " ?, ?) ON CONFLICT (community_id, episode_id) DO UPDATE SET "
+                    "seq = excluded.seq, episode_json = excluded.episode_json, "
+                    "created_at = excluded.created_at",
                     episode_row,
                 )
             if commit.interaction_id is not None:
@@ -295,7 +297,7 @@ class CommunityStore:
             if commit.cause in ACTIVITY_CAUSES:
                 advance_time(conn, cid, "last_activity_at", now)
 
-        await self._db._run_write(work)
+        await self._db._run_write(work, scope=cid)
         self._tip = planned.tip
 
     # --- episode write-behind ---------------------------------------------------------
@@ -313,12 +315,12 @@ class CommunityStore:
         cid = self.community_id
         params = [(cid, episode_id) for episode_id in episode_ids]
 
-        def work(conn: sqlite3.Connection) -> None:
+        def work(conn: Conn) -> None:
             conn.executemany(
                 "DELETE FROM episode_outbox WHERE community_id = ? AND episode_id = ?", params
             )
 
-        await self._db._run_write(work)
+        await self._db._run_write(work, scope=cid)
 
     async def evidence(self) -> list[EvidenceStep]:
         """The evidence log in commit order (what `sonality.replay` replays)."""
@@ -357,13 +359,13 @@ class CommunityStore:
             to_db_time(utcnow()),
         )
 
-        def work(conn: sqlite3.Connection) -> None:
+        def work(conn: Conn) -> None:
             advance_time(conn, cid, "last_activity_at", record.created_at)
             inserted = execute(
                 conn,
-                "INSERT OR IGNORE INTO interactions (id, community_id, speaker_id, speaker_name, "
+                "INSERT INTO interactions (id, community_id, speaker_id, speaker_name, "
                 "message, reply, model, usage_json, created_at, status, attempts, updated_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0, ?)",
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0, ?) ON CONFLICT DO NOTHING",
                 params,
             )
             if inserted:
@@ -371,7 +373,7 @@ class CommunityStore:
                     conn, cid, "reply", record.model, record.reply_usage, record.created_at, tz
                 )
 
-        await self._db._run_write(work)
+        await self._db._run_write(work, scope=cid)
 
     async def pending_interactions(self) -> list[InteractionRecord]:
         """Recorded, not yet committed and not given up on; oldest (first recorded) first."""
@@ -420,7 +422,7 @@ class CommunityStore:
             interaction_id,
         )
 
-        def work(conn: sqlite3.Connection) -> int:
+        def work(conn: Conn) -> int:
             row = fetchone(
                 conn,
                 "UPDATE interactions SET attempts = attempts + 1, last_error = ?, "
@@ -444,7 +446,7 @@ class CommunityStore:
                 )
             return int(row[0])
 
-        return await self._db._run_write(work)
+        return await self._db._run_write(work, scope=cid)
 
     async def record_usage(self, usage: Sequence[UsageRecord]) -> None:
         cid = self.community_id
@@ -453,14 +455,14 @@ class CommunityStore:
         if not records:
             return
 
-        def work(conn: sqlite3.Connection) -> None:
+        def work(conn: Conn) -> None:
             ensure_community(conn, cid, records[0].created_at)
             for record in records:
                 insert_usage(
                     conn, cid, record.purpose, record.model, record.usage, record.created_at, tz
                 )
 
-        await self._db._run_write(work)
+        await self._db._run_write(work, scope=cid)
 
     # --- audit ---------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ and platform plumbing (`PlatformStore`).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sqlite3
 from datetime import UTC, date, datetime, tzinfo
@@ -29,6 +30,10 @@ import aiosqlite
 from sonality.llm import Usage
 from sonality.store import utcnow
 from storage.base import (
+    Conn,
+    Engine,
+    EngineName,
+    SqliteEngine,
     advance_time,
     ensure_community,
     execute,
@@ -52,6 +57,7 @@ from storage.models import (
 )
 from storage.people import PeopleStore
 from storage.platform import PlatformStore
+from storage.postgres import POOL_SIZE, open_postgres
 from storage.removal import RemovalStore
 from storage.retention import RetentionStore
 
@@ -74,14 +80,18 @@ class Database(
 
     def __init__(
         self,
-        conn: aiosqlite.Connection,
-        path: Path,
+        engine: Engine,
+        path: Path | None,
         schema_version: int,
         tz: tzinfo = UTC,
     ) -> None:
-        super().__init__(conn, tz)
-        self.path = path
+        super().__init__(engine, tz)
+        self.path = path  # the SQLite file; None on PostgreSQL
         self.schema_version = schema_version
+
+    @property
+    def engine_name(self) -> EngineName:
+        return self.dialect.name
 
     @classmethod
     async def open(cls, path: Path, timezone: str | tzinfo = "UTC") -> Database:
@@ -102,19 +112,39 @@ class Database(
             await conn.close()
             raise
         log.debug("opened %s (schema v%d)", path, version)
-        return cls(conn, path, version, tz)
+        return cls(SqliteEngine(conn), path, version, tz)
+
+    @classmethod
+    async def open_url(
+        cls, url: str, timezone: str | tzinfo = "UTC", *, pool_size: int = POOL_SIZE
+    ) -> Database:
+        """Connect to the PostgreSQL database at `url` (``postgresql://...``) and migrate it.
+
+        A server that cannot be reached raises `StorageError` naming the host, port and
+        database, never the password.
+        """
+        tz = ZoneInfo(timezone) if isinstance(timezone, str) else timezone
+        engine = await asyncio.to_thread(open_postgres, url, pool_size)
+        try:
+            version = await migrate(engine)
+        except BaseException:
+            await engine.close()
+            raise
+        log.debug("opened PostgreSQL at %s (schema v%d)", engine.where, version)
+        return cls(engine, None, version, tz)
 
     async def close(self) -> None:
-        """Close the connection; operations already queued finish first.
+        """Close the connection(s); operations already handed over finish first.
 
         From the first call on, new operations raise `StorageError`; aiosqlite queues the
-        close behind every transaction already handed to its thread, so none is cut off.
+        close behind every transaction already handed to its thread, and the PostgreSQL
+        engine waits for the transactions its threads are running, so none is cut off.
         """
         async with self._close_lock:
             if self._closed:
                 return
             self._closed = True
-            await self._conn.close()
+            await self._engine.close()
 
     async def __aenter__(self) -> Database:
         return self
@@ -139,12 +169,12 @@ class Database(
         """Note activity in a community (creating its row), and its latest display name."""
         at = at or utcnow()
 
-        def work(conn: sqlite3.Connection) -> None:
+        def work(conn: Conn) -> None:
             advance_time(conn, community_id, "last_activity_at", at)
             if name:
                 execute(conn, "UPDATE communities SET name = ? WHERE id = ?", (name, community_id))
 
-        await self._run_write(work)
+        await self._run_write(work, scope=community_id)
 
     async def communities_needing_nightly(self) -> list[str]:
         """Communities with activity after their last reflection (or never reflected).
@@ -161,7 +191,8 @@ class Database(
     async def mark_reflected(self, community_id: str, at: datetime) -> None:
         """Record a finished reflection (never moves the time backwards)."""
         await self._run_write(
-            lambda conn: advance_time(conn, community_id, "last_reflection_time", at)
+            lambda conn: advance_time(conn, community_id, "last_reflection_time", at),
+            scope=community_id,
         )
 
     async def community_ids(self) -> list[str]:
@@ -256,7 +287,7 @@ class Database(
         at = at or utcnow()
         params = (community_id, daily_limit_usd, set_by, to_db_time(at))
 
-        def work(conn: sqlite3.Connection) -> None:
+        def work(conn: Conn) -> None:
             ensure_community(conn, community_id, at)
             execute(
                 conn,
@@ -267,14 +298,15 @@ class Database(
                 params,
             )
 
-        await self._run_write(work)
+        await self._run_write(work, scope=community_id)
 
     async def clear_budget_override(self, community_id: str) -> None:
         """Make the community follow the default limit again."""
         await self._run_write(
             lambda conn: execute(
                 conn, "DELETE FROM community_budgets WHERE community_id = ?", (community_id,)
-            )
+            ),
+            scope=community_id,
         )
 
     # --- moderator actions ---------------------------------------------------------------
@@ -310,7 +342,7 @@ class Database(
             to_db_time(at),
         )
 
-        def work(conn: sqlite3.Connection) -> None:
+        def work(conn: Conn) -> None:
             ensure_community(conn, community_id, at)
             execute(
                 conn,
@@ -319,7 +351,7 @@ class Database(
                 params,
             )
 
-        await self._run_write(work)
+        await self._run_write(work, scope=community_id)
 
     async def moderator_actions(self, community_id: str, limit: int = 20) -> list[ModeratorAction]:
         """Newest first."""
@@ -366,3 +398,11 @@ def _configure(conn: sqlite3.Connection, path: Path) -> None:
     # Deleted rows (erased communities, replaced Slack tokens, forgotten members) are
     # overwritten with zeros instead of lingering in free pages of the file.
     conn.execute("PRAGMA secure_delete=ON")
+
+
+async def open_database(*, url: str | None, path: Path, timezone: str | tzinfo = "UTC") -> Database:
+    """The bot's database as configured: PostgreSQL at `url` (DATABASE_URL) when one is
+    given, else the SQLite file at `path`."""
+    if url:
+        return await Database.open_url(url, timezone=timezone)
+    return await Database.open(path, timezone=timezone)

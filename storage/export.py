@@ -16,13 +16,12 @@ the per-message usage is.
 
 from __future__ import annotations
 
-import sqlite3
 from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from storage.base import SqlBase, fetchall, from_db_time, from_json
+from storage.base import Conn, SqlBase, fetchall, from_db_time, from_json
 
 #: SQLite's default limit on `?` parameters in one statement is 999 on older builds.
 _IDS_PER_QUERY = 500
@@ -95,7 +94,7 @@ class ExportStore(SqlBase):
     async def member_rows(self, community_id: str, member_id: str) -> MemberRows:
         """All of `member_id`'s rows in `community_id`, oldest first, in one snapshot."""
 
-        def work(conn: sqlite3.Connection) -> MemberRows:
+        def work(conn: Conn) -> MemberRows:
             messages = tuple(
                 StoredMessage(
                     interaction_id=str(r[0]),
@@ -154,7 +153,7 @@ class ExportStore(SqlBase):
                     conn,
                     "SELECT version, interaction, created_at, payload_json FROM audit_events "
                     "WHERE community_id = ? AND kind = 'ess' "
-                    "AND json_extract(payload_json, '$.speaker') = ? ORDER BY id",
+                    f"AND {conn.dialect.json_text('payload_json', 'speaker')} = ? ORDER BY id",
                     (community_id, member_id),
                 )
             )

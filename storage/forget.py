@@ -22,24 +22,38 @@ from __future__ import annotations
 
 import json
 import secrets
-import sqlite3
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict
 
 from storage.base import (
+    Conn,
     SqlBase,
     execute,
     fetchall,
     fetchone,
     from_json,
-    run_on_sqlite_thread,
+    insert_returning_id,
     to_db_time,
+)
+
+#: The tables `erase_member` deletes from or rewrites.
+FORGET_TABLES = (
+    "episode_outbox",
+    "interactions",
+    "conversation_turns",
+    "evidence_log",
+    "audit_events",
+    "moderator_actions",
+    "personality_versions",
 )
 
 #: What a forgotten member's words are replaced with in past versions.
 FORGOTTEN_TEXT = "(forgotten)"
+
+
+BLANK_ACTOR = "COALESCE(actor, '')"
 
 
 class ForgetRequest(BaseModel):
@@ -91,7 +105,7 @@ class ForgetStore(SqlBase):
         """Journal a forget-me before anything is deleted; an unfinished request for the
         same member is returned as it is (a repeated request resumes, never restarts)."""
 
-        def work(conn: sqlite3.Connection) -> ForgetRequest:
+        def work(conn: Conn) -> ForgetRequest:
             row = fetchone(
                 conn,
                 f"SELECT {_COLUMNS} FROM forget_requests WHERE community_id = ? "
@@ -101,16 +115,17 @@ class ForgetStore(SqlBase):
             if row is not None:
                 return _request(row)
             pseudonym = f"member-{secrets.token_hex(3)}"
-            rowid = conn.execute(
+            rowid = insert_returning_id(
+                conn,
                 "INSERT INTO forget_requests (community_id, member_id, pseudonym, "
                 "requested_by, reason, started_at) VALUES (?, ?, ?, ?, ?, ?)",
                 (community_id, member_id, pseudonym, requested_by, reason, to_db_time(at)),
-            ).lastrowid
+            )
             found = fetchone(conn, f"SELECT {_COLUMNS} FROM forget_requests WHERE id = ?", (rowid,))
             assert found is not None
             return _request(found)
 
-        return await self._run_write(work)
+        return await self._run_write(work, scope=community_id)
 
     async def open_forgets(self) -> list[ForgetRequest]:
         """Unfinished requests, oldest first (finished on start)."""
@@ -141,7 +156,7 @@ class ForgetStore(SqlBase):
         """What of the member's words other rows may quote: the ESS summaries and the
         insights drawn from their messages (read before `erase_member` deletes them)."""
 
-        def work(conn: sqlite3.Connection) -> list[str]:
+        def work(conn: Conn) -> list[str]:
             words: list[str] = []
             for (step,) in fetchall(
                 conn,
@@ -154,7 +169,7 @@ class ForgetStore(SqlBase):
             for (payload,) in fetchall(
                 conn,
                 "SELECT payload_json FROM audit_events WHERE community_id = ? AND kind = 'ess' "
-                "AND json_extract(payload_json, '$.speaker') = ?",
+                f"AND {conn.dialect.json_text('payload_json', 'speaker')} = ?",
                 (community_id, member_id),
             ):
                 event = from_json(str(payload))
@@ -183,7 +198,7 @@ class ForgetStore(SqlBase):
             return 0
         cid, pseudonym = request.community_id, request.pseudonym
 
-        def work(conn: sqlite3.Connection) -> int:
+        def work(conn: Conn) -> int:
             ids = [
                 str(r[0])
                 for r in fetchall(
@@ -220,7 +235,7 @@ class ForgetStore(SqlBase):
             changed += execute(
                 conn,
                 "DELETE FROM audit_events WHERE community_id = ? AND kind = 'ess' "
-                "AND json_extract(payload_json, '$.speaker') = ?",
+                f"AND {conn.dialect.json_text('payload_json', 'speaker')} = ?",
                 (cid, member),
             )
             changed += execute(
@@ -231,11 +246,13 @@ class ForgetStore(SqlBase):
             )
             # Rows that quote the member's words also name them (a summary travels with
             # its update's `member`, an ESS event with its speaker), so SQLite's own
-            # instr() picks the rows to rewrite without Python reading every version.
+            # instr() (strpos() on PostgreSQL) picks the rows to rewrite without Python
+            # reading every version.
+            has = conn.dialect.contains
             for row_id, payload in fetchall(
                 conn,
                 "SELECT id, payload_json FROM audit_events WHERE community_id = ? "
-                "AND instr(payload_json, ?) > 0",
+                f"AND {has('payload_json')}",
                 (cid, member),
             ):
                 new = _redact(str(payload), member, pseudonym, words).replace(member, pseudonym)
@@ -246,8 +263,8 @@ class ForgetStore(SqlBase):
             for version, state_json, change, actor in fetchall(
                 conn,
                 "SELECT version, state_json, change, actor FROM personality_versions "
-                "WHERE community_id = ? AND (instr(state_json, ?) > 0 OR instr(change, ?) > 0 "
-                "OR instr(COALESCE(actor, ''), ?) > 0)",
+                f"WHERE community_id = ? AND ({has('state_json')} OR {has('change')} "
+                f"OR {has(BLANK_ACTOR)})",
                 (cid, member, member, member),
             ):
                 texts = [str(state_json), str(change), str(actor or "")]
@@ -268,14 +285,6 @@ class ForgetStore(SqlBase):
             )
             return changed
 
-        changed = await self._run_write(work)
-        # secure_delete zeroes deleted cells, but not the old copies a b-tree rebalance
-        # leaves behind when it moves cells between pages (seen in tests: a member's
-        # evidence row survived that way), so the file is rebuilt; then the WAL, which
-        # still holds the pages as they were, is emptied.
-        self._ensure_open()
-        await run_on_sqlite_thread(self._conn, lambda conn: conn.execute("VACUUM").fetchall())
-        await run_on_sqlite_thread(
-            self._conn, lambda conn: conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
-        )
+        changed = await self._run_write(work, scope=cid)
+        await self._scrub_deleted(FORGET_TABLES, rebuild=True)
         return changed

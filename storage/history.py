@@ -41,14 +41,13 @@ updated nor deleted (history is evidence).
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterator
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from sonality.memory.sponge import SpongeState
-from storage.base import Row, fetchall, fetchone, from_json, to_json
+from storage.base import Conn, Row, fetchall, fetchone, from_json, to_json
 from storage.models import StorageError
 
 KEYFRAME_RATIO = 2
@@ -186,7 +185,7 @@ _ROWS = (
 )
 
 
-def _chain_start(conn: sqlite3.Connection, community_id: str, version: int | None) -> Row | None:
+def _chain_start(conn: Conn, community_id: str, version: int | None) -> Row | None:
     """(version, first version of its chain) of `version` (None: the latest), or None."""
     if version is None:
         row = fetchone(
@@ -207,7 +206,7 @@ def _chain_start(conn: sqlite3.Connection, community_id: str, version: int | Non
     return int(row[0]), int(row[0]) if row[1] is None else int(row[1])
 
 
-def read_chain(conn: sqlite3.Connection, community_id: str, version: int | None) -> list[Row]:
+def read_chain(conn: Conn, community_id: str, version: int | None) -> list[Row]:
     """(version, keyframe, state_json) from the keyframe of `version` (None: the latest)
     up to it, oldest first; empty if there is no such version. Run in one snapshot."""
     found = _chain_start(conn, community_id, version)
@@ -217,7 +216,7 @@ def read_chain(conn: sqlite3.Connection, community_id: str, version: int | None)
     return fetchall(conn, _ROWS, (community_id, first, last))
 
 
-def read_span(conn: sqlite3.Connection, community_id: str, low: int, high: int) -> list[Row]:
+def read_span(conn: Conn, community_id: str, low: int, high: int) -> list[Row]:
     """The rows needed to rebuild every version from `low` to `high`: from the keyframe
     of `low` (or of the first version after it) up to `high`, oldest first."""
     first = fetchone(

@@ -1,11 +1,18 @@
-"""Forward-only schema migrations.
+"""Forward-only schema migrations, for SQLite and for PostgreSQL.
 
 Why numbered lists of statements instead of ``CREATE TABLE IF NOT EXISTS`` on start:
-a deployed bot's file must be upgraded in place, exactly once per step, and a crash in
-the middle of a step must leave the previous schema intact. Each entry of `MIGRATIONS`
-is applied in ONE transaction together with its row in ``schema_migrations`` (so the
-recorded version can never disagree with the tables), in order, and never edited after
-release: change the schema by appending a new entry.
+a deployed bot's database must be upgraded in place, exactly once per step, and a crash
+in the middle of a step must leave the previous schema intact. Each entry of
+`MIGRATIONS` is applied in ONE transaction together with its row in
+``schema_migrations`` (so the recorded version can never disagree with the tables), in
+order, and never edited after release: change the schema by appending a new entry.
+
+Both engines run the same numbered steps. A plain string is written in SQLite's words
+and `postgres_ddl` maps its column types for PostgreSQL (64-bit integers, identity
+columns for AUTOINCREMENT, DOUBLE PRECISION, BYTEA, and the "C" collation on text so
+that text compares byte by byte as in SQLite: the fixed-width times and the ids sort
+the same on both). Where the two languages really differ (triggers) an entry is an
+`Each` holding both texts: the guarantees are the same, the words are each engine's.
 
 Every per-community table references ``communities(id)`` and leads its indexes with
 ``community_id``: queries are always scoped to one community, so communities never see
@@ -14,12 +21,17 @@ each other's rows.
 
 from __future__ import annotations
 
+import re
 import sqlite3
+from dataclasses import dataclass
 
 import aiosqlite
 
 from sonality.store import utcnow
 from storage.base import (
+    Conn,
+    Engine,
+    SqliteEngine,
     execute,
     fetchone,
     run_on_sqlite_thread,
@@ -28,7 +40,23 @@ from storage.base import (
 )
 from storage.models import SchemaTooNewError
 
-_V1: list[str] = [
+
+@dataclass(frozen=True)
+class Each:
+    """One migration statement spelled for each engine."""
+
+    sqlite: str
+    postgresql: str
+
+
+Statement = str | Each
+
+_APPEND_ONLY = "'personality_versions is append-only'"
+# The triggers' refusals carry SQLSTATE 23000 (integrity_constraint_violation), so a
+# driver reports them as the same kind of error SQLite's RAISE(ABORT) is.
+_INTEGRITY = "USING ERRCODE = 'integrity_constraint_violation'"
+
+_V1: list[Statement] = [
     """
     CREATE TABLE communities (
         id TEXT PRIMARY KEY,
@@ -54,16 +82,37 @@ _V1: list[str] = [
     ) WITHOUT ROWID
     """,
     # Enforced in the database, not only by convention: history is evidence.
-    """
-    CREATE TRIGGER personality_versions_no_update
-    BEFORE UPDATE ON personality_versions
-    BEGIN SELECT RAISE(ABORT, 'personality_versions is append-only'); END
-    """,
-    """
-    CREATE TRIGGER personality_versions_no_delete
-    BEFORE DELETE ON personality_versions
-    BEGIN SELECT RAISE(ABORT, 'personality_versions is append-only'); END
-    """,
+    Each(
+        "",
+        f"""
+        CREATE FUNCTION personality_versions_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN RAISE EXCEPTION {_APPEND_ONLY} {_INTEGRITY}; END $$
+        """,
+    ),
+    Each(
+        """
+        CREATE TRIGGER personality_versions_no_update
+        BEFORE UPDATE ON personality_versions
+        BEGIN SELECT RAISE(ABORT, 'personality_versions is append-only'); END
+        """,
+        """
+        CREATE TRIGGER personality_versions_no_update
+        BEFORE UPDATE ON personality_versions
+        FOR EACH ROW EXECUTE FUNCTION personality_versions_refuse()
+        """,
+    ),
+    Each(
+        """
+        CREATE TRIGGER personality_versions_no_delete
+        BEFORE DELETE ON personality_versions
+        BEGIN SELECT RAISE(ABORT, 'personality_versions is append-only'); END
+        """,
+        """
+        CREATE TRIGGER personality_versions_no_delete
+        BEFORE DELETE ON personality_versions
+        FOR EACH ROW EXECUTE FUNCTION personality_versions_refuse()
+        """,
+    ),
     # The outbox. `seq` gives the processing order; `id` is the engine's interaction id,
     # unique per community (so one community can never ack another's row).
     """
@@ -179,7 +228,7 @@ _V1: list[str] = [
     """,
 ]
 
-_V2: list[str] = [
+_V2: list[Statement] = [
     # Episodes committed with a version but not yet written to Chroma (write-behind).
     """
     CREATE TABLE episode_outbox (
@@ -194,7 +243,7 @@ _V2: list[str] = [
     "CREATE INDEX episode_outbox_order ON episode_outbox (community_id, seq)",
 ]
 
-_V3: list[str] = [
+_V3: list[Statement] = [
     # Token usage as a daily rollup: one row per community, local day (SONALITY_TIMEZONE,
     # as 'YYYY-MM-DD'), role and model, bounded by time instead of by traffic.
     """
@@ -245,7 +294,7 @@ _V3: list[str] = [
     """,
 ]
 
-_V4: list[str] = [
+_V4: list[Statement] = [
     # Versions stored as keyframes and patches (see storage/history.py). NULL: the row's
     # state_json is the full state, as every row written before this step is, so they
     # all stay valid keyframes; otherwise it is a merge patch against the previous
@@ -258,22 +307,48 @@ _V4: list[str] = [
     # A patch must extend its keyframe's chain: the version right before it is that
     # keyframe, or a patch of the same chain. So every chain is gap-free and starts
     # from a full state, whatever code writes to the file.
-    """
-    CREATE TRIGGER personality_versions_patch_extends_chain
-    BEFORE INSERT ON personality_versions
-    WHEN NEW.keyframe IS NOT NULL
-    BEGIN
-        SELECT RAISE(ABORT, 'a patch version must follow a version of its keyframe''s chain')
-        WHERE NOT EXISTS (
-            SELECT 1 FROM personality_versions
-            WHERE community_id = NEW.community_id AND version = NEW.version - 1
-              AND COALESCE(keyframe, version) = NEW.keyframe
-        );
-    END
-    """,
+    Each(
+        """
+        CREATE TRIGGER personality_versions_patch_extends_chain
+        BEFORE INSERT ON personality_versions
+        WHEN NEW.keyframe IS NOT NULL
+        BEGIN
+            SELECT RAISE(ABORT, 'a patch version must follow a version of its keyframe''s chain')
+            WHERE NOT EXISTS (
+                SELECT 1 FROM personality_versions
+                WHERE community_id = NEW.community_id AND version = NEW.version - 1
+                  AND COALESCE(keyframe, version) = NEW.keyframe
+            );
+        END
+        """,
+        f"""
+        CREATE FUNCTION personality_versions_check_chain() RETURNS trigger
+        LANGUAGE plpgsql AS $$
+        BEGIN
+            IF NOT EXISTS (
+                SELECT 1 FROM personality_versions
+                WHERE community_id = NEW.community_id AND version = NEW.version - 1
+                  AND COALESCE(keyframe, version) = NEW.keyframe
+            ) THEN
+                RAISE EXCEPTION 'a patch version must follow a version of its keyframe''s chain'
+                    {_INTEGRITY};
+            END IF;
+            RETURN NEW;
+        END $$
+        """,
+    ),
+    Each(
+        "",
+        """
+        CREATE TRIGGER personality_versions_patch_extends_chain
+        BEFORE INSERT ON personality_versions
+        FOR EACH ROW WHEN (NEW.keyframe IS NOT NULL)
+        EXECUTE FUNCTION personality_versions_check_chain()
+        """,
+    ),
 ]
 
-_V5_REMOVALS: list[str] = [
+_V5_REMOVALS: list[Statement] = [
     # Communities the bot was removed from (Discord guild left or kicked, Slack app
     # uninstalled): the bot stays silent there, and their data is erased at `delete_at`
     # unless the bot is added back first (storage/removal.py). No foreign key: a
@@ -301,19 +376,45 @@ _V5_REMOVALS: list[str] = [
     )
     """,
     "CREATE INDEX community_erasures_open ON community_erasures (community_id, finished_at)",
-    "DROP TRIGGER personality_versions_no_delete",
-    """
-    CREATE TRIGGER personality_versions_no_delete
-    BEFORE DELETE ON personality_versions
-    WHEN NOT EXISTS (
-        SELECT 1 FROM community_erasures
-        WHERE community_id = OLD.community_id AND finished_at IS NULL
-    )
-    BEGIN SELECT RAISE(ABORT, 'personality_versions is append-only'); END
-    """,
+    Each(
+        "DROP TRIGGER personality_versions_no_delete",
+        "DROP TRIGGER personality_versions_no_delete ON personality_versions",
+    ),
+    Each(
+        """
+        CREATE TRIGGER personality_versions_no_delete
+        BEFORE DELETE ON personality_versions
+        WHEN NOT EXISTS (
+            SELECT 1 FROM community_erasures
+            WHERE community_id = OLD.community_id AND finished_at IS NULL
+        )
+        BEGIN SELECT RAISE(ABORT, 'personality_versions is append-only'); END
+        """,
+        f"""
+        CREATE FUNCTION personality_versions_delete_gate() RETURNS trigger
+        LANGUAGE plpgsql AS $$
+        BEGIN
+            IF NOT EXISTS (
+                SELECT 1 FROM community_erasures
+                WHERE community_id = OLD.community_id AND finished_at IS NULL
+            ) THEN
+                RAISE EXCEPTION {_APPEND_ONLY} {_INTEGRITY};
+            END IF;
+            RETURN OLD;
+        END $$
+        """,
+    ),
+    Each(
+        "",
+        """
+        CREATE TRIGGER personality_versions_no_delete
+        BEFORE DELETE ON personality_versions
+        FOR EACH ROW EXECUTE FUNCTION personality_versions_delete_gate()
+        """,
+    ),
 ]
 
-_V6_EVIDENCE: list[str] = [
+_V6_EVIDENCE: list[Statement] = [
     # The evidence log (sonality/evidence.py): every learned message's ESS result and
     # speaker, every decay and rollback, in commit order, so forgetting a member can
     # replay the opinions exactly without their messages. `member` and
@@ -334,7 +435,7 @@ _V6_EVIDENCE: list[str] = [
     "CREATE INDEX evidence_log_by_member ON evidence_log (community_id, member)",
 ]
 
-_V7_FORGET: list[str] = [
+_V7_FORGET: list[Statement] = [
     # The forget-me journal (storage/forget.py). A row is written before anything is
     # deleted, so a forget-me interrupted by a crash is finished on the next start;
     # `member_id` is cleared when it finishes, so the finished row keeps only the
@@ -359,21 +460,54 @@ _V7_FORGET: list[str] = [
     # its redaction gate (set and cleared inside one transaction), and only the text
     # columns, so the member's id and words can be replaced by their pseudonym. The
     # version's number, cause, counts, time and chain stay exactly as written.
-    "DROP TRIGGER personality_versions_no_update",
-    """
-    CREATE TRIGGER personality_versions_no_update
-    BEFORE UPDATE ON personality_versions
-    WHEN NOT EXISTS (
-        SELECT 1 FROM forget_requests
-        WHERE community_id = OLD.community_id AND finished_at IS NULL AND redacting = 1
-    ) OR NEW.community_id IS NOT OLD.community_id OR NEW.version IS NOT OLD.version
-      OR NEW.cause IS NOT OLD.cause OR NEW.interaction_count IS NOT OLD.interaction_count
-      OR NEW.created_at IS NOT OLD.created_at OR NEW.keyframe IS NOT OLD.keyframe
-    BEGIN SELECT RAISE(ABORT, 'personality_versions is append-only'); END
-    """,
+    Each(
+        "DROP TRIGGER personality_versions_no_update",
+        "DROP TRIGGER personality_versions_no_update ON personality_versions",
+    ),
+    Each(
+        """
+        CREATE TRIGGER personality_versions_no_update
+        BEFORE UPDATE ON personality_versions
+        WHEN NOT EXISTS (
+            SELECT 1 FROM forget_requests
+            WHERE community_id = OLD.community_id AND finished_at IS NULL AND redacting = 1
+        ) OR NEW.community_id IS NOT OLD.community_id OR NEW.version IS NOT OLD.version
+          OR NEW.cause IS NOT OLD.cause OR NEW.interaction_count IS NOT OLD.interaction_count
+          OR NEW.created_at IS NOT OLD.created_at OR NEW.keyframe IS NOT OLD.keyframe
+        BEGIN SELECT RAISE(ABORT, 'personality_versions is append-only'); END
+        """,
+        f"""
+        CREATE FUNCTION personality_versions_update_gate() RETURNS trigger
+        LANGUAGE plpgsql AS $$
+        BEGIN
+            IF NOT EXISTS (
+                SELECT 1 FROM forget_requests
+                WHERE community_id = OLD.community_id AND finished_at IS NULL
+                  AND redacting = 1
+            ) OR NEW.community_id IS DISTINCT FROM OLD.community_id
+              OR NEW.version IS DISTINCT FROM OLD.version
+              OR NEW.cause IS DISTINCT FROM OLD.cause
+              OR NEW.interaction_count IS DISTINCT FROM OLD.interaction_count
+              OR NEW.created_at IS DISTINCT FROM OLD.created_at
+              OR NEW.keyframe IS DISTINCT FROM OLD.keyframe
+            THEN
+                RAISE EXCEPTION {_APPEND_ONLY} {_INTEGRITY};
+            END IF;
+            RETURN NEW;
+        END $$
+        """,
+    ),
+    Each(
+        "",
+        """
+        CREATE TRIGGER personality_versions_no_update
+        BEFORE UPDATE ON personality_versions
+        FOR EACH ROW EXECUTE FUNCTION personality_versions_update_gate()
+        """,
+    ),
 ]
 
-MIGRATIONS: list[list[str]] = [
+MIGRATIONS: list[list[Statement]] = [
     _V1,
     _V2,
     _V3,
@@ -387,45 +521,117 @@ MIGRATIONS: list[list[str]] = [
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
-def current_version(conn: sqlite3.Connection) -> int:
+_PG_TYPES = [
+    (
+        re.compile(r"\bINTEGER PRIMARY KEY AUTOINCREMENT\b"),
+        "BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY",
+    ),
+    (re.compile(r"\)\s*WITHOUT ROWID\s*$"), ")"),
+    (re.compile(r"\bINTEGER\b"), "BIGINT"),
+    (re.compile(r"\bREAL\b"), "DOUBLE PRECISION"),
+    (re.compile(r"\bBLOB\b"), "BYTEA"),
+    (re.compile(r"\bTEXT\b"), 'TEXT COLLATE "C"'),
+]
+
+
+def postgres_ddl(statement: str) -> str:
+    """A plain (SQLite-worded) statement as PostgreSQL runs it: only column types of
+    CREATE TABLE / ADD COLUMN change, every other statement is taken as it is."""
+    head = statement.lstrip().upper()
+    if not (head.startswith("CREATE TABLE") or head.startswith("ALTER TABLE")):
+        return statement
+    text = statement.strip()
+    for pattern, replacement in _PG_TYPES:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def statement_for(statement: Statement, postgres: bool) -> str:
+    """The text of `statement` for one engine ("" when that engine has nothing to do)."""
+    if isinstance(statement, Each):
+        return statement.postgresql if postgres else statement.sqlite
+    return postgres_ddl(statement) if postgres else statement
+
+
+def current_version(conn: Conn) -> int:
     row = fetchone(conn, "SELECT COALESCE(MAX(version), 0) FROM schema_migrations")
     return int(row[0]) if row else 0
 
 
-async def migrate(conn: aiosqlite.Connection, migrations: list[list[str]] | None = None) -> int:
-    """Apply every migration the file lacks, one transaction each; returns the version.
+_SCHEMA_TABLE = (
+    "CREATE TABLE IF NOT EXISTS schema_migrations ("
+    "version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)"
+)
+
+MIGRATION_LOCK = 0x50_4E_41_4C_49_54_59  # any constant; "SONALITY"-ish
+"""PostgreSQL advisory lock key held while one process migrates (others wait)."""
+
+
+async def migrate(
+    target: aiosqlite.Connection | Engine, migrations: list[list[Statement]] | None = None
+) -> int:
+    """Apply every migration the database lacks, one transaction each; returns the version.
 
     Safe to call on every start (a no-op when up to date) and from two processes at once:
-    the version is re-read under SQLite's write lock before each step. Runs as one call
-    in the SQLite thread (no other operation uses the connection while it does).
+    the version is re-read under the engine's lock before each step (SQLite's write
+    lock; on PostgreSQL a session advisory lock, taken before each step's snapshot, so
+    a process that waited sees the steps the other one applied).
     """
     steps = MIGRATIONS if migrations is None else migrations
-    return await run_on_sqlite_thread(conn, lambda c: _migrate(c, steps))
+    engine = SqliteEngine(target) if isinstance(target, aiosqlite.Connection) else target
+    if isinstance(engine, SqliteEngine):
+        return await run_on_sqlite_thread(engine.conn, lambda c: _migrate_sqlite(c, steps))
+    return await engine.outside_transaction(lambda c: _migrate_postgres(c, steps))
 
 
-def _migrate(conn: sqlite3.Connection, steps: list[list[str]]) -> int:
-    execute(
-        conn,
-        "CREATE TABLE IF NOT EXISTS schema_migrations ("
-        "version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)",
+def _too_new(version: int, known: int) -> SchemaTooNewError:
+    return SchemaTooNewError(
+        f"database schema is version {version} but this code knows only "
+        f"{known}; upgrade the bot instead of downgrading the database"
     )
-    version = current_version(conn)
+
+
+def _migrate_sqlite(raw: sqlite3.Connection, steps: list[list[Statement]]) -> int:
+    execute(Conn(raw, SqliteEngine.dialect), _SCHEMA_TABLE)
+    version = current_version(Conn(raw, SqliteEngine.dialect))
     if version > len(steps):
-        raise SchemaTooNewError(
-            f"database schema is version {version} but this code knows only "
-            f"{len(steps)}; upgrade the bot instead of downgrading the database"
-        )
+        raise _too_new(version, len(steps))
     while version < len(steps):
-        version = write_transaction(conn, lambda c: _apply_next_step(c, steps))
+        version = write_transaction(raw, lambda c: _apply_next_step(c, steps))
     return version
 
 
-def _apply_next_step(conn: sqlite3.Connection, steps: list[list[str]]) -> int:
-    """Apply the step after the file's current version (if any is left); returns the version."""
+def _migrate_postgres(conn: Conn, steps: list[list[Statement]]) -> int:
+    """Runs on a pooled connection in autocommit mode (see `PostgresEngine`)."""
+    import psycopg
+
+    raw = conn.raw
+    raw.read_only = False
+    raw.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
+    execute(conn, "SELECT pg_advisory_lock(?)", (MIGRATION_LOCK,))
+    try:
+        with raw.transaction():
+            execute(conn, postgres_ddl(_SCHEMA_TABLE))
+        with raw.transaction():
+            version = current_version(conn)
+        if version > len(steps):
+            raise _too_new(version, len(steps))
+        while version < len(steps):
+            with raw.transaction():
+                version = _apply_next_step(conn, steps)
+        return version
+    finally:
+        execute(conn, "SELECT pg_advisory_unlock(?)", (MIGRATION_LOCK,))
+
+
+def _apply_next_step(conn: Conn, steps: list[list[Statement]]) -> int:
+    """Apply the step after the database's current version (if any is left); returns it."""
     version = current_version(conn)
     if version < len(steps):
         for statement in steps[version]:
-            execute(conn, statement)
+            text = statement_for(statement, conn.dialect.postgres)
+            if text.strip():
+                execute(conn, text)
         version += 1
         execute(
             conn,

@@ -37,6 +37,15 @@ class StorageError(RuntimeError):
     """Base class of every error raised on purpose by `storage`."""
 
 
+class IntegrityViolation(StorageError):
+    """The database refused a write: a key already taken, a broken reference, or one of
+    the schema's guards (versions are append-only, a patch must extend its chain).
+
+    One class for both engines, so callers and tests see the same error whether SQLite
+    or PostgreSQL refused; the engine's own exception is kept as ``__cause__``.
+    """
+
+
 class SchemaTooNewError(StorageError):
     """The database file was migrated by a newer release; refusing to touch it."""
 

@@ -13,13 +13,12 @@ name up anywhere else, so a forgotten member can only ever appear under that pse
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterable
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from storage.base import SqlBase, fetchall, from_json
+from storage.base import Conn, SqlBase, fetchall, from_json
 
 #: SQLite's default limit on `?` parameters in one statement is 999 on older builds.
 _IDS_PER_QUERY = 500
@@ -71,7 +70,7 @@ class PeopleStore(SqlBase):
         if not wanted:
             return {}
 
-        def work(conn: sqlite3.Connection) -> dict[str, str]:
+        def work(conn: Conn) -> dict[str, str]:
             names: dict[str, str] = {}
             for start in range(0, len(wanted), _IDS_PER_QUERY):
                 chunk = wanted[start : start + _IDS_PER_QUERY]
@@ -93,11 +92,12 @@ class PeopleStore(SqlBase):
     ) -> list[StagedArgument]:
         """ "ess" events that staged updates, oldest first, at or below `up_to_version`
         (the newest `MAX_STAGED_EVENTS` of them)."""
+        sql_of = self.dialect
         sql = (
-            "SELECT version, interaction, json_extract(payload_json, '$.speaker'), "
-            "json_extract(payload_json, '$.staged') FROM audit_events "
+            f"SELECT version, interaction, {sql_of.json_text('payload_json', 'speaker')}, "
+            f"{sql_of.json_text('payload_json', 'staged')} FROM audit_events "
             "WHERE community_id = ? AND kind = 'ess' "
-            "AND json_array_length(payload_json, '$.staged') > 0"
+            f"AND {sql_of.json_array_not_empty('payload_json', 'staged')}"
         )
         params: list[object] = [community_id]
         if up_to_version is not None:

@@ -17,7 +17,6 @@ key was set are plain JSON; `use_secret_key` encrypts them in place, once, on st
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -25,8 +24,8 @@ from typing import Any
 from cryptography.fernet import Fernet, InvalidToken
 
 from sonality.store import utcnow
-from storage.base import SqlBase, execute, from_json, to_db_time, to_json
-from storage.models import StorageError
+from storage.base import Conn, SqlBase, execute, fetchall, from_json, to_db_time, to_json
+from storage.models import IntegrityViolation, StorageError
 
 
 def _installation_key(
@@ -98,10 +97,10 @@ class PlatformStore(SqlBase):
         """
         cipher = make_cipher(key)
 
-        def work(conn: sqlite3.Connection) -> int:
+        def work(conn: Conn) -> int:
             rows = [
                 (int(r[0]), str(r[1]))
-                for r in conn.execute("SELECT id, data_json FROM installations").fetchall()
+                for r in fetchall(conn, "SELECT id, data_json FROM installations")
             ]
             plain = [(i, d) for i, d in rows if not d.startswith(ENCRYPTED_PREFIX)]
             sealed = [d for _, d in rows if d.startswith(ENCRYPTED_PREFIX)]
@@ -143,25 +142,26 @@ class PlatformStore(SqlBase):
     ) -> bool:
         """True the first time (platform, event_id) is seen within its TTL, else False.
 
-        Atomic (INSERT OR IGNORE under one transaction), so two concurrent deliveries of
-        the same event get exactly one True. Expired rows are pruned on the way, which is
-        also what lets an id be seen "for the first time" again after its TTL.
+        Atomic (an INSERT ... ON CONFLICT DO NOTHING in one transaction), so two
+        concurrent deliveries of the same event get exactly one True. Expired rows are
+        pruned on the way, which is also what lets an id be seen "for the first time"
+        again after its TTL.
         """
         if ttl_seconds <= 0:
             raise StorageError("ttl_seconds must be positive")
         now = to_db_time(at)
         expires = to_db_time(at + timedelta(seconds=ttl_seconds))
 
-        def work(conn: sqlite3.Connection) -> int:
+        def work(conn: Conn) -> int:
             execute(conn, "DELETE FROM seen_events WHERE expires_at <= ?", (now,))
             return execute(
                 conn,
-                "INSERT OR IGNORE INTO seen_events (platform, event_id, seen_at, expires_at) "
-                "VALUES (?, ?, ?, ?)",
+                "INSERT INTO seen_events (platform, event_id, seen_at, expires_at) "
+                "VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
                 (platform, event_id, now, expires),
             )
 
-        return await self._run_write(work) == 1
+        return await self._run_write(work, scope=f"event:{platform}:{event_id}") == 1
 
     # --- installations -----------------------------------------------------------------
 
@@ -183,7 +183,7 @@ class PlatformStore(SqlBase):
             payload = _seal(self._cipher, payload)
         installed_at = to_db_time(utcnow())
 
-        def work(conn: sqlite3.Connection) -> None:
+        def work(conn: Conn) -> None:
             execute(
                 conn,
                 "DELETE FROM installations WHERE enterprise_id = ? AND team_id = ? AND user_id = ?",
@@ -238,10 +238,10 @@ class PlatformStore(SqlBase):
         """Remember a freshly generated OAuth state until `expires_at`."""
         params = (state, to_db_time(expires_at))
 
-        def work(conn: sqlite3.Connection) -> None:
+        def work(conn: Conn) -> None:
             try:
                 execute(conn, "INSERT INTO oauth_states (state, expires_at) VALUES (?, ?)", params)
-            except sqlite3.IntegrityError as exc:
+            except IntegrityViolation as exc:
                 raise StorageError("this OAuth state was already issued") from exc
 
         await self._run_write(work)
@@ -253,7 +253,7 @@ class PlatformStore(SqlBase):
         """
         stamp = to_db_time(now)
 
-        def work(conn: sqlite3.Connection) -> int:
+        def work(conn: Conn) -> int:
             consumed = execute(
                 conn,
                 "DELETE FROM oauth_states WHERE state = ? AND expires_at > ?",

@@ -22,18 +22,18 @@ order of the deletes does not matter.
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
 from storage.base import (
+    Conn,
     SqlBase,
     execute,
     fetchall,
     fetchone,
+    insert_returning_id,
     platform_of,
-    run_on_sqlite_thread,
     to_db_time,
 )
 
@@ -52,38 +52,66 @@ class Removal:
     delete_at: datetime
 
 
-def _community_tables(conn: sqlite3.Connection) -> list[str]:
+def _community_tables(conn: Conn) -> list[str]:
     """Every table holding per-community rows, `_LAST` at the end."""
-    names = [
-        str(r[0])
-        for r in fetchall(
-            conn,
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
-            "ORDER BY name",
-        )
-    ]
+    if conn.dialect.postgres:
+        names = [
+            str(r[0])
+            for r in fetchall(
+                conn,
+                "SELECT table_name FROM information_schema.tables "
+                "WHERE table_schema = current_schema() AND table_type = 'BASE TABLE' "
+                "ORDER BY table_name",
+            )
+        ]
+    else:
+        names = [
+            str(r[0])
+            for r in fetchall(
+                conn,
+                "SELECT name FROM sqlite_master WHERE type = 'table' "
+                "AND name NOT LIKE 'sqlite_%' ORDER BY name",
+            )
+        ]
     tables = []
     for name in names:
         if name in _NOT_ERASED or name in _LAST:
             continue
-        columns = {str(c[1]) for c in fetchall(conn, f'PRAGMA table_info("{name}")')}
-        if "community_id" in columns:
+        if "community_id" in _columns(conn, name):
             tables.append(name)
     return tables + [t for t in _LAST if t in names]
 
 
-def erase_in_transaction(conn: sqlite3.Connection, community_id: str, at: datetime) -> int:
+def _columns(conn: Conn, table: str) -> set[str]:
+    if conn.dialect.postgres:
+        rows = fetchall(
+            conn,
+            "SELECT column_name FROM information_schema.columns "
+            "WHERE table_schema = current_schema() AND table_name = ?",
+            (table,),
+        )
+        return {str(r[0]) for r in rows}
+    return {str(c[1]) for c in fetchall(conn, f'PRAGMA table_info("{table}")')}
+
+
+def erase_in_transaction(conn: Conn, community_id: str, at: datetime) -> int:
     """Delete every row of `community_id` (inside the caller's write transaction);
     returns the number of rows deleted. See the module docstring for the gate."""
     removal = fetchone(
         conn, "SELECT removed_at FROM community_removals WHERE community_id = ?", (community_id,)
     )
     stamp = to_db_time(at)
-    execute(conn, "PRAGMA defer_foreign_keys = ON")
-    erasure_id = conn.execute(
+    if conn.dialect.postgres:
+        # Only constraints declared DEFERRABLE are deferred; the order of `_LAST` (rows
+        # that others refer to go last) is what makes the deletes valid there.
+        execute(conn, "SET CONSTRAINTS ALL DEFERRED")
+    else:
+        execute(conn, "PRAGMA defer_foreign_keys = ON")
+    erasure_id = insert_returning_id(
+        conn,
         "INSERT INTO community_erasures (community_id, removed_at, started_at) VALUES (?, ?, ?)",
         (community_id, removal[0] if removal else None, stamp),
-    ).lastrowid
+    )
     deleted = 0
     for table in _community_tables(conn):
         column = "id" if table == "communities" else "community_id"
@@ -115,11 +143,11 @@ class RemovalStore(SqlBase):
         keeps the first deadline: the clock does not restart.
         """
 
-        def work(conn: sqlite3.Connection) -> Removal:
+        def work(conn: Conn) -> Removal:
             execute(
                 conn,
-                "INSERT OR IGNORE INTO community_removals (community_id, removed_at, delete_at) "
-                "VALUES (?, ?, ?)",
+                "INSERT INTO community_removals (community_id, removed_at, delete_at) "
+                "VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
                 (community_id, to_db_time(at), to_db_time(at + keep_for)),
             )
             row = fetchone(
@@ -132,7 +160,7 @@ class RemovalStore(SqlBase):
                 community_id, datetime.fromisoformat(row[0]), datetime.fromisoformat(row[1])
             )
 
-        return await self._run_write(work)
+        return await self._run_write(work, scope=community_id)
 
     async def mark_returned(self, community_id: str, at: datetime) -> Return:
         """The bot was added back at `at`. Before the deadline the removal is cancelled
@@ -140,7 +168,7 @@ class RemovalStore(SqlBase):
         done it yet ("erased"), so it starts from the seed either way."""
         stamp = to_db_time(at)
 
-        def work(conn: sqlite3.Connection) -> Return:
+        def work(conn: Conn) -> Return:
             row = fetchone(
                 conn,
                 "SELECT delete_at FROM community_removals WHERE community_id = ?",
@@ -154,7 +182,7 @@ class RemovalStore(SqlBase):
             execute(conn, "DELETE FROM community_removals WHERE community_id = ?", (community_id,))
             return "kept"
 
-        outcome = await self._run_write(work)
+        outcome = await self._run_write(work, scope=community_id)
         if outcome == "erased":
             await self.truncate_wal()
         return outcome
@@ -179,17 +207,18 @@ class RemovalStore(SqlBase):
     async def erase_community(self, community_id: str, at: datetime) -> int:
         """Delete every SQLite row of `community_id` now, in one transaction; returns the
         rows deleted. Chroma and in-memory state are the caller's (bot/) to clear."""
-        deleted = await self._run_write(lambda conn: erase_in_transaction(conn, community_id, at))
+        deleted = await self._run_write(
+            lambda conn: erase_in_transaction(conn, community_id, at), scope=community_id
+        )
         await self.truncate_wal()
         return deleted
 
     async def truncate_wal(self) -> None:
-        """Copy the WAL into the file and empty it: the WAL still holds the pages as they
-        were before the delete (secure_delete zeroes the file's pages, not old frames)."""
-        self._ensure_open()
-        await run_on_sqlite_thread(
-            self._conn, lambda conn: conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
-        )
+        """After an erasure: SQLite copies the WAL into the file and empties it (the WAL
+        still holds the pages as they were before the delete; secure_delete zeroes the
+        file's pages, not old frames); PostgreSQL vacuums the erased tables."""
+        tables = await self._run_read(_community_tables)
+        await self._scrub_deleted(tables, rebuild=False)
 
     async def erasures(self, community_id: str) -> list[tuple[str, str | None, int | None]]:
         """The audit record: (started_at, finished_at, rows_deleted) per erasure."""

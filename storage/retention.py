@@ -36,13 +36,12 @@ run on a large file never holds up replies for long.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from storage.base import SqlBase, execute, fetchone, local_day, to_db_time
+from storage.base import Conn, Dialect, SqlBase, execute, local_day, table_exists, to_db_time
 
 WINDOW = 5_000
 """Row ids per transaction while deleting (a few milliseconds of work each)."""
@@ -83,28 +82,26 @@ class RetentionReport(BaseModel):
 
 #: An ESS result whose summary is the fallback (`sonality.ess.safe_default_ess`): before
 #: 2026-11-24 the first words of the member's message, so raw text that goes with it.
-_QUOTING_SUMMARY = (
-    "json_extract(payload_json, '$.used_defaults') = 1 "
-    "AND json_extract(payload_json, '$.summary') != ''"
-)
+def _quoting_summary(sql: Dialect, column: str, prefix: str = "") -> str:
+    return (
+        f"{sql.json_is_true(column, prefix + 'used_defaults')} "
+        f"AND {sql.json_text(column, prefix + 'summary')} != ''"
+    )
 
 
-def _erase_quoting_evidence(conn: sqlite3.Connection, cutoff: str) -> int:
-    """The evidence log's fallback summaries (see `_QUOTING_SUMMARY`) of messages older
+def _erase_quoting_evidence(conn: Conn, cutoff: str) -> int:
+    """The evidence log's fallback summaries (see `_quoting_summary`) of messages older
     than `cutoff`, by the time of the interaction they record. A replay never reads the
     summary, so erasing it changes no opinion. A file without the log (older schema in
     a test) has nothing to erase."""
-    exists = fetchone(
-        conn, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'evidence_log'"
-    )
-    if exists is None:
+    if not table_exists(conn, "evidence_log"):
         return 0
+    sql = conn.dialect
     return execute(
         conn,
-        "UPDATE evidence_log SET step_json = json_set(step_json, '$.ess.summary', '') "
+        f"UPDATE evidence_log SET step_json = {sql.json_blank('step_json', 'ess.summary')} "
         "WHERE kind = 'message' "
-        "AND json_extract(step_json, '$.ess.used_defaults') = 1 "
-        "AND json_extract(step_json, '$.ess.summary') != '' "
+        f"AND {_quoting_summary(sql, 'step_json', 'ess.')} "
         "AND (interaction_id IN (SELECT id FROM interactions "
         "WHERE interactions.community_id = evidence_log.community_id AND created_at < ?) "
         # its interaction row is gone: deleted by audit retention, so older still
@@ -139,8 +136,8 @@ class RetentionStore(SqlBase):
         quoted = await self._in_windows(
             "audit_events",
             "id",
-            "payload_json = json_set(payload_json, '$.summary', '')",
-            f"created_at < ? AND kind = 'ess' AND {_QUOTING_SUMMARY}",
+            f"payload_json = {self.dialect.json_blank('payload_json', 'summary')}",
+            f"created_at < ? AND kind = 'ess' AND {_quoting_summary(self.dialect, 'payload_json')}",
             (message_cutoff,),
         )
         audit = await self._in_windows(
@@ -150,19 +147,20 @@ class RetentionStore(SqlBase):
             "moderator_actions", "id", None, "created_at < ?", (audit_cutoff,)
         )
 
-        def small_tables(conn: sqlite3.Connection) -> tuple[int, int, int, int, int]:
+        def small_tables(conn: Conn) -> tuple[int, int, int, int, int]:
+            sql = conn.dialect
             return (
                 execute(
                     conn,
-                    "UPDATE episode_outbox SET episode_json = json_set(episode_json, "
-                    "'$.user_message', '', '$.agent_response', '') "
-                    "WHERE (json_extract(episode_json, '$.user_message') != '' "
-                    "OR json_extract(episode_json, '$.agent_response') != '') "
+                    "UPDATE episode_outbox SET episode_json = "
+                    f"{sql.json_blank('episode_json', 'user_message', 'agent_response')} "
+                    f"WHERE ({sql.json_text('episode_json', 'user_message')} != '' "
+                    f"OR {sql.json_text('episode_json', 'agent_response')} != '') "
                     # by the message's time (its interaction row), else by the row's own
-                    "AND (created_at < ?1 OR episode_id IN (SELECT id FROM interactions "
+                    "AND (created_at < ? OR episode_id IN (SELECT id FROM interactions "
                     "WHERE interactions.community_id = episode_outbox.community_id "
-                    "AND interactions.created_at < ?1))",
-                    (message_cutoff,),
+                    "AND interactions.created_at < ?))",
+                    (message_cutoff, message_cutoff),
                 ),
                 _erase_quoting_evidence(conn, message_cutoff),
                 execute(conn, "DELETE FROM usage_daily WHERE day < ?", (first_day,)),
@@ -205,7 +203,7 @@ class RetentionStore(SqlBase):
         )
         sql = f"{change} WHERE {key} >= ? AND {key} < ? AND {condition}"
 
-        def window(start: int) -> Callable[[sqlite3.Connection], int]:
+        def window(start: int) -> Callable[[Conn], int]:
             return lambda conn: execute(conn, sql, (start, start + WINDOW, *params))
 
         changed = 0

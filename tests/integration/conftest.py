@@ -112,9 +112,20 @@ async def llm(llm_target: LLMFake) -> AsyncIterator[AnthropicLLM | OpenAILLM]:
         await client.aclose()
 
 
+@pytest.fixture
+def database_url() -> str | None:
+    """Where `runtime` keeps its state: None, the SQLite file in the data directory. A
+    module overrides this (see test_pipeline.py) to run its tests on PostgreSQL too."""
+    return None
+
+
 @pytest_asyncio.fixture
-async def runtime(tmp_path: Path, llm: AnthropicLLM | OpenAILLM) -> AsyncIterator[Runtime]:
-    async with open_runtime(make_settings(tmp_path / "data", llm=llm), llm=llm) as rt:
+async def runtime(
+    tmp_path: Path, llm: AnthropicLLM | OpenAILLM, database_url: str | None
+) -> AsyncIterator[Runtime]:
+    extra = {} if database_url is None else {"DATABASE_URL": database_url}
+    settings = make_settings(tmp_path / "data", llm=llm, **extra)
+    async with open_runtime(settings, llm=llm) as rt:
         yield rt
 
 

@@ -100,8 +100,9 @@ def no_automatic_reflection(monkeypatch: pytest.MonkeyPatch) -> None:
 # ------------------------------------------------------------------------------ scans
 
 
-def file_bytes(path: Path) -> bytes:
+def file_bytes(path: Path | None) -> bytes:
     """A SQLite file with its write-ahead log and rollback journal, as on disk."""
+    assert path is not None, "this scan reads the SQLite file (the default storage)"
     data = path.read_bytes()
     for suffix in ("-wal", "-journal"):
         extra = path.with_name(path.name + suffix)

@@ -31,7 +31,7 @@ def bot_env(data_dir: Path, **extra: str) -> dict[str, str]:
     env = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("ANTHROPIC_", "DISCORD_", "SLACK_", "SONALITY_"))
+        if not k.startswith(("ANTHROPIC_", "DISCORD_", "SLACK_", "SONALITY_", "DATABASE_URL"))
     }
     env.update(
         SONALITY_DATA_DIR=str(data_dir),

@@ -47,8 +47,9 @@ class Clock:
         return self.now
 
 
-def rows_of(db_path: Path, community_id: str) -> dict[str, int]:
+def rows_of(db_path: Path | None, community_id: str) -> dict[str, int]:
     """Rows per table that belong to the community (plain sqlite3, read-only)."""
+    assert db_path is not None, "this check reads the SQLite file (the default storage)"
     uri = f"file:{db_path}?mode=ro"
     with contextlib.closing(sqlite3.connect(uri, uri=True)) as conn:
         tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
@@ -94,6 +95,7 @@ async def test_kicked_then_invited_back_before_the_deadline_keeps_everything(
     await teach_canary(world)
     await mention(world, world.guild_b, "hello from B")
     db_path = world.runtime.db.path
+    assert db_path is not None
     await world.agent(world.guild_a).flush_episodes()
     summary = str(CANARY["summary"])
     assert files_holding([db_path.parent / "chromadb"], [summary])  # the scan can fail
@@ -122,6 +124,7 @@ async def test_kicked_and_back_after_the_deadline_starts_from_the_seed(world: Wo
     await teach_canary(world)
     await mention(world, world.guild_b, "hello from B")
     db_path = world.runtime.db.path
+    assert db_path is not None
     await world.agent(world.guild_a).flush_episodes()
     summary = str(CANARY["summary"])
     assert files_holding([db_path.parent / "chromadb"], [summary])  # the scan can fail

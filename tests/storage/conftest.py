@@ -1,12 +1,23 @@
-"""Shared fixtures: every test gets its own database file under tmp_path."""
+"""Shared fixtures: every test gets its own empty database, on each engine.
+
+`db` (and `backend`) are parametrized over SQLite and PostgreSQL, so every storage test
+that uses them runs on both: a SQLite file under tmp_path, or a fresh database on the
+session's real PostgreSQL server (tests/pg.py). Tests about the SQLite file itself
+(probe, WAL, pragmas, secure_delete bytes, files from older releases) use `db_path`
+directly and stay SQLite-only.
+"""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+import contextlib
+import sqlite3
+from collections.abc import AsyncIterator, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import aiosqlite
 import pytest
 
 from sonality.llm import Usage
@@ -20,6 +31,10 @@ from sonality.store import (
     UsageRecord,
 )
 from storage import Database
+from storage.base import to_postgres
+from storage.migrations import MIGRATIONS, migrate
+from storage.postgres import open_postgres
+from tests.pg import PostgresServer
 
 T0 = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
 
@@ -72,9 +87,125 @@ def db_path(tmp_path: Path) -> Path:
     return tmp_path / "nested" / "dir" / "bot.sqlite3"
 
 
+class Backend:
+    """One test's database on one engine, and plain SQL access to it beside the bot's.
+
+    `sql`/`run` use a connection of their own (autocommit), as an operator's shell
+    would: what they see is what was committed.
+    """
+
+    def __init__(self, name: str, path: Path, url: str | None) -> None:
+        self.name = name
+        self.path = path
+        self.url = url
+
+    @property
+    def postgres(self) -> bool:
+        return self.url is not None
+
+    @property
+    def integrity_error(self) -> type[Exception]:
+        """What the engine's own driver raises when the schema refuses a change."""
+        if self.postgres:
+            import psycopg
+
+            return psycopg.errors.IntegrityError
+        return sqlite3.IntegrityError
+
+    async def open(self, timezone: str = "UTC") -> Database:
+        if self.url is not None:
+            return await Database.open_url(self.url, timezone=timezone)
+        return await Database.open(self.path, timezone=timezone)
+
+    @contextlib.contextmanager
+    def _connection(self) -> Iterator[object]:
+        if self.url is not None:
+            import psycopg
+
+            with psycopg.connect(self.url, autocommit=True) as conn:
+                yield conn
+        else:
+            with contextlib.closing(sqlite3.connect(self.path, isolation_level=None)) as conn:
+                yield conn
+
+    async def migrate_to(self, version: int) -> None:
+        """Bring an empty database to schema `version` only, as an older release left it."""
+        if self.url is not None:
+            engine = await asyncio.to_thread(open_postgres, self.url)
+            try:
+                assert await migrate(engine, MIGRATIONS[:version]) == version
+            finally:
+                await engine.close()
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        async with aiosqlite.connect(self.path, isolation_level=None) as conn:
+            assert await migrate(conn, MIGRATIONS[:version]) == version
+
+    def tables(self) -> set[str]:
+        if self.postgres:
+            query = (
+                "SELECT table_name FROM information_schema.tables "
+                "WHERE table_schema = current_schema()"
+            )
+        else:
+            query = "SELECT name FROM sqlite_master WHERE type = 'table'"
+        return {str(r[0]) for r in self.sql(query)} - {"sqlite_sequence"}
+
+    def sql(self, query: str, params: Iterable[object] = ()) -> list[tuple[object, ...]]:
+        """The rows of one query (``?`` placeholders on both engines)."""
+        with self._connection() as conn:
+            text = to_postgres(query) if self.postgres else query
+            cur = conn.execute(text, tuple(params))  # type: ignore[attr-defined]
+            return [tuple(r) for r in cur.fetchall()] if cur.description else []
+
+    def run(self, query: str, params: Iterable[object] = ()) -> None:
+        """Run one statement, committed on return."""
+        self.sql(query, params)
+
+
+@pytest.fixture(scope="session")
+def migrated_template(postgres_server: PostgresServer) -> str:
+    """A database at the current schema, copied for each PostgreSQL test (fast)."""
+    url = postgres_server.new_database()
+
+    async def migrate() -> None:
+        await (await Database.open_url(url)).close()
+
+    asyncio.run(migrate())
+    return url.rsplit("/", 1)[1]
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def backend(request: pytest.FixtureRequest, db_path: Path) -> Iterator[Backend]:
+    if request.param == "sqlite":
+        yield Backend("sqlite", db_path, None)
+        return
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    template: str = request.getfixturevalue("migrated_template")
+    url = server.new_database(template)
+    try:
+        yield Backend("postgresql", db_path, url)
+    finally:
+        server.drop(url)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def empty_backend(request: pytest.FixtureRequest, db_path: Path) -> Iterator[Backend]:
+    """Like `backend`, but with no schema at all (for tests of older schemas)."""
+    if request.param == "sqlite":
+        yield Backend("sqlite", db_path, None)
+        return
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    url = server.new_database()
+    try:
+        yield Backend("postgresql", db_path, url)
+    finally:
+        server.drop(url)
+
+
 @pytest.fixture
-async def db(db_path: Path) -> AsyncIterator[Database]:
-    database = await Database.open(db_path)
+async def db(backend: Backend) -> AsyncIterator[Database]:
+    database = await backend.open()
     try:
         yield database
     finally:

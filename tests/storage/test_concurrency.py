@@ -45,9 +45,12 @@ async def test_reads_never_see_a_half_written_commit(db: Database) -> None:
     store = db.community("discord:1")
     await store.commit(commit_of(0))
     seen: list[tuple[int, int, int]] = []
+    writing = True
 
     async def reader() -> None:
-        for _ in range(30):
+        # Until the writer is done (and at least 30 times): on PostgreSQL reads do not
+        # queue behind writes, so a fixed count could all land before the first commit.
+        while writing or len(seen) < 30:
             # One statement: one consistent view of the version, the outbox and its acks.
             row = await db._fetchone(
                 "SELECT (SELECT MAX(version) FROM personality_versions), "
@@ -59,9 +62,11 @@ async def test_reads_never_see_a_half_written_commit(db: Database) -> None:
             await asyncio.sleep(0)
 
     async def writer() -> None:
+        nonlocal writing
         for v in range(1, 11):
             await store.record_interaction(record(f"i{v}"))
             await store.commit(commit_of(v, interaction_id=f"i{v}"))
+        writing = False
 
     await asyncio.gather(reader(), writer())
     assert all(pending in (0, 1) for _, pending, _ in seen)

@@ -2,28 +2,24 @@
 
 from __future__ import annotations
 
-import sqlite3
-from pathlib import Path
-
-import aiosqlite
 import pytest
 
 from sonality.store import SEMANTIC
 from storage import Database, VersionConflictError
-from storage.migrations import MIGRATIONS, migrate
+from storage.migrations import MIGRATIONS
 
-from .conftest import commit_of, episode
+from .conftest import Backend, commit_of, episode
 
 
-async def test_committed_episodes_are_pending_until_marked_written(db_path: Path) -> None:
-    db = await Database.open(db_path)
+async def test_committed_episodes_are_pending_until_marked_written(backend: Backend) -> None:
+    db = await backend.open()
     store = db.community("discord:1")
     commit = commit_of(0)
     commit.episodes.extend([episode("a"), episode("b", memory_type=SEMANTIC, ess_score=1.0)])
     await store.commit(commit)
     await db.close()
 
-    db = await Database.open(db_path)  # survives a restart
+    db = await backend.open()  # survives a restart
     store = db.community("discord:1")
     pending = await store.pending_episodes()
     assert [e.id for e in pending] == ["a", "b"]
@@ -46,14 +42,10 @@ async def test_a_rejected_commit_queues_no_episode(db: Database) -> None:
     assert await store.pending_episodes() == []
 
 
-async def test_an_existing_v1_file_is_upgraded_in_place(tmp_path: Path) -> None:
-    path = tmp_path / "old.sqlite3"
-    async with aiosqlite.connect(path, isolation_level=None) as conn:  # a file from before v2
-        assert await migrate(conn, MIGRATIONS[:1]) == 1
-    with sqlite3.connect(path) as conn:
-        tables = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
-    assert ("episode_outbox",) not in tables
-    db = await Database.open(path)
+async def test_an_existing_v1_database_is_upgraded_in_place(empty_backend: Backend) -> None:
+    await empty_backend.migrate_to(1)  # a database from before v2
+    assert "episode_outbox" not in empty_backend.tables()
+    db = await empty_backend.open()
     assert db.schema_version == len(MIGRATIONS)
     commit = commit_of(0)
     commit.episodes.append(episode("a"))

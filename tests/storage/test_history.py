@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import json
 import random
-import sqlite3
 from pathlib import Path
 
-import aiosqlite
 import pytest
 
 from sonality.llm import Usage
@@ -15,22 +13,21 @@ from sonality.memory.sponge import SpongeState
 from sonality.store import StateCommit, UsageRecord
 from storage import Database, StorageError, VersionConflictError
 from storage.history import MAX_CHAIN, merge_apply, merge_diff
-from storage.migrations import MIGRATIONS, migrate
 
-from .conftest import record
+from .conftest import Backend, record
 
 CID = "discord:1"
 
 
-def rows(path: Path, community_id: str = CID) -> list[tuple[int, int | None, str]]:
+def rows(where: Backend | Path, community_id: str = CID) -> list[tuple[int, int | None, str]]:
     """(version, keyframe, state_json) as stored, oldest first."""
-    with sqlite3.connect(path) as conn:
-        found = conn.execute(
-            "SELECT version, keyframe, state_json FROM personality_versions "
-            "WHERE community_id = ? ORDER BY version",
-            (community_id,),
-        ).fetchall()
-    return [(int(v), k, str(s)) for v, k, s in found]
+    backend = where if isinstance(where, Backend) else Backend("sqlite", where, None)
+    found = backend.sql(
+        "SELECT version, keyframe, state_json FROM personality_versions "
+        "WHERE community_id = ? ORDER BY version",
+        (community_id,),
+    )
+    return [(int(str(v)), None if k is None else int(str(k)), str(s)) for v, k, s in found]
 
 
 def chat(state: SpongeState, rng: random.Random) -> str:
@@ -91,10 +88,10 @@ async def play(db: Database, seed: int, steps: int) -> dict[int, SpongeState]:
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 async def test_every_version_reads_back_as_committed(
-    db: Database, db_path: Path, seed: int
+    db: Database, backend: Backend, seed: int
 ) -> None:
     committed = await play(db, seed, steps=300)
-    stored = rows(db_path)
+    stored = rows(backend)
     keyframes = [v for v, k, _ in stored if k is None]
     # Both kinds were written, and every rollback is a keyframe.
     assert 0 in keyframes and len(keyframes) < len(stored) / 3
@@ -123,11 +120,11 @@ async def test_many_versions_read_in_one_go_equal_each_read_alone(db: Database) 
     assert await db.community("discord:none").states_at([0, 1]) == {}
 
 
-async def test_history_survives_reopen_and_goes_on_from_it(db_path: Path) -> None:
-    first = await Database.open(db_path)
+async def test_history_survives_reopen_and_goes_on_from_it(backend: Backend) -> None:
+    first = await backend.open()
     committed = await play(first, seed=4, steps=80)
     await first.close()
-    second = await Database.open(db_path)
+    second = await backend.open()
     try:
         store = second.community(CID)
         state = await store.latest_state()
@@ -136,7 +133,7 @@ async def test_history_survives_reopen_and_goes_on_from_it(db_path: Path) -> Non
         state.version = 81
         state.interaction_count += 1
         await store.commit(StateCommit(state=state, cause="interaction", change="after reopen"))
-        assert rows(db_path)[-1][1] is not None  # a patch against the loaded version
+        assert rows(backend)[-1][1] is not None  # a patch against the loaded version
         assert await second.community(CID).state_at(81) == state
         for version in (0, 40, 80):
             assert await store.state_at(version) == committed[version]
@@ -153,7 +150,7 @@ def big_state(topics: int = 40) -> SpongeState:
 
 
 async def test_a_chat_commit_stores_far_less_than_the_full_state(
-    db: Database, db_path: Path
+    db: Database, backend: Backend
 ) -> None:
     store = db.community(CID)
     state = big_state()
@@ -162,14 +159,14 @@ async def test_a_chat_commit_stores_far_less_than_the_full_state(
     state.version = 1
     chat(state, random.Random(0))
     await store.commit(StateCommit(state=state, cause="interaction", change="chat"))
-    (_, _, full), (_, keyframe, patch) = rows(db_path)
+    (_, _, full), (_, keyframe, patch) = rows(backend)
     assert keyframe == 0
     assert len(full) > 3000
     assert len(patch) * 20 < len(full)
     assert await store.state_at(1) == state
 
 
-async def test_a_seed_and_a_rollback_are_keyframes(db: Database, db_path: Path) -> None:
+async def test_a_seed_and_a_rollback_are_keyframes(db: Database, backend: Backend) -> None:
     store = db.community(CID)
     state = big_state()
     await store.commit(StateCommit(state=state, cause="seed", change="seed"))
@@ -178,10 +175,10 @@ async def test_a_seed_and_a_rollback_are_keyframes(db: Database, db_path: Path) 
         state.version = version
         state.interaction_count += 1
         await store.commit(StateCommit(state=state, cause=cause, change=cause))
-    assert [k for _, k, _ in rows(db_path)] == [None, 0, None, 2]
+    assert [k for _, k, _ in rows(backend)] == [None, 0, None, 2]
 
 
-async def test_the_chain_is_cut_after_max_chain_patches(db: Database, db_path: Path) -> None:
+async def test_the_chain_is_cut_after_max_chain_patches(db: Database, backend: Backend) -> None:
     store = db.community(CID)
     state = big_state(150)  # so large that the size rule does not cut the chain first
     await store.commit(StateCommit(state=state, cause="seed", change="seed"))
@@ -190,14 +187,14 @@ async def test_the_chain_is_cut_after_max_chain_patches(db: Database, db_path: P
         state.version = version
         state.interaction_count += 1
         await store.commit(StateCommit(state=state, cause="interaction", change="tick"))
-    keyframes = [v for v, k, _ in rows(db_path) if k is None]
+    keyframes = [v for v, k, _ in rows(backend) if k is None]
     assert keyframes == [0, MAX_CHAIN + 1]
     assert await db.community(CID).state_at(MAX_CHAIN) == (await store.state_at(MAX_CHAIN))
     assert (await db.community(CID).latest_state()) == state
 
 
 async def test_a_store_that_did_not_commit_the_previous_version_writes_a_keyframe(
-    db: Database, db_path: Path
+    db: Database, backend: Backend
 ) -> None:
     one, two = db.community(CID), db.community(CID)
     state = SpongeState()
@@ -208,7 +205,7 @@ async def test_a_store_that_did_not_commit_the_previous_version_writes_a_keyfram
         state.interaction_count += 1
         await writer.commit(StateCommit(state=state, cause="interaction", change="x"))
     # `two` never saw v1 and `one` never saw v2: both wrote keyframes, never a wrong patch.
-    assert [k for _, k, _ in rows(db_path)] == [None, 0, None, None, 3]
+    assert [k for _, k, _ in rows(backend)] == [None, 0, None, None, 3]
     stale = state.model_copy(update={"version": 4})
     with pytest.raises(VersionConflictError):
         await two.commit(StateCommit(state=stale, cause="interaction", change="late"))
@@ -216,7 +213,7 @@ async def test_a_store_that_did_not_commit_the_previous_version_writes_a_keyfram
 
 
 async def test_a_commit_that_fails_midway_leaves_the_chain_as_it_was(
-    db: Database, db_path: Path, monkeypatch: pytest.MonkeyPatch
+    db: Database, backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = db.community(CID)
     state = big_state()
@@ -240,74 +237,72 @@ async def test_a_commit_that_fails_midway_leaves_the_chain_as_it_was(
     )
     with pytest.raises(RuntimeError, match="power cut"):
         await store.commit(failing)
-    assert len(rows(db_path)) == 1
+    assert len(rows(backend)) == 1
     assert await store.pending_count() == 1
     monkeypatch.undo()
     await store.commit(failing)
-    assert [k for _, k, _ in rows(db_path)] == [None, 0]
+    assert [k for _, k, _ in rows(backend)] == [None, 0]
     assert await store.state_at(1) == nxt
     assert await store.pending_count() == 0
 
 
 async def test_patch_rows_are_append_only_and_must_extend_their_chain(
-    db: Database, db_path: Path
+    db: Database, backend: Backend
 ) -> None:
     await play(db, seed=5, steps=30)
-    stored = rows(db_path)
+    stored = rows(backend)
     patch_version = next(v for v, k, _ in stored if k is not None)
-    with sqlite3.connect(db_path) as conn:
-        with pytest.raises(sqlite3.IntegrityError, match="append-only"):
-            conn.execute(
-                "UPDATE personality_versions SET state_json = '{}' WHERE version = ?",
-                (patch_version,),
-            )
-        with pytest.raises(sqlite3.IntegrityError, match="append-only"):
-            conn.execute("DELETE FROM personality_versions WHERE version = ?", (patch_version,))
-        last = stored[-1][0]
-        insert = (
-            "INSERT INTO personality_versions (community_id, version, cause, change, "
-            "interaction_count, state_json, keyframe, created_at) "
-            "VALUES (?, ?, 'interaction', 'x', 0, '{}', ?, '2025-01-01')"
+    refused = backend.integrity_error
+    with pytest.raises(refused, match="append-only"):
+        backend.run(
+            "UPDATE personality_versions SET state_json = '{}' WHERE version = ?",
+            (patch_version,),
         )
-        # A gap before the patch, and a keyframe that is not its predecessor's.
-        with pytest.raises(sqlite3.IntegrityError, match="keyframe's chain"):
-            conn.execute(insert, (CID, last + 2, 0))
-        with pytest.raises(sqlite3.IntegrityError, match="keyframe's chain"):
-            conn.execute(insert, (CID, last + 1, last - 1 if stored[-1][1] is None else last))
-    assert rows(db_path) == stored
+    with pytest.raises(refused, match="append-only"):
+        backend.run("DELETE FROM personality_versions WHERE version = ?", (patch_version,))
+    last = stored[-1][0]
+    insert = (
+        "INSERT INTO personality_versions (community_id, version, cause, change, "
+        "interaction_count, state_json, keyframe, created_at) "
+        "VALUES (?, ?, 'interaction', 'x', 0, '{}', ?, '2025-01-01')"
+    )
+    # A gap before the patch, and a keyframe that is not its predecessor's.
+    with pytest.raises(refused, match="keyframe's chain"):
+        backend.run(insert, (CID, last + 2, 0))
+    with pytest.raises(refused, match="keyframe's chain"):
+        backend.run(insert, (CID, last + 1, last - 1 if stored[-1][1] is None else last))
+    assert rows(backend) == stored
 
 
-async def test_a_broken_chain_is_reported_not_misread(db: Database, db_path: Path) -> None:
+async def test_a_broken_chain_is_reported_not_misread(db: Database, backend: Backend) -> None:
     await play(db, seed=6, steps=10)
-    keyframe = rows(db_path)[-1][1]
+    keyframe = rows(backend)[-1][1]
     assert keyframe is not None
-    with sqlite3.connect(db_path) as conn:
-        conn.execute("DROP TRIGGER personality_versions_no_delete")
-        conn.execute("DELETE FROM personality_versions WHERE version = ?", (keyframe,))
+    on_table = " ON personality_versions" if backend.postgres else ""
+    backend.run("DROP TRIGGER personality_versions_no_delete" + on_table)
+    backend.run("DELETE FROM personality_versions WHERE version = ?", (keyframe,))
     with pytest.raises(StorageError, match="no keyframe"):
         await db.community(CID).latest_state()
 
 
-async def test_rows_written_before_the_migration_stay_keyframes(db_path: Path) -> None:
-    """A file from the release before patches: full rows, one with a legacy field."""
+async def test_rows_written_before_the_migration_stay_keyframes(empty_backend: Backend) -> None:
+    """A database from the release before patches: full rows, one with a legacy field."""
+    backend = empty_backend
     old = SpongeState(version=0, snapshot="as it was")
     # A field older releases stored, first, as they wrote it.
     legacy = {"vibe": "cheerful", **SpongeState(version=1, interaction_count=1).model_dump()}
-    db_path.parent.mkdir(parents=True)
-    async with aiosqlite.connect(db_path, isolation_level=None) as conn:
-        assert await migrate(conn, MIGRATIONS[:3]) == 3
-        await conn.execute(
-            "INSERT INTO communities (id, platform, name, created_at) "
-            "VALUES (?, 'discord', '', 'x')",
-            (CID,),
+    await backend.migrate_to(3)
+    backend.run(
+        "INSERT INTO communities (id, platform, name, created_at) VALUES (?, 'discord', '', 'x')",
+        (CID,),
+    )
+    for version, text in ((0, old.model_dump_json()), (1, json.dumps(legacy))):
+        backend.run(
+            "INSERT INTO personality_versions (community_id, version, cause, change, "
+            "interaction_count, state_json, created_at) VALUES (?, ?, 'seed', '', ?, ?, 'x')",
+            (CID, version, version, text),
         )
-        for version, text in ((0, old.model_dump_json()), (1, json.dumps(legacy))):
-            await conn.execute(
-                "INSERT INTO personality_versions (community_id, version, cause, change, "
-                "interaction_count, state_json, created_at) VALUES (?, ?, 'seed', '', ?, ?, 'x')",
-                (CID, version, version, text),
-            )
-    db = await Database.open(db_path)
+    db = await backend.open()
     try:
         store = db.community(CID)
         assert await store.state_at(0) == old
@@ -317,7 +312,7 @@ async def test_rows_written_before_the_migration_stay_keyframes(db_path: Path) -
         latest.version = 2
         latest.interaction_count = 2
         await store.commit(StateCommit(state=latest, cause="interaction", change="chat"))
-        stored = rows(db_path)
+        stored = rows(backend)
         assert [k for _, k, _ in stored] == [None, None, 1]
         assert '"vibe":null' in stored[2][2]  # the patch drops what the old row had
         assert await db.community(CID).state_at(2) == latest

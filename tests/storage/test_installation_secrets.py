@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,7 +10,9 @@ from cryptography.fernet import Fernet
 from bot.app import require_secret_key, use_secret_key
 from bot.interface import StartupError
 from bot.settings import Settings
-from storage import Database, StorageError
+from storage import StorageError
+
+from .conftest import Backend
 
 TOKEN = "xoxb-secret-7f3a9c2e41d8"
 
@@ -23,27 +24,29 @@ def settings(**values: Any) -> Settings:
 KEY = {"enterprise_id": None, "team_id": "T1", "user_id": "U1", "is_enterprise_install": False}
 
 
-def file_bytes(db_path: Path) -> bytes:
-    """The database and whatever SQLite keeps beside it (WAL, shared memory)."""
-    return b"".join(
-        p.read_bytes() for p in db_path.parent.iterdir() if p.name.startswith(db_path.name)
-    )
+def file_bytes(backend: Backend) -> bytes:
+    """SQLite: the database and whatever SQLite keeps beside it (WAL, shared memory).
+    PostgreSQL: every stored installation row (the server's files are its own)."""
+    if backend.postgres:
+        return "".join(str(row) for row in backend.sql("SELECT * FROM installations")).encode()
+    path = backend.path
+    return b"".join(p.read_bytes() for p in path.parent.iterdir() if p.name.startswith(path.name))
 
 
-async def test_tokens_never_reach_the_file_in_plain_text(db_path: Path) -> None:
+async def test_tokens_never_reach_the_file_in_plain_text(backend: Backend) -> None:
     key = Fernet.generate_key().decode()
-    db = await Database.open(db_path)
+    db = await backend.open()
     try:
         assert await db.use_secret_key(key) == 0
         await db.save_installation(KEY, {"bot_token": TOKEN, "team_id": "T1"})
         # Re-installing replaces the row; the old one must not linger either.
         await db.save_installation(KEY, {"bot_token": TOKEN + "-2", "team_id": "T1"})
-        assert TOKEN.encode() not in file_bytes(db_path)
+        assert TOKEN.encode() not in file_bytes(backend)
     finally:
         await db.close()
-    assert TOKEN.encode() not in file_bytes(db_path)
+    assert TOKEN.encode() not in file_bytes(backend)
 
-    db = await Database.open(db_path)
+    db = await backend.open()
     try:
         with pytest.raises(StorageError, match="SONALITY_SECRET_KEY"):
             await db.find_installation(None, "T1")  # encrypted, and no key given
@@ -55,36 +58,36 @@ async def test_tokens_never_reach_the_file_in_plain_text(db_path: Path) -> None:
 
 
 async def test_plain_rows_of_an_older_file_are_encrypted_when_a_key_is_set(
-    db_path: Path,
+    backend: Backend,
 ) -> None:
-    db = await Database.open(db_path)
+    db = await backend.open()
     await db.save_installation(KEY, {"bot_token": TOKEN})
     await db.save_installation({**KEY, "team_id": "T2"}, {"bot_token": "xoxb-other-team"})
     await db.close()
-    assert TOKEN.encode() in file_bytes(db_path)  # the starting point: plain text
+    assert TOKEN.encode() in file_bytes(backend)  # the starting point: plain text
 
     key = Fernet.generate_key().decode()
-    db = await Database.open(db_path)
+    db = await backend.open()
     try:
         assert await db.use_secret_key(key) == 2
         assert await db.use_secret_key(key) == 0  # once only
         assert await db.find_installation(None, "T1") == {"bot_token": TOKEN}
     finally:
         await db.close()
-    data = file_bytes(db_path)
+    data = file_bytes(backend)
     assert TOKEN.encode() not in data and b"xoxb-other-team" not in data
 
 
-async def test_a_wrong_key_is_one_clear_line_and_changes_nothing(db_path: Path) -> None:
+async def test_a_wrong_key_is_one_clear_line_and_changes_nothing(backend: Backend) -> None:
     right, wrong = Fernet.generate_key().decode(), Fernet.generate_key().decode()
-    db = await Database.open(db_path)
+    db = await backend.open()
     try:
         await db.use_secret_key(right)
         await db.save_installation(KEY, {"bot_token": TOKEN})
     finally:
         await db.close()
 
-    db = await Database.open(db_path)
+    db = await backend.open()
     try:
         with pytest.raises(StartupError) as err:
             await use_secret_key(db, settings(SONALITY_SECRET_KEY=wrong))
@@ -96,8 +99,8 @@ async def test_a_wrong_key_is_one_clear_line_and_changes_nothing(db_path: Path) 
         await db.close()
 
 
-async def test_a_malformed_key_is_refused(db_path: Path) -> None:
-    db = await Database.open(db_path)
+async def test_a_malformed_key_is_refused(backend: Backend) -> None:
+    db = await backend.open()
     try:
         with pytest.raises(StorageError, match=r"not a valid key.*generate_key"):
             await db.use_secret_key("not-a-key")

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from sonality.llm import Usage
 from sonality.store import UsageRecord
 from storage import MAX_INTERACTION_ATTEMPTS, Database, UnknownInteractionError
 
-from .conftest import commit_of, record
+from .conftest import Backend, commit_of, record
 
 
-async def test_pending_until_committed_and_across_restart(db_path: Path) -> None:
-    db = await Database.open(db_path)
+async def test_pending_until_committed_and_across_restart(backend: Backend) -> None:
+    db = await backend.open()
     store = db.community("discord:1")
     await store.commit(commit_of(0))
     # Recorded later but with an earlier timestamp: order is recording order (seq).
@@ -27,7 +25,7 @@ async def test_pending_until_committed_and_across_restart(db_path: Path) -> None
     await store.commit(commit_of(1, interaction_id="a"))
     await db.close()  # the process "restarts" here
 
-    db = await Database.open(db_path)
+    db = await backend.open()
     try:
         store = db.community("discord:1")
         pending = await store.pending_interactions()

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
-import sqlite3
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 
@@ -13,7 +10,7 @@ from sonality.llm import Usage
 from sonality.store import AuditEvent, UsageRecord
 from storage import Database
 
-from .conftest import at, commit_of, record
+from .conftest import Backend, at, commit_of, record
 
 GONE = "slack:T0GONE"
 STAYS = "slack:T0STAYS"
@@ -39,29 +36,38 @@ async def fill(db: Database, community_id: str, word: str) -> None:
     await db.save_installation(key, {"bot_token": f"xoxb-{word}"})
 
 
-def counts(db_path: Path, community_id: str) -> dict[str, int]:
-    """Rows per table that mention the community, read with plain sqlite3."""
-    with contextlib.closing(sqlite3.connect(db_path)) as conn:
-        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
-        out = {}
-        for table in tables:
-            cols = [c[1] for c in conn.execute(f'PRAGMA table_info("{table}")')]
-            col = "id" if table == "communities" else "community_id"
-            if col in cols and table != "community_erasures":
-                n = conn.execute(
-                    f'SELECT COUNT(*) FROM "{table}" WHERE "{col}" = ?', (community_id,)
-                ).fetchone()[0]
-                out[table] = n
-        return out
+def counts(backend: Backend, community_id: str) -> dict[str, int]:
+    """Rows per table that mention the community, read beside the bot's connection."""
+    if backend.postgres:
+        listed = backend.sql(
+            "SELECT table_name, column_name FROM information_schema.columns "
+            "WHERE table_schema = current_schema()"
+        )
+    else:
+        listed = [
+            (table, column[1])
+            for (table,) in backend.sql("SELECT name FROM sqlite_master WHERE type='table'")
+            for column in backend.sql(f'PRAGMA table_info("{table}")')
+        ]
+    out = {}
+    for table in sorted({str(t) for t, _ in listed}):
+        cols = {str(c) for t, c in listed if t == table}
+        col = "id" if table == "communities" else "community_id"
+        if col in cols and table != "community_erasures":
+            [(n,)] = backend.sql(
+                f'SELECT COUNT(*) FROM "{table}" WHERE "{col}" = ?', (community_id,)
+            )
+            out[table] = int(str(n))
+    return out
 
 
-async def test_erasure_deletes_every_row_and_token_and_nothing_else(db_path: Path) -> None:
-    db = await Database.open(db_path)
+async def test_erasure_deletes_every_row_and_token_and_nothing_else(backend: Backend) -> None:
+    db = await backend.open()
     try:
         await fill(db, GONE, MARK)
         await fill(db, STAYS, "other-words")
-        before_other = counts(db_path, STAYS)
-        assert counts(db_path, GONE)["personality_versions"] == 2
+        before_other = counts(backend, STAYS)
+        assert counts(backend, GONE)["personality_versions"] == 2
 
         removal = await db.mark_removed(GONE, at(0), timedelta(days=30))
         assert removal.delete_at == at(0) + timedelta(days=30)
@@ -73,49 +79,49 @@ async def test_erasure_deletes_every_row_and_token_and_nothing_else(db_path: Pat
 
         deleted = await db.erase_community(GONE, at(0) + timedelta(days=30))
         assert deleted >= 8
-        assert not any(counts(db_path, GONE).values()), counts(db_path, GONE)
-        assert counts(db_path, STAYS) == before_other
+        assert not any(counts(backend, GONE).values()), counts(backend, GONE)
+        assert counts(backend, STAYS) == before_other
         assert await db.find_installation(None, "T0GONE") is None
         assert await db.find_installation(None, "T0STAYS") is not None
         assert await db.removals() == []
         [(started, finished, rows)] = await db.erasures(GONE)
         assert finished == started and rows == deleted
-        # Checked while the bot runs: neither free pages nor the WAL keep the text.
-        data = b"".join(p.read_bytes() for p in db_path.parent.iterdir())
-        assert MARK.encode() not in data
-        assert b"other-words" in data
+        if not backend.postgres:
+            # Checked while the bot runs: neither free pages nor the WAL keep the text
+            # (secure_delete: a promise about the SQLite file's bytes only).
+            data = b"".join(p.read_bytes() for p in backend.path.parent.iterdir())
+            assert MARK.encode() not in data
+            assert b"other-words" in data
     finally:
         await db.close()
 
 
-async def test_versions_stay_append_only_outside_an_erasure(db: Database, db_path: Path) -> None:
+async def test_versions_stay_append_only_outside_an_erasure(db: Database, backend: Backend) -> None:
     await fill(db, GONE, MARK)
     await db.erase_community(STAYS, at(0))  # a finished erasure of another community
-    refused = pytest.raises(sqlite3.IntegrityError, match="append-only")
-    with contextlib.closing(sqlite3.connect(db_path)) as conn, refused:
-        conn.execute("DELETE FROM personality_versions WHERE community_id = ?", (GONE,))
-    refused = pytest.raises(sqlite3.IntegrityError, match="append-only")
-    with contextlib.closing(sqlite3.connect(db_path)) as conn, refused:
-        # Not even after this community's own erasure finished: the gate closed with it.
-        await db.erase_community(GONE, at(1))
-        await fill(db, GONE, MARK)
-        conn.execute("DELETE FROM personality_versions WHERE community_id = ?", (GONE,))
-
-
-async def test_return_before_the_deadline_keeps_everything(db: Database, db_path: Path) -> None:
+    with pytest.raises(backend.integrity_error, match="append-only"):
+        backend.run("DELETE FROM personality_versions WHERE community_id = ?", (GONE,))
+    # Not even after this community's own erasure finished: the gate closed with it.
+    await db.erase_community(GONE, at(1))
     await fill(db, GONE, MARK)
-    before = counts(db_path, GONE)
+    with pytest.raises(backend.integrity_error, match="append-only"):
+        backend.run("DELETE FROM personality_versions WHERE community_id = ?", (GONE,))
+
+
+async def test_return_before_the_deadline_keeps_everything(db: Database, backend: Backend) -> None:
+    await fill(db, GONE, MARK)
+    before = counts(backend, GONE)
     await db.mark_removed(GONE, at(0), timedelta(days=30))
     assert await db.mark_returned(GONE, at(0) + timedelta(days=29)) == "kept"
     assert await db.due_erasures(at(0) + timedelta(days=365)) == []
-    assert counts(db_path, GONE) == before
+    assert counts(backend, GONE) == before
     assert await db.mark_returned(GONE, at(0)) == "not-removed"
 
 
-async def test_return_after_the_deadline_erases_first(db: Database, db_path: Path) -> None:
+async def test_return_after_the_deadline_erases_first(db: Database, backend: Backend) -> None:
     await fill(db, GONE, MARK)
     await db.mark_removed(GONE, at(0), timedelta(days=30))
     # Housekeeping has not run yet: coming back late still means starting from the seed.
     assert await db.mark_returned(GONE, at(0) + timedelta(days=31)) == "erased"
-    assert not any(counts(db_path, GONE).values())
+    assert not any(counts(backend, GONE).values())
     assert await db.removals() == []

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import sqlite3
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 
@@ -13,20 +11,19 @@ from sonality.store import AuditEvent, UsageRecord
 from storage import Database, RetentionPolicy
 from storage import retention as retention_module
 
-from .conftest import T0, at, commit_of, record
+from .conftest import T0, Backend, at, commit_of, record
 
 CID = "discord:1"
 POLICY = RetentionPolicy(message_days=90, audit_days=365)
 DAY = 24 * 60  # minutes
 
 
-def interactions(path: Path) -> dict[str, tuple[str, str, str, str, str | None]]:
+def interactions(backend: Backend) -> dict[str, tuple[object, ...]]:
     """id -> (status, speaker_name, message, reply, last_error) as stored."""
-    with sqlite3.connect(path) as conn:
-        found = conn.execute(
-            "SELECT id, status, speaker_name, message, reply, last_error FROM interactions"
-        ).fetchall()
-    return {r[0]: (r[1], r[2], r[3], r[4], r[5]) for r in found}
+    found = backend.sql(
+        "SELECT id, status, speaker_name, message, reply, last_error FROM interactions ORDER BY seq"
+    )
+    return {str(r[0]): (r[1], r[2], r[3], r[4], r[5]) for r in found}
 
 
 async def finished(db: Database, interaction_id: str, minutes: float, version: int) -> None:
@@ -37,7 +34,7 @@ async def finished(db: Database, interaction_id: str, minutes: float, version: i
 
 
 async def test_message_text_is_erased_after_message_retention_and_rows_after_audit(
-    db: Database, db_path: Path
+    db: Database, backend: Backend
 ) -> None:
     store = db.community(CID)
     await store.commit(commit_of(0))
@@ -52,7 +49,7 @@ async def test_message_text_is_erased_after_message_retention_and_rows_after_aud
     report = await db.apply_retention(T0, POLICY)
 
     assert (report.interactions, report.texts_erased) == (1, 2)
-    rows = interactions(db_path)
+    rows = interactions(backend)
     assert "ancient" not in rows
     assert rows["old"] == ("done", "Ada", "", "", None)
     assert rows["failed"] == ("failed", "Ada", "", "", None)
@@ -115,7 +112,7 @@ async def test_expired_event_ids_and_oauth_states_go(db: Database) -> None:
 
 
 async def test_retention_works_through_many_windows(
-    db: Database, db_path: Path, monkeypatch: pytest.MonkeyPatch
+    db: Database, backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(retention_module, "WINDOW", 3)
     store = db.community(CID)
@@ -124,19 +121,19 @@ async def test_retention_works_through_many_windows(
         await finished(db, f"i{n}", (-100 if n % 2 else -1) * DAY, n)
     report = await db.apply_retention(T0, POLICY)
     assert report.texts_erased == 5
-    erased = sorted(i for i, row in interactions(db_path).items() if row[2] == "")
+    erased = sorted(i for i, row in interactions(backend).items() if row[2] == "")
     assert erased == sorted(f"i{n}" for n in range(1, 11, 2))
 
 
-async def test_the_cutoffs_follow_the_policy(db: Database, db_path: Path) -> None:
+async def test_the_cutoffs_follow_the_policy(db: Database, backend: Backend) -> None:
     store = db.community(CID)
     await store.commit(commit_of(0))
     await finished(db, "a", -8 * DAY, 1)
     await finished(db, "b", -6 * DAY, 2)
     report = await db.apply_retention(T0, RetentionPolicy(message_days=7, audit_days=30))
     assert report.texts_erased == 1
-    assert interactions(db_path)["a"][2] == "" and interactions(db_path)["b"][2] != ""
+    assert interactions(backend)["a"][2] == "" and interactions(backend)["b"][2] != ""
     # 23 days on, "a" is 31 days old and goes; "b" (29 days) stays.
     report = await db.apply_retention(T0 + timedelta(days=23), RetentionPolicy(audit_days=30))
     assert (report.interactions, report.texts_erased) == (1, 0)
-    assert list(interactions(db_path)) == ["b"]
+    assert list(interactions(backend)) == ["b"]

@@ -7,15 +7,13 @@ the personality's history needs stay."""
 from __future__ import annotations
 
 import json
-import sqlite3
 from datetime import datetime, timedelta
-from pathlib import Path
 
 from sonality.evidence import EvidenceStep, RecordedESS
 from sonality.store import AuditEvent, Episode, InteractionRecord, Speaker, StateCommit, utcnow
 from storage import Database, RetentionPolicy
 
-from .conftest import state
+from .conftest import Backend, state
 
 CID = "slack:T1"
 POLICY = RetentionPolicy(message_days=90, audit_days=365)
@@ -23,15 +21,23 @@ OLD = "wombatvelvet"  # words of the old message and its reply
 NEW = "pangolinsilk"  # words of a message 60 days younger
 
 
-def rows_with(path: Path, word: str) -> list[str]:
+def tables_of(backend: Backend) -> list[str]:
+    if backend.postgres:
+        query = (
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
+        )
+    else:
+        query = "SELECT name FROM sqlite_master WHERE type = 'table'"
+    return sorted(str(r[0]) for r in backend.sql(query))
+
+
+def rows_with(backend: Backend, word: str) -> list[str]:
     """Every row of every table whose text holds `word` (as "table: row")."""
     found = []
-    with sqlite3.connect(path) as conn:
-        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
-        for table in tables:
-            for row in conn.execute(f'SELECT * FROM "{table}"'):
-                if any(word in str(value) for value in row):
-                    found.append(f"{table}: {row}")
+    for table in tables_of(backend):
+        for row in backend.sql(f'SELECT * FROM "{table}"'):
+            if any(word in str(value) for value in row):
+                found.append(f"{table}: {row}")
     return found
 
 
@@ -91,7 +97,7 @@ async def learn(
 
 
 async def test_no_table_keeps_a_members_words_past_the_message_retention(
-    db: Database, db_path: Path
+    db: Database, backend: Backend
 ) -> None:
     now = utcnow()
     await db.community(CID).commit(StateCommit(state=state(0), cause="seed", change="seed"))
@@ -100,48 +106,45 @@ async def test_no_table_keeps_a_members_words_past_the_message_retention(
     before = now - timedelta(days=60)
     await learn(db, 1, "i-old", OLD, before, rating(f"{OLD} says the member", fallback=True))
     await learn(db, 2, "i-new", NEW, now, rating(f"{NEW} fallback", fallback=True))
-    assert len(rows_with(db_path, OLD)) >= 5  # outbox, turns, episode, audit, evidence
+    assert len(rows_with(backend, OLD)) >= 5  # outbox, turns, episode, audit, evidence
 
     early = await db.apply_retention(now + timedelta(days=29), POLICY)
     assert early.total == 0
-    assert rows_with(db_path, OLD)
+    assert rows_with(backend, OLD)
 
     report = await db.apply_retention(now + timedelta(days=31), POLICY)
-    assert rows_with(db_path, OLD) == []
+    assert rows_with(backend, OLD) == []
     assert report.texts_erased == 1 and report.conversation_turns == 2
     assert report.episode_texts_erased == 1 and report.quoted_summaries_erased == 2
     # The younger message is untouched in every table it was copied to.
-    assert {row.split(":")[0] for row in rows_with(db_path, NEW)} == {
+    assert {row.split(":")[0] for row in rows_with(backend, NEW)} == {
         "interactions",
         "conversation_turns",
         "episode_outbox",
         "audit_events",
         "evidence_log",
     }
-    with sqlite3.connect(db_path) as conn:
-        [(ess_json,)] = conn.execute(
-            "SELECT step_json FROM evidence_log WHERE interaction_id = 'i-old'"
-        ).fetchall()
-        [(episode_json,)] = conn.execute(
-            "SELECT episode_json FROM episode_outbox WHERE episode_id = 'i-old'"
-        ).fetchall()
+    [(ess_json,)] = backend.sql("SELECT step_json FROM evidence_log WHERE interaction_id = 'i-old'")
+    [(episode_json,)] = backend.sql(
+        "SELECT episode_json FROM episode_outbox WHERE episode_id = 'i-old'"
+    )
     # What a replay and the memory write need stays: the rating and the summary.
-    step = EvidenceStep.model_validate_json(ess_json)
+    step = EvidenceStep.model_validate_json(str(ess_json))
     assert step.ess is not None and step.ess.used_defaults and step.member == "U1"
-    assert json.loads(episode_json)["summary"] == "The sender talks about tea."
+    assert json.loads(str(episode_json))["summary"] == "The sender talks about tea."
     # A second run has nothing left to do; the history is whole.
     assert (await db.apply_retention(now + timedelta(days=31), POLICY)).total == 0
     assert [v.version for v in await db.community(CID).versions()] == [2, 1, 0]
 
 
 async def test_a_rated_summary_is_kept_it_does_not_quote_the_member(
-    db: Database, db_path: Path
+    db: Database, backend: Backend
 ) -> None:
     now = utcnow()
     await db.community(CID).commit(StateCommit(state=state(0), cause="seed", change="seed"))
     summary = "The sender argues that tea is better brewed cold."
     await learn(db, 1, "i-1", OLD, now, rating(summary, fallback=False))
     report = await db.apply_retention(now + timedelta(days=91), POLICY)
-    assert report.quoted_summaries_erased == 0 and rows_with(db_path, OLD) == []
-    assert any(summary in row for row in rows_with(db_path, "brewed cold"))
-    assert any(row.startswith("evidence_log") for row in rows_with(db_path, "brewed cold"))
+    assert report.quoted_summaries_erased == 0 and rows_with(backend, OLD) == []
+    assert any(summary in row for row in rows_with(backend, "brewed cold"))
+    assert any(row.startswith("evidence_log") for row in rows_with(backend, "brewed cold"))

@@ -1,17 +1,17 @@
-"""Every storage operation is ONE call into aiosqlite's worker thread.
+"""Every storage operation is ONE call into the engine's thread, on both engines.
 
 Why it matters: each call waits for the event loop to resume the awaiting coroutine, so
 under load a transaction made of many calls holds up every other DB operation for many
-loop iterations. These tests count the calls (by wrapping the connection's `_execute`,
-the one entry point every aiosqlite call goes through) and check that many communities
-writing at once on a busy event loop still leave consistent data.
+loop iterations. These tests count the calls (on SQLite by wrapping the connection's
+`_execute`, the one entry point every aiosqlite call goes through; on PostgreSQL the
+engine's one hand-over to its threads) and check that many communities writing at once
+on a busy event loop still leave consistent data.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,22 +19,25 @@ import pytest
 from sonality.llm import Usage
 from sonality.store import AuditEvent, UsageRecord
 from storage import Database, StorageError, VersionConflictError
+from storage.base import PostgresEngine
 
-from .conftest import at, commit_of, episode, record
+from .conftest import Backend, at, commit_of, episode, record
 
 
 class RoundTrips:
-    """Counts calls into the aiosqlite worker thread of one database."""
+    """Counts calls into the worker thread(s) of one database."""
 
     def __init__(self, db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
         self.count = 0
-        original = db._conn._execute
+        target: Any = db._engine if isinstance(db._engine, PostgresEngine) else db._conn
+        name = "_in_thread" if isinstance(db._engine, PostgresEngine) else "_execute"
+        original = getattr(target, name)
 
         async def counting(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
             self.count += 1
             return await original(fn, *args, **kwargs)
 
-        monkeypatch.setattr(db._conn, "_execute", counting)
+        monkeypatch.setattr(target, name, counting)
 
     async def of(self, operation: Awaitable[Any]) -> int:
         """Await `operation`; returns how many worker calls it made."""
@@ -166,8 +169,10 @@ async def test_a_commit_cancelled_before_it_was_queued_writes_nothing(db: Databa
     assert await store.pending_episodes() == []
 
 
-async def test_close_lets_queued_operations_finish_and_refuses_new_ones(db_path: Path) -> None:
-    db = await Database.open(db_path)
+async def test_close_lets_queued_operations_finish_and_refuses_new_ones(
+    backend: Backend,
+) -> None:
+    db = await backend.open()
     store = db.community("discord:1")
     writes = [asyncio.create_task(store.record_interaction(record(f"i{n}"))) for n in range(5)]
     await asyncio.sleep(0)  # all five are queued in the worker
@@ -175,7 +180,7 @@ async def test_close_lets_queued_operations_finish_and_refuses_new_ones(db_path:
     await asyncio.gather(*writes)
     with pytest.raises(StorageError):
         await store.pending_count()
-    db = await Database.open(db_path)
+    db = await backend.open()
     try:
         assert await db.community("discord:1").pending_count() == 5
     finally:

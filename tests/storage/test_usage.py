@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import sqlite3
 from datetime import UTC, date, datetime
 from pathlib import Path
 
-import aiosqlite
 import pytest
 
 from sonality.llm import Usage
 from sonality.store import UsageRecord
 from storage import DailyUsage, Database
-from storage.migrations import MIGRATIONS, migrate
+from storage.models import IntegrityViolation
 
-from .conftest import commit_of, record
+from .conftest import Backend, commit_of, record
 
 CID = "discord:1"
 
@@ -23,15 +21,15 @@ def used(purpose: str, at: datetime, model: str = "m", **tokens: int) -> UsageRe
     return UsageRecord(purpose=purpose, model=model, usage=Usage(**tokens), created_at=at)
 
 
-def _rows(path: Path) -> list[tuple[object, ...]]:
-    with sqlite3.connect(path) as conn:
-        return conn.execute(
-            "SELECT community_id, day, role, model, calls, input_tokens, output_tokens, "
-            "cache_write_tokens, cache_read_tokens FROM usage_daily ORDER BY 1, 2, 3, 4"
-        ).fetchall()
+def _rows(where: Backend | Path) -> list[tuple[object, ...]]:
+    backend = where if isinstance(where, Backend) else Backend("sqlite", where, None)
+    return backend.sql(
+        "SELECT community_id, day, role, model, calls, input_tokens, output_tokens, "
+        "cache_write_tokens, cache_read_tokens FROM usage_daily ORDER BY 1, 2, 3, 4"
+    )
 
 
-async def test_calls_on_one_day_with_one_model_share_a_row(db: Database, db_path: Path) -> None:
+async def test_calls_on_one_day_with_one_model_share_a_row(db: Database, backend: Backend) -> None:
     noon = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
     store = db.community(CID)
     await store.commit(
@@ -44,7 +42,7 @@ async def test_calls_on_one_day_with_one_model_share_a_row(db: Database, db_path
         )
     )
     await store.record_usage([used("ess", noon, input_tokens=1000)])
-    assert _rows(db_path) == [
+    assert _rows(backend) == [
         (CID, "2025-03-01", "evidence", "m", 3, 1105, 11, 7, 3),
     ]
 
@@ -77,10 +75,9 @@ async def test_roles_and_models_get_rows_of_their_own(db: Database) -> None:
     assert totals.by_role["reflection"] == Usage(output_tokens=9)
 
 
-async def test_days_split_at_local_midnight(tmp_path: Path) -> None:
+async def test_days_split_at_local_midnight(backend: Backend) -> None:
     """New York is UTC-5 in January: its midnight is 05:00 UTC."""
-    path = tmp_path / "ny.sqlite3"
-    db = await Database.open(path, timezone="America/New_York")
+    db = await backend.open(timezone="America/New_York")
     try:
         before = datetime(2025, 1, 2, 4, 59, tzinfo=UTC)  # 23:59 on Jan 1 in New York
         after = datetime(2025, 1, 2, 5, 1, tzinfo=UTC)  # 00:01 on Jan 2
@@ -94,7 +91,7 @@ async def test_days_split_at_local_midnight(tmp_path: Path) -> None:
         ]
     finally:
         await db.close()
-    utc = await Database.open(path)  # the same two calls fall on one UTC day
+    utc = await backend.open()  # the same two calls fall on one UTC day
     try:
         await utc.community("discord:2").record_usage(
             [used("reply", before, input_tokens=1), used("reply", after, input_tokens=2)]
@@ -122,10 +119,11 @@ async def test_a_day_range_includes_both_ends_and_only_this_community(db: Databa
     assert (await db.usage_totals(CID)).calls == 4
 
 
-async def test_the_migration_moves_per_call_rows_into_the_rollup(tmp_path: Path) -> None:
-    path = tmp_path / "v2.sqlite3"
-    async with aiosqlite.connect(path, isolation_level=None) as conn:
-        assert await migrate(conn, MIGRATIONS[:2]) == 2
+async def test_the_migration_moves_per_call_rows_into_the_rollup(
+    empty_backend: Backend,
+) -> None:
+    backend = empty_backend
+    await backend.migrate_to(2)
     old_rows = [
         # community, purpose, model, in, out, cache read, cache write, created_at (UTC)
         (CID, "reply", "m", 10, 1, 2, 3, "2025-01-01T10:00:00.000000+00:00"),
@@ -135,29 +133,27 @@ async def test_the_migration_moves_per_call_rows_into_the_rollup(tmp_path: Path)
         (CID, "reflection", "big", 7, 70, 0, 0, "2025-01-02T00:00:00.000000+00:00"),
         ("slack:T1", "reply", "m", 1, 1, 1, 1, "2025-01-01T10:00:00.000000+00:00"),
     ]
-    with sqlite3.connect(path) as conn:
-        for cid in (CID, "slack:T1"):
-            conn.execute(
-                "INSERT INTO communities (id, platform, name, created_at) VALUES (?, '', '', ?)",
-                (cid, "2025-01-01T00:00:00.000000+00:00"),
-            )
-        conn.executemany(
+    for cid in (CID, "slack:T1"):
+        backend.run(
+            "INSERT INTO communities (id, platform, name, created_at) VALUES (?, '', '', ?)",
+            (cid, "2025-01-01T00:00:00.000000+00:00"),
+        )
+    for row in old_rows:
+        backend.run(
             "INSERT INTO token_usage (community_id, purpose, model, input_tokens, "
             "output_tokens, cache_read_tokens, cache_write_tokens, created_at) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            old_rows,
+            row,
         )
-    db = await Database.open(path, timezone="Asia/Tokyo")  # old rows keep their UTC date
+    db = await backend.open(timezone="Asia/Tokyo")  # old rows keep their UTC date
     await db.close()
-    assert _rows(path) == [
+    assert _rows(backend) == [
         (CID, "2025-01-01", "evidence", "m", 2, 11, 2, 0, 0),
         (CID, "2025-01-01", "reply", "m", 2, 30, 3, 3, 2),
         (CID, "2025-01-02", "reflection", "big", 1, 7, 70, 0, 0),
         ("slack:T1", "2025-01-01", "reply", "m", 1, 1, 1, 1, 1),
     ]
-    with sqlite3.connect(path) as conn:
-        gone = conn.execute("SELECT name FROM sqlite_master WHERE name LIKE 'token_usage%'")
-        assert gone.fetchall() == []
+    assert "token_usage" not in backend.tables()
 
 
 async def test_budget_override_set_off_and_cleared(db: Database) -> None:
@@ -175,6 +171,6 @@ async def test_budget_override_set_off_and_cleared(db: Database) -> None:
 
 
 async def test_a_negative_limit_is_refused_by_the_database(db: Database) -> None:
-    with pytest.raises(sqlite3.IntegrityError):
+    with pytest.raises(IntegrityViolation, match="daily_limit_usd"):
         await db.set_budget_override(CID, -1.0, set_by="x")
     assert await db.budget_override(CID) is None

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
-from pathlib import Path
-
 import pytest
 
 from sonality.llm import Usage
@@ -17,7 +14,7 @@ from storage import (
     VersionConflictError,
 )
 
-from .conftest import at, commit_of, record
+from .conftest import Backend, at, commit_of, record
 
 
 def rich_state(version: int) -> SpongeState:
@@ -131,18 +128,17 @@ async def test_commit_refuses_unknown_or_already_acked_interaction(db: Database)
     assert await store.latest_version() == 1
 
 
-async def test_versions_are_append_only(db: Database, db_path: Path) -> None:
+async def test_versions_are_append_only(db: Database, backend: Backend) -> None:
     store = db.community("discord:1")
     first = rich_state(0)
     await store.commit(StateCommit(state=first, cause="seed", change="seed"))
     await store.commit(
         StateCommit(state=SpongeState(version=1), cause="rollback", change="r", actor="mod")
     )
-    with sqlite3.connect(db_path) as conn:
-        with pytest.raises(sqlite3.IntegrityError, match="append-only"):
-            conn.execute("UPDATE personality_versions SET change = 'edited'")
-        with pytest.raises(sqlite3.IntegrityError, match="append-only"):
-            conn.execute("DELETE FROM personality_versions")
+    with pytest.raises(backend.integrity_error, match="append-only"):
+        backend.run("UPDATE personality_versions SET change = 'edited'")
+    with pytest.raises(backend.integrity_error, match="append-only"):
+        backend.run("DELETE FROM personality_versions")
     assert await store.state_at(0) == first
     infos = await store.versions()
     assert [(v.version, v.cause, v.actor) for v in infos] == [
@@ -162,13 +158,13 @@ async def test_versions_newest_first_with_paging(db: Database) -> None:
     assert (await store.versions(limit=1))[0].change == "v5"
 
 
-async def test_state_survives_reopen(db_path: Path) -> None:
-    first = await Database.open(db_path)
+async def test_state_survives_reopen(backend: Backend) -> None:
+    first = await backend.open()
     await first.community("slack:T1").commit(
         StateCommit(state=rich_state(0), cause="seed", change="s")
     )
     await first.close()
-    second = await Database.open(db_path)
+    second = await backend.open()
     try:
         assert await second.community("slack:T1").latest_state() == rich_state(0)
     finally:
