@@ -86,8 +86,15 @@ class Database(
         tz: tzinfo = UTC,
     ) -> None:
         super().__init__(engine, tz)
-        self.path = path  # the SQLite file; None on PostgreSQL
+        self._path = path
         self.schema_version = schema_version
+
+    @property
+    def path(self) -> Path:
+        """The SQLite file (a `StorageError` on PostgreSQL, which has no file of ours)."""
+        if self._path is None:
+            raise StorageError("the database is PostgreSQL (DATABASE_URL): it has no file")
+        return self._path
 
     @property
     def engine_name(self) -> EngineName:
