@@ -1,4 +1,6 @@
-"""`Database`: the bot's single SQLite file, opened once per process.
+"""`Database`: the bot's state, opened once per process: a SQLite file by default, or a
+PostgreSQL database when DATABASE_URL is set (`open_database`; see `storage.base` for
+how both run the same storage code, and `storage.postgres` for the connection pool).
 
 Why SQLite in WAL mode with one connection: the bot is one process serving many
 communities; WAL lets readers (the sqlite3 shell, a backup) work while the bot writes,
