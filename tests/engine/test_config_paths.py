@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.checkout import importing_this_checkout
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = (
     "import json\n"
@@ -28,7 +30,7 @@ def test_engine_and_bot_agree_where_data_lives(tmp_path: Path, configured: str |
     done = subprocess.run(
         [sys.executable, "-c", SCRIPT],
         cwd=tmp_path,  # no .env here, and a working directory that is not the project's
-        env=env,
+        env=importing_this_checkout(env),
         capture_output=True,
         text=True,
         timeout=120,

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from bot.evaluate.report import METRICS, EvalReport
 from bot.evaluate.suites import SUITES
+from tests.checkout import importing_this_checkout
 from tests.evaluate.conftest import message_requests, provider_env
 from tests.evaluate.standins import StandIn
 from tests.fakes.anthropic_fixtures import FAKE_API_KEY
@@ -30,7 +31,7 @@ def operator_env(data_dir: Path, **extra: str) -> dict[str, str]:
         PYTHONUNBUFFERED="1",
         **extra,
     )
-    return env
+    return importing_this_checkout(env)
 
 
 def test_help_explains_every_option_suite_metric_and_exit_code(tmp_path: Path) -> None:

@@ -27,6 +27,7 @@ from bot.runtime import Runtime
 from sonality.config import DEFAULT_MODEL
 from sonality.llm import ChatTurn, LLMError
 from storage import Database
+from tests.checkout import importing_this_checkout
 from tests.fakes.anthropic_fixtures import client_for
 from tests.fakes.anthropic_server import AnthropicFake, Fault
 from tests.fakes.discord_fixtures import restores_discord_endpoints  # noqa: F401
@@ -325,7 +326,7 @@ async def probe(port: int, cwd: Path) -> int:
         "-m",
         "bot.healthcheck",
         cwd=cwd,
-        env={"SONALITY_HEALTH_PORT": str(port), "PATH": "/usr/bin:/bin"},
+        env=importing_this_checkout({"SONALITY_HEALTH_PORT": str(port), "PATH": "/usr/bin:/bin"}),
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.DEVNULL,
     )
@@ -336,7 +337,7 @@ def test_the_probe_passes_when_the_endpoint_is_off(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "bot.healthcheck"],
         cwd=tmp_path,
-        env={"PATH": "/usr/bin:/bin"},
+        env=importing_this_checkout({"PATH": "/usr/bin:/bin"}),
         capture_output=True,
         text=True,
         timeout=60,

@@ -23,8 +23,6 @@ from tests.integration.conftest import make_settings
 from tests.integration.test_process import bot_env
 from tests.pg import PostgresServer
 
-REPO = Path(__file__).resolve().parents[2]
-
 
 async def run_bot(data: Path, base_url: str, database_url: str) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
@@ -37,8 +35,6 @@ async def run_bot(data: Path, base_url: str, database_url: str) -> tuple[int, st
             ANTHROPIC_API_KEY=FAKE_API_KEY,
             ANTHROPIC_BASE_URL=base_url,
             DATABASE_URL=database_url,
-            # This checkout's bot, whatever the venv's editable install points at.
-            PYTHONPATH=str(REPO),
         ),
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,

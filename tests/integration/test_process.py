@@ -19,6 +19,7 @@ from bot.messages import Community
 from sonality.memory.sponge import SpongeState
 from sonality.store import Episode, StateCommit
 from storage import Database
+from tests.checkout import importing_this_checkout
 from tests.fakes.anthropic_fixtures import FAKE_API_KEY
 from tests.fakes.anthropic_server import Delay, Text
 from tests.integration.conftest import MODEL_CACHE, ess_requests, eventually, make_settings
@@ -39,7 +40,7 @@ def bot_env(data_dir: Path, **extra: str) -> dict[str, str]:
         PYTHONUNBUFFERED="1",
     )
     env.update(extra)
-    return env
+    return importing_this_checkout(env)
 
 
 def test_without_a_key_it_exits_at_once_naming_the_variable(tmp_path: Path) -> None:

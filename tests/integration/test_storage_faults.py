@@ -29,6 +29,7 @@ import pytest
 
 from storage import Database
 from storage.migrations import MIGRATIONS
+from tests.checkout import importing_this_checkout
 from tests.fakes.anthropic_fixtures import FAKE_API_KEY
 from tests.integration.test_process import bot_env
 
@@ -50,6 +51,7 @@ def _nobody_can_run_the_bot() -> str:
     probe = subprocess.run(
         [sys.executable, "-c", "import bot.startup"],
         cwd="/",
+        env=importing_this_checkout(os.environ),
         user=user.pw_uid,
         group=user.pw_gid,
         extra_groups=[],
