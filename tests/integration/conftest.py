@@ -4,17 +4,17 @@ A test that takes `llm_server` runs once per vendor (Anthropic, then OpenAI), wi
 and `runtime` built for that vendor; a test that takes `anthropic_server` instead runs
 against Anthropic only.
 
-With SONALITY_TEST_CHROMA=server in the environment, every runtime made by
-`make_settings` keeps its episodes in a real Chroma server (`chroma run`, one per
-session) instead of the embedded directory, each test in a database of its own:
-`SONALITY_TEST_CHROMA=server pytest tests/integration/test_pipeline.py`. Tests that
-check the embedded path itself (the memory process) fail that way, as they should.
+Every test runs on a `stack` (tests/stack.py): by default the embedded one (SQLite and
+a local Chroma directory); a test or module marked `on_every_stack` runs on the
+scale-out stack too (the session's PostgreSQL and Chroma server). `make_settings` and
+`runtime` put the bot on the test's stack. With SONALITY_TEST_CHROMA=server in the
+environment, the default becomes SQLite plus the Chroma server:
+`SONALITY_TEST_CHROMA=server pytest tests/integration/test_pipeline.py`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import os
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -29,11 +29,12 @@ from bot.runtime import Runtime
 from bot.settings import Settings
 from providers.anthropic import AnthropicLLM
 from providers.openai import OpenAILLM
-from tests.chroma_server import ChromaServer, chroma_server, running_chroma_server  # noqa: F401
+from tests.chroma_server import chroma_server  # noqa: F401
 from tests.fakes.anthropic_fixtures import anthropic_server, client_for  # noqa: F401
 from tests.fakes.anthropic_server import AnthropicFake
 from tests.fakes.openai_fixtures import openai_client_for, openai_server  # noqa: F401
 from tests.fakes.openai_server import OpenAIFake
+from tests.stack import CHROMA_SERVER_ONLY, EMBEDDED, Stack, open_stack
 
 LLMFake = AnthropicFake | OpenAIFake
 
@@ -44,39 +45,44 @@ ALICE = User(id="u-alice", name="Alice")
 BOB = User(id="u-bob", name="Bob")
 
 
-#: The session's Chroma server when SONALITY_TEST_CHROMA=server (set by `_chroma_stack`).
-_CHROMA_SERVER: list[ChromaServer] = []
+#: The running test's stack, which `make_settings` applies (set by `_on_stack`).
+_STACK: list[Stack] = []
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _chroma_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    if os.environ.get("SONALITY_TEST_CHROMA") != "server":
+@pytest.fixture
+def stack(request: pytest.FixtureRequest) -> Iterator[Stack]:
+    """The engines this test's bot runs on; `on_every_stack` parametrizes it."""
+    default = CHROMA_SERVER_ONLY if os.environ.get("SONALITY_TEST_CHROMA") == "server" else EMBEDDED
+    chosen = open_stack(getattr(request, "param", default), request)
+    try:
+        yield chosen
+    finally:
+        chosen.close()
+
+
+@pytest.fixture(autouse=True)
+def _on_stack(stack: Stack) -> Iterator[None]:
+    _STACK.append(stack)
+    try:
         yield
-        return
-    with running_chroma_server(tmp_path_factory.mktemp("stack-chroma") / "data") as server:
-        _CHROMA_SERVER.append(server)
-        try:
-            yield
-        finally:
-            _CHROMA_SERVER.clear()
+    finally:
+        _STACK.remove(stack)
 
 
 def make_settings(data_dir: Path, *, llm: object = None, **overrides: Any) -> Settings:
     """Test settings; with an OpenAI `llm`, the provider (and so the default models) is
-    OpenAI's, as the fake OpenAI server knows only its vendor's models. Each data
-    directory gets its own database on the session's Chroma server, if there is one,
-    so a restart in the same directory finds its episodes again."""
+    OpenAI's, as the fake OpenAI server knows only its vendor's models. The bot is put
+    on the running test's stack: on the scale-out stack each data directory has its
+    own PostgreSQL and Chroma databases, so a restart in the same directory finds its
+    state and episodes again. `overrides` win over the stack."""
     values: dict[str, Any] = {
         "SONALITY_DATA_DIR": str(data_dir),
         "SONALITY_MODEL_CACHE_DIR": str(MODEL_CACHE),
         "SONALITY_RATE_LIMIT_MESSAGES": 10_000,
         "SONALITY_NIGHTLY_JITTER_SECONDS": 0,
     }
-    if _CHROMA_SERVER:
-        values["CHROMA_URL"] = _CHROMA_SERVER[0].url
-        values["SONALITY_CHROMA_DATABASE"] = (
-            "t" + hashlib.sha256(str(data_dir.resolve()).encode()).hexdigest()[:32]
-        )
+    if _STACK:
+        values.update(_STACK[-1].settings(data_dir))
     if isinstance(llm, OpenAILLM):
         values["SONALITY_LLM_PROVIDER"] = "openai"
     values.update(overrides)
@@ -113,10 +119,10 @@ async def llm(llm_target: LLMFake) -> AsyncIterator[AnthropicLLM | OpenAILLM]:
 
 
 @pytest.fixture
-def database_url() -> str | None:
-    """Where `runtime` keeps its state: None, the SQLite file in the data directory. A
-    module overrides this (see test_pipeline.py) to run its tests on PostgreSQL too."""
-    return None
+def database_url(stack: Stack, tmp_path: Path) -> str | None:
+    """Where `runtime` keeps its state: None, the SQLite file in the data directory, or
+    the stack's PostgreSQL database for it. A module may override this."""
+    return stack.database_url(tmp_path / "data")
 
 
 @pytest_asyncio.fixture

@@ -16,6 +16,7 @@ import signal
 from collections.abc import Sequence
 from typing import Any
 
+import chromadb
 import psutil
 import pytest
 from chromadb.api.models.Collection import Collection
@@ -24,6 +25,7 @@ from bot.app import open_runtime
 from bot.interface import StartupError
 from bot.messages import LLM_DOWN, SLOW_DOWN, IncomingMessage, ReplyKind
 from chroma_memory.process import MemoryProcess
+from chroma_memory.server import ServerMemory
 from sonality.memory.sponge import SEED_SNAPSHOT, SpongeState
 from sonality.store import Episode, InteractionRecord, Speaker, StateCommit
 from storage import StorageError
@@ -41,7 +43,10 @@ from tests.integration.conftest import (
     prompt_of,
     say,
 )
-from tests.pg import both_state_stores as database_url  # noqa: F401
+from tests.stack import Stack, on_every_stack
+
+#: Every test here runs on the embedded default and on PostgreSQL + a Chroma server.
+pytestmark = on_every_stack
 
 ATOMIC_QUESTION = "How dangerous are atomic power plants?"
 
@@ -462,9 +467,10 @@ async def test_a_memory_store_fault_does_not_cost_the_reply(tmp_path, llm, llm_s
         assert agent.sponge.interaction_count == 2  # learning still happened
 
 
-async def test_memories_are_recalled_through_the_memory_process(tmp_path, llm, llm_server):
+async def test_memories_are_recalled_through_the_memory_process(tmp_path, llm, llm_server, stack):
     """SONALITY_MEMORY_PROCESS=true: Chroma lives in another process, and the argument
     stored there is recalled by meaning for another user's question."""
+    stack.needs_embedded_memory()
     settings = make_settings(tmp_path / "data", llm=llm, SONALITY_MEMORY_PROCESS=True)
     async with open_runtime(settings, llm=llm) as runtime:
         assert isinstance(runtime.memory, MemoryProcess)
@@ -479,8 +485,10 @@ async def test_memories_are_recalled_through_the_memory_process(tmp_path, llm, l
 
 
 async def test_a_memory_process_that_cannot_start_is_one_clear_startup_error(
-    tmp_path, llm, monkeypatch
+    tmp_path, llm, monkeypatch, stack: Stack
 ):
+    stack.needs_embedded_memory()
+
     def cannot_start(*_: Any, **__: Any) -> None:
         raise OSError("no fork server here")
 
@@ -492,10 +500,11 @@ async def test_a_memory_process_that_cannot_start_is_one_clear_startup_error(
 
 
 async def test_a_killed_memory_process_is_replaced_and_nothing_is_lost(
-    tmp_path, llm, llm_server, caplog
+    tmp_path, llm, llm_server, caplog, stack: Stack
 ):
     """The memory process dies (kill -9): the next message starts a new one, which finds
     every memory on disk, and the reply still recalls the argument made before."""
+    stack.needs_embedded_memory()
     settings = make_settings(tmp_path / "data", llm=llm, SONALITY_MEMORY_PROCESS=True)
     async with open_runtime(settings, llm=llm) as runtime:
         llm_server.brain.ess_rule(**NUCLEAR)
@@ -551,7 +560,7 @@ async def test_episodes_without_a_vector_are_written_at_once(runtime):
 
 async def test_the_runtime_keeps_its_state_where_database_url_says(
     runtime: Any,
-    database_url: str | None,  # noqa: F811 (the fixture imported above)
+    database_url: str | None,
     tmp_path: Any,
 ) -> None:
     await say(runtime, "hello there")
@@ -564,3 +573,32 @@ async def test_the_runtime_keeps_its_state_where_database_url_says(
         assert files == []
         with pytest.raises(StorageError, match="no file"):
             _ = runtime.db.path
+
+
+async def test_the_runtime_keeps_its_episodes_where_the_stack_says(
+    runtime: Any, llm_server: Any, stack: Stack
+) -> None:
+    """On the scale-out stack an episode is in the Chroma server (read back there with
+    chromadb's own client) and nothing is written to a local Chroma directory."""
+    llm_server.brain.ess_rule(**NUCLEAR)
+    await say(runtime, STRONG_ARGUMENT)
+    agent = runtime.registry.get(A.id)
+    await agent.flush_episodes()
+    local = runtime.settings.resolved_chroma_dir
+    if not stack.on_chroma_server:
+        assert not isinstance(runtime.memory, ServerMemory)
+        assert local.is_dir()
+        return
+    assert isinstance(runtime.memory, ServerMemory)
+    assert not local.exists()
+    assert stack.chroma is not None
+    host, port = stack.chroma.url.removeprefix("http://").split(":")
+    client = chromadb.HttpClient(
+        host=host, port=int(port), database=runtime.settings.chroma_database
+    )
+    stored = [
+        document
+        for collection in client.list_collections()
+        for document in client.get_collection(collection.name).get()["documents"] or []
+    ]
+    assert stored == [NUCLEAR["summary"]]

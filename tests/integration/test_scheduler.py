@@ -8,7 +8,10 @@ from datetime import UTC, datetime, timedelta
 from bot.app import open_runtime
 from bot.scheduler import ReflectionScheduler
 from tests.integration.conftest import A, B, command, make_settings, say
-from tests.pg import both_state_stores as database_url  # noqa: F401
+from tests.stack import on_every_stack
+
+#: Every test here runs on the embedded default and on PostgreSQL + a Chroma server.
+pytestmark = on_every_stack
 
 T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 
