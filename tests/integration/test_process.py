@@ -18,11 +18,12 @@ from bot.app import open_runtime
 from bot.messages import Community
 from sonality.memory.sponge import SpongeState
 from sonality.store import Episode, StateCommit
-from storage import Database
+from storage.db import open_database
 from tests.checkout import importing_this_checkout
 from tests.fakes.anthropic_fixtures import FAKE_API_KEY
 from tests.fakes.anthropic_server import Delay, Text
 from tests.integration.conftest import MODEL_CACHE, ess_requests, eventually, make_settings
+from tests.stack import Stack, on_every_stack
 
 ROOT = Path(__file__).resolve().parents[2]
 TERMINAL = "terminal:local"
@@ -65,15 +66,21 @@ async def _start_bot(
     base_url: str,
     cwd: Path,
     stdin: int | IO[str] = asyncio.subprocess.PIPE,
+    on: Stack | None = None,
     **extra_env: str,
 ) -> asyncio.subprocess.Process:
+    """`python -m bot` on the loopback Anthropic fake; `on` puts it on a test stack."""
+    stack_env = {} if on is None else on.settings(data_dir)
     return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "bot",
         cwd=cwd,
         env=bot_env(
-            data_dir, ANTHROPIC_API_KEY=FAKE_API_KEY, ANTHROPIC_BASE_URL=base_url, **extra_env
+            data_dir,
+            ANTHROPIC_API_KEY=FAKE_API_KEY,
+            ANTHROPIC_BASE_URL=base_url,
+            **{**stack_env, **extra_env},
         ),
         stdin=stdin,
         stdout=asyncio.subprocess.PIPE,
@@ -96,9 +103,13 @@ async def test_scripted_terminal_session(tmp_path: Path, anthropic_server) -> No
     assert "ESS 0.02" in err.decode()  # the status line goes to stderr when scripted
 
 
+@on_every_stack
 async def test_crash_between_reply_and_learning_replays_exactly_once(
-    tmp_path: Path, anthropic_server, llm
+    tmp_path: Path, anthropic_server, llm, stack: Stack
 ) -> None:
+    """The bot process is killed (SIGKILL) after replying, while learning waits on the
+    ESS call; the next start replays that learning once: one new version, no gap, no
+    double, and its episode stored once (in the Chroma server on the scale-out stack)."""
     data_dir = tmp_path / "data"
     anthropic_server.brain.ess_rule(
         contains="reactor fleet",
@@ -109,7 +120,7 @@ async def test_crash_between_reply_and_learning_replays_exactly_once(
     )
     # The reply is answered; the ESS call then hangs, and the process is killed meanwhile.
     anthropic_server.enqueue(Text("Interesting point."), Delay(60))
-    proc = await _start_bot(data_dir, anthropic_server.base_url, tmp_path)
+    proc = await _start_bot(data_dir, anthropic_server.base_url, tmp_path, on=stack)
     assert proc.stdin is not None and proc.stdout is not None
     proc.stdin.write(b"The reactor fleet data says nuclear is safe.\n")
     await proc.stdin.drain()
@@ -118,9 +129,13 @@ async def test_crash_between_reply_and_learning_replays_exactly_once(
     assert await eventually(lambda: bool(ess_requests(anthropic_server)), seconds=10)
     os.kill(proc.pid, signal.SIGKILL)
     await proc.wait()
+    # On PostgreSQL the killed process left its unfinished learning in the server only.
+    assert (data_dir / "sonality.sqlite3").exists() == (stack.postgres is None)
 
     settings = make_settings(data_dir)
     async with open_runtime(settings, llm=llm) as runtime:
+        assert runtime.db.engine_name == ("sqlite" if stack.postgres is None else "postgresql")
+        assert (settings.chroma_url is not None) == stack.on_chroma_server
         agent = runtime.registry.get(TERMINAL)
         assert agent is not None, "the unfinished community is loaded at start"
         await runtime.drain()
@@ -173,9 +188,13 @@ async def test_the_memory_process_never_outlives_the_bot(
             assert agent.episodes.count() == 1
 
 
-async def test_sigterm_finishes_pending_learning(tmp_path: Path, anthropic_server, llm) -> None:
+@on_every_stack
+async def test_sigterm_finishes_pending_learning(
+    tmp_path: Path, anthropic_server, llm, stack: Stack
+) -> None:
     anthropic_server.enqueue(Text("Noted."), Delay(1.0))  # ESS slow but within the timeout
-    proc = await _start_bot(tmp_path / "data", anthropic_server.base_url, tmp_path)
+    data_dir = tmp_path / "data"
+    proc = await _start_bot(data_dir, anthropic_server.base_url, tmp_path, on=stack)
     assert proc.stdin is not None and proc.stdout is not None
     proc.stdin.write(b"remember this\n")
     await proc.stdin.drain()
@@ -188,13 +207,14 @@ async def test_sigterm_finishes_pending_learning(tmp_path: Path, anthropic_serve
         assert [v.version for v in await store.versions()] == [1, 0]
 
 
+@on_every_stack
 async def test_committed_but_unwritten_memories_are_written_on_next_start(
-    tmp_path: Path, llm
+    tmp_path: Path, llm, stack: Stack
 ) -> None:
     """A crash after the commit but before the Chroma write loses no memory."""
     data_dir = tmp_path / "data"
     data_dir.mkdir()
-    db = await Database.open(data_dir / "sonality.sqlite3")
+    db = await open_database(url=stack.database_url(data_dir), path=data_dir / "sonality.sqlite3")
     lost = Episode(
         id="interaction-1",
         user_message="Raised zebra crossings cut injuries by 40% in the audit.",
