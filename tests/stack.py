@@ -91,4 +91,7 @@ def open_stack(name: str, request: pytest.FixtureRequest) -> Stack:
     if name == SCALE_OUT:
         postgres: PostgresServer = request.getfixturevalue("postgres_server")
         return Stack(name, postgres=postgres, chroma=chroma)
-    raise ValueError(f"unknown test stack {name!r}")
+    raise ValueError(
+        f"unknown test stack {name!r} (SONALITY_TEST_STACK?): "
+        f"one of {EMBEDDED}, {SCALE_OUT}, {CHROMA_SERVER_ONLY}"
+    )

@@ -7,9 +7,11 @@ against Anthropic only.
 Every test runs on a `stack` (tests/stack.py): by default the embedded one (SQLite and
 a local Chroma directory); a test or module marked `on_every_stack` runs on the
 scale-out stack too (the session's PostgreSQL and Chroma server). `make_settings` and
-`runtime` put the bot on the test's stack. With SONALITY_TEST_CHROMA=server in the
-environment, the default becomes SQLite plus the Chroma server:
-`SONALITY_TEST_CHROMA=server pytest tests/integration/test_pipeline.py`.
+`runtime` put the bot on the test's stack. SONALITY_TEST_STACK in the environment
+changes the default for every other test (`SONALITY_TEST_STACK=postgresql+chroma-server
+pytest tests/integration/test_my_data.py`); SONALITY_TEST_CHROMA=server, kept from
+before, means SQLite plus the Chroma server. Tests that check the embedded path itself
+fail that way, as they should.
 """
 
 from __future__ import annotations
@@ -52,7 +54,9 @@ _STACK: list[Stack] = []
 @pytest.fixture
 def stack(request: pytest.FixtureRequest) -> Iterator[Stack]:
     """The engines this test's bot runs on; `on_every_stack` parametrizes it."""
-    default = CHROMA_SERVER_ONLY if os.environ.get("SONALITY_TEST_CHROMA") == "server" else EMBEDDED
+    default = os.environ.get("SONALITY_TEST_STACK") or (
+        CHROMA_SERVER_ONLY if os.environ.get("SONALITY_TEST_CHROMA") == "server" else EMBEDDED
+    )
     chosen = open_stack(getattr(request, "param", default), request)
     try:
         yield chosen
