@@ -21,6 +21,7 @@ import psycopg
 import pytest
 
 from bot.app import open_runtime
+from bot.lock import DataDirLock
 from bot.messages import IncomingMessage, ReplyKind
 from chroma_memory.embedding import (
     close_chroma_client,
@@ -241,3 +242,34 @@ async def test_a_migrated_community_answers_and_recalls_the_same(
             assert marker == (None,)
     finally:
         postgres_server.drop(url)
+
+
+def test_migrate_refuses_what_it_cannot_copy_in_one_line(tmp_path: Path) -> None:
+    """Nothing to copy, servers already configured as the source, a URL that is not
+    PostgreSQL, a running bot: each is one line and exit code 2, before anything is
+    written anywhere."""
+    data = tmp_path / "data"
+    url = "postgresql://sonality:hunter2@127.0.0.1:1/sonality"
+    nothing = run_migrate(data, "--to-database", url)
+    assert nothing.returncode == 2 and "nothing to migrate" in nothing.stderr
+
+    data.mkdir()
+    (data / "sonality.sqlite3").write_bytes(b"")
+    wrong = run_migrate(data, "--to-database", "mysql://x@y/z")
+    assert wrong.returncode == 2 and "must be a postgresql://" in wrong.stderr
+
+    configured = subprocess.run(
+        [sys.executable, "-m", "bot", "migrate", "--to-database", url],
+        env=bot_env(data, DATABASE_URL=url),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert configured.returncode == 2 and "unset DATABASE_URL" in configured.stderr
+    assert "hunter2" not in configured.stderr
+
+    with DataDirLock.acquire(data):  # as a running bot holds it
+        running = run_migrate(data, "--to-database", url)
+    assert running.returncode == 2 and "stop it first" in running.stderr
+    for refused in (nothing, wrong, configured, running):
+        assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
