@@ -34,6 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from storage.base import first_line
 from storage.db import Database
 from storage.models import StorageError
 from storage.postgres import CONNECT_TIMEOUT_S, connect_error, describe_url
@@ -233,6 +234,8 @@ def copy_tables(
 ) -> list[TableCopy]:
     """Copy every table, one transaction per batch of `BATCH_ROWS` rows; then move each
     identity column's counter past the highest id the source ever used."""
+    import psycopg
+
     source = _open_source(source_path)
     copies: list[TableCopy] = []
     try:
@@ -248,8 +251,14 @@ def copy_tables(
                 sql = _insert_sql(table, columns, key)
                 copied = 0
                 for batch in _rows(source, table, columns, key):
-                    with target.transaction(), target.cursor() as cur:
-                        cur.executemany(sql, batch)
+                    try:
+                        with target.transaction(), target.cursor() as cur:
+                            cur.executemany(sql, batch)
+                    except psycopg.Error as exc:  # e.g. a NUL character PostgreSQL refuses
+                        raise StorageError(
+                            f"copying table {table} failed after {copied} rows "
+                            f"({first_line(exc)}); nothing of that batch was written"
+                        ) from exc
                     copied += len(batch)
                 done = TableCopy(table, copied)
                 copies.append(done)

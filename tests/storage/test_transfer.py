@@ -19,6 +19,7 @@ from sonality.evidence import EvidenceStep
 from sonality.llm import Usage
 from sonality.store import AuditEvent, Episode, UsageRecord
 from storage import Database, transfer
+from storage.models import StorageError
 from tests.pg import PostgresServer
 from tests.storage.conftest import at, commit_of, record
 
@@ -144,5 +145,27 @@ async def test_a_copy_of_another_file_in_progress_is_refused(
         transfer.begin(first, url)
         with pytest.raises(transfer.TransferRefused, match="unfinished copy of another"):
             transfer.begin(second, url)
+    finally:
+        postgres_server.drop(url)
+
+
+async def test_a_row_postgresql_cannot_hold_stops_the_copy_naming_its_table(
+    tmp_path: Path, postgres_server: PostgresServer
+) -> None:
+    """SQLite text may hold a NUL character, PostgreSQL text may not: the copy stops
+    with a StorageError naming the table, and running it again resumes the same copy."""
+    path = tmp_path / "bot.sqlite3"
+    db = await Database.open(path)
+    try:
+        await db.append_exchange("discord:1", "u1", "nul \x00 inside", "ok", at(1))
+    finally:
+        await db.close()
+    url = postgres_server.new_database()
+    try:
+        await transfer.prepare(path, url)
+        transfer.begin(path, url)
+        with pytest.raises(StorageError, match="copying table conversation_turns failed"):
+            transfer.copy_tables(path, url)
+        assert transfer.begin(path, url) is True
     finally:
         postgres_server.drop(url)
