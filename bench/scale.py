@@ -10,9 +10,12 @@ the memory of each process is read at the same moment: the bots (the figure, PSS
 pages shared with nothing else count once), and beside them the Chroma server and
 every PostgreSQL process (what the operator must also provision).
 
-Why the Chroma server is restarted between seeding and measuring: seeding opens every
-community's collection, and the server keeps what it opened; a bot fleet that starts
-against a running server finds it holding only what its traffic opened.
+Why the episodes are written into the server's directory before the server starts,
+not through it: a Chroma 1.5 server keeps the index of every collection it has opened
+in memory until it stops (about 2.6 MB each; seeding 10,000 communities through a
+server had it at 11 GB RSS after some 4,000 of them, measured, and climbing). Seeding
+embedded, with the bot's own bound on open indexes, and then starting `chroma run` on
+that directory leaves the server holding only what the bots' traffic opened.
 """
 
 from __future__ import annotations
@@ -31,17 +34,17 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import chromadb
 import numpy as np
 
 from bot.messages import Community
-from chroma_memory.embedding import default_embedding_function
+from chroma_memory.embedding import close_chroma_client, default_embedding_function
 from chroma_memory.episodes import EpisodeStore
-from chroma_memory.server import ServerChroma
+from chroma_memory.shared_chroma import SharedChroma
 from sonality.memory.sponge import SpongeState
 from sonality.store import StateCommit
 
 Report = Callable[..., None]
-CHROMA_DATABASE = "bench4b"
 EPISODES_PER_COMMUNITY = 5
 SEED_THREADS = 8
 
@@ -74,10 +77,11 @@ def _mb(value: int) -> str:
 # ---------------------------------------------------------------------- child phases
 
 
-async def seed(url: str, chroma_url: str, known: int) -> None:
+async def seed(url: str, chroma_path: Path, known: int) -> None:
     """Phase run in a child process: `known` communities that once talked, each with a
-    seed version in PostgreSQL and five episodes on the Chroma server (the vectors are
-    computed once and shared: the figure is about memory, not embedding)."""
+    seed version in PostgreSQL and five episodes in the Chroma directory the server
+    will serve (the vectors are computed once and shared: the figure is about memory,
+    not embedding)."""
     from bench.run import MODEL_CACHE, episode_texts
     from storage import Database
 
@@ -89,11 +93,13 @@ async def seed(url: str, chroma_url: str, known: int) -> None:
         e.model_copy(update={"embedding": np.asarray(v, dtype=float).tolist()})
         for e, v in zip(episodes, vectors, strict=True)
     ]
-    server = ServerChroma(chroma_url, database=CHROMA_DATABASE, timeout=60)
+    # Embedded, with the bot's own bound on open indexes, straight into the directory
+    # `chroma run` serves afterwards (see the module docstring for why not through it).
+    chroma = SharedChroma(chroma_path, max_open=64)
 
     def store(i: int) -> None:
         EpisodeStore.for_community(
-            f"bench:k{i}", None, client=server, embedding_function=embed
+            f"bench:k{i}", None, client=chroma, embedding_function=embed
         ).store_many(episodes)
 
     async def state(i: int) -> None:
@@ -111,7 +117,7 @@ async def seed(url: str, chroma_url: str, known: int) -> None:
             await asyncio.gather(
                 *(state(i) for i in chunk), *(loop.run_in_executor(pool, store, i) for i in chunk)
             )
-    server.close()
+    close_chroma_client(chroma_path)
     await db.close()
     print(f"seeded {known} communities in {time.perf_counter() - start:.0f} s", file=sys.stderr)
 
@@ -127,7 +133,6 @@ async def serve(data: Path, llm_url: str, url: str, chroma_url: str, active: Seq
         cap=32,
         DATABASE_URL=url,
         CHROMA_URL=chroma_url,
-        SONALITY_CHROMA_DATABASE=CHROMA_DATABASE,
     ) as (runtime, _llm):
         known = len(await runtime.db.community_ids())
         ids = list(active)
@@ -154,7 +159,7 @@ def figure_scale_memory(
     work: Path, known: int, active: int, processes: int, report: Report
 ) -> None:
     from bench.run import ROOT, llm_server
-    from tests.chroma_server import start_chroma_server, stop_chroma_server
+    from tests.chroma_server import ChromaServer, start_chroma_server, stop_chroma_server
     from tests.pg import PostgresServer, _bin_dir
 
     bindir = _bin_dir()
@@ -166,18 +171,20 @@ def figure_scale_memory(
     postgres = PostgresServer(base, bindir)
     postgres.start()
     chroma_path = work / "4b-chroma" / "data"
-    chroma = start_chroma_server(chroma_path)
+    chroma: ChromaServer | None = None
     bots: list[subprocess.Popen[str]] = []
     try:
         url = postgres.new_database()
         here = [sys.executable, "-m", "bench.scale"]
         subprocess.run(
-            [*here, "seed", "--url", url, "--chroma", chroma.url, "--known", str(known)],
+            [*here, "seed", "--url", url, "--chroma", str(chroma_path), "--known", str(known)],
             cwd=ROOT,
             check=True,
         )
-        stop_chroma_server(chroma)
         chroma = start_chroma_server(chroma_path)
+        served = chromadb.HttpClient(host="127.0.0.1", port=int(chroma.url.rsplit(":", 1)[1]))
+        if served.count_collections() < known:  # the server must serve what was seeded
+            raise SystemExit(f"the Chroma server shows {served.count_collections()} collections")
         with llm_server(0.0) as llm_url:
             for index in range(processes):
                 share = ",".join(str(i) for i in range(index, active, processes))
@@ -214,7 +221,8 @@ def figure_scale_memory(
         for proc in bots:
             if proc.poll() is None:
                 proc.kill()
-        stop_chroma_server(chroma)
+        if chroma is not None:
+            stop_chroma_server(chroma)
         postgres.stop()
         shutil.rmtree(base, ignore_errors=True)
     bots_pss = sum(m[0] for m in measured)
@@ -245,7 +253,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--active", default="")
     args = parser.parse_args(argv)
     if args.phase == "seed":
-        asyncio.run(seed(args.url, args.chroma, args.known))
+        asyncio.run(seed(args.url, Path(args.chroma), args.known))
     else:
         share = [int(i) for i in args.active.split(",") if i]
         asyncio.run(serve(args.data, args.llm, args.url, args.chroma, share))
