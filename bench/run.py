@@ -764,7 +764,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     # Settings would read CHROMA_URL from the environment for every figure; only the
     # figures that seed the server themselves may use one.
     os.environ.pop("CHROMA_URL", None)
-    on_server = [f.name for f in args.only if f.name != "1"]
+    # Figure 4b starts servers of its own and ignores the URL.
+    on_server = [f.name for f in args.only if f.name not in ("1", "4b")]
     if args.chroma_url and on_server and not args.phase:
         parser.error(f"only figure 1 runs on a Chroma server so far, not {', '.join(on_server)}")
 
