@@ -14,6 +14,9 @@ Figures:
      3b with SONALITY_CHROMA_MAX_OPEN=128, 3c with SONALITY_MEMORY_PROCESS=true
   4. 1,000 known communities, 100 active: memory of all the bot's processes
      (PSS; target < 500 MB)
+  4b. the same on PostgreSQL and a Chroma server: 10,000 known, 1,000 active across
+     two bot processes; the bots' memory (PSS; target < 1 GB), the servers' beside it
+     (see bench/scale.py)
   5. cost per message against the caching-honest fake, with the default models and
      with one model for everything (see bench/cost.py; targets ≤ 1.3× the bare reply
      call and ≤ 1,500 Sonnet-input-token equivalents)
@@ -50,6 +53,7 @@ from bench import cli
 from bench.cli import Figure
 from bench.cost import describe, measure_cost
 from bench.forget import figure_forget
+from bench.scale import figure_scale_memory
 from bench.storage import figure_storage
 from bot.app import open_runtime
 from bot.messages import Community, IncomingMessage, User
@@ -646,6 +650,14 @@ FIGURES: tuple[Figure, ...] = (
         lambda work, a: figure_memory(work, a.known, a.active),
     ),
     Figure(
+        "4b",
+        "figure 4 on PostgreSQL + a Chroma server: 10,000 known, 1,000 active, 2 processes "
+        "(bots < 1 GB)",
+        lambda work, a: figure_scale_memory(
+            work, a.scale_known, a.scale_active, a.scale_processes, report
+        ),
+    ),
+    Figure(
         "5",
         "cost per message, several model setups, both providers (≤ 1.3×, ≤ 1,500)",
         lambda work, a: asyncio.run(figure_cost(work)),
@@ -716,6 +728,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="communities active for figure 4 (default %(default)s)",
     )
     parser.add_argument(
+        "--scale-known",
+        type=int,
+        default=10_000,
+        help="communities known for figure 4b (default %(default)s)",
+    )
+    parser.add_argument(
+        "--scale-active",
+        type=int,
+        default=1_000,
+        help="communities active for figure 4b (default %(default)s)",
+    )
+    parser.add_argument(
+        "--scale-processes",
+        type=int,
+        default=2,
+        help="bot processes for figure 4b (default %(default)s)",
+    )
+    parser.add_argument(
         "--chroma-url",
         default=os.environ.get("CHROMA_URL") or None,
         metavar="URL",
@@ -734,7 +764,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     # Settings would read CHROMA_URL from the environment for every figure; only the
     # figures that seed the server themselves may use one.
     os.environ.pop("CHROMA_URL", None)
-    on_server = [f.name for f in args.only if f.name != "1"]
+    # Figure 4b starts servers of its own and ignores the URL.
+    on_server = [f.name for f in args.only if f.name not in ("1", "4b")]
     if args.chroma_url and on_server and not args.phase:
         parser.error(f"only figure 1 runs on a Chroma server so far, not {', '.join(on_server)}")
 

@@ -11,6 +11,8 @@ import sys
 from bot.backup import COMMANDS as BACKUP_COMMANDS
 from bot.backup import run_command as run_backup_command
 from bot.cli import parse_args
+from bot.migrate import COMMAND as MIGRATE_COMMAND
+from bot.migrate import run_command as run_migrate_command
 from bot.startup import run
 
 
@@ -23,6 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     parsed = parse_args(argv)  # --help and usage errors end here, before anything starts
     if parsed.command in BACKUP_COMMANDS:  # backup / restore: bot/backup.py
         return run_backup_command(parsed)
+    if parsed.command == MIGRATE_COMMAND:  # SQLite + local Chroma -> servers: bot/migrate.py
+        return run_migrate_command(parsed)
     return run()
 
 

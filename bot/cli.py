@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 
 from bot.backup import add_commands as add_backup_commands
+from bot.migrate import add_command as add_migrate_command
 from bot.settings import Settings
 
 #: (variable, what it does) for the help; the default comes from `Settings`.
@@ -89,6 +90,7 @@ def build_parser() -> tuple[
         help="measure how well the configured models hold their views (see evaluate --help)",
     )
     add_backup_commands(commands)  # backup DEST, restore SOURCE (bot/backup.py)
+    add_migrate_command(commands)  # migrate --to-database URL --to-chroma URL (bot/migrate.py)
     return parser, commands
 
 

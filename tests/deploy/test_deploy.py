@@ -354,6 +354,124 @@ def test_compose_gives_the_drain_time_before_killing() -> None:
     assert service["restart"] in {"unless-stopped", "on-failure", "always"}
 
 
+# ---------------------------------------------------------- docker compose, scaled out
+
+SCALE = ROOT / "docker-compose.scale.yml"
+
+
+def scale() -> dict[str, Any]:
+    data = yaml.safe_load(SCALE.read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+def bots() -> dict[str, dict[str, Any]]:
+    """The services that run the bot itself (not PostgreSQL, not the Chroma server)."""
+    return {
+        name: service
+        for name, service in scale()["services"].items()
+        if service.get("image", "").split(":")[0] == the_service()["image"]
+        and "entrypoint" not in service
+    }
+
+
+def test_scale_file_runs_postgres_16_a_chroma_server_and_two_bots() -> None:
+    services = scale()["services"]
+    assert services["postgres"]["image"].split(":") == ["postgres", "16"]
+    assert len(bots()) == 2
+    for service in bots().values():
+        build = service["build"]
+        context = build if isinstance(build, str) else build.get("context", ".")
+        assert (SCALE.parent / context / "Dockerfile").resolve() == DOCKERFILE
+        assert service.get("command") in (None, ["run"], "run")
+
+
+def test_the_chroma_server_is_the_bots_own_image_so_its_chromadb_is_the_pinned_one() -> None:
+    chroma = scale()["services"]["chroma"]
+    assert chroma["image"] == the_service()["image"]
+    entry = chroma["entrypoint"]
+    assert entry[:2] == ["chroma", "run"]
+    options = dict(zip(entry[2::2], entry[3::2], strict=True))
+    assert options["--host"] == "0.0.0.0"
+    declared = set(scale()["volumes"])
+    mounts = [str(v).split(":") for v in chroma["volumes"]]
+    assert any(m[0] in declared and options["--path"].startswith(m[1] + "/") for m in mounts)
+    pins = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert any(p.startswith("chromadb") for p in pins)  # the image installs this pin
+
+
+def interpolated(text: str, **values: str) -> str:
+    """Compose's ``${NAME}`` / ``${NAME:?message}`` substitution, with these values."""
+    return re.sub(r"\$\{(\w+)(?::?[-?][^}]*)?\}", lambda m: values[m.group(1)], text)
+
+
+def test_every_bot_is_wired_to_the_same_postgres_and_chroma_services() -> None:
+    from urllib.parse import urlsplit
+
+    services = scale()["services"]
+    entry = services["chroma"]["entrypoint"]
+    chroma_port = dict(zip(entry[2::2], entry[3::2], strict=True))["--port"]
+    postgres_env = services["postgres"]["environment"]
+    password = interpolated(postgres_env["POSTGRES_PASSWORD"], POSTGRES_PASSWORD="s3cret")
+    assert password == "s3cret"  # taken from .env, never written here
+    urls = set()
+    for service in bots().values():
+        env = service["environment"]
+        database = urlsplit(interpolated(env["DATABASE_URL"], POSTGRES_PASSWORD="s3cret"))
+        assert database.scheme == "postgresql" and database.hostname == "postgres"
+        assert database.username == postgres_env["POSTGRES_USER"]
+        assert database.password == password
+        assert database.path == "/" + postgres_env["POSTGRES_DB"]
+        chroma = urlsplit(env["CHROMA_URL"])
+        assert (chroma.hostname, str(chroma.port)) == ("chroma", chroma_port)
+        urls.add((env["DATABASE_URL"], env["CHROMA_URL"]))
+    assert len(urls) == 1
+
+
+def test_bots_start_only_once_both_servers_are_healthy_and_each_server_has_a_check() -> None:
+    services = scale()["services"]
+    for service in bots().values():
+        assert service["depends_on"] == {
+            "postgres": {"condition": "service_healthy"},
+            "chroma": {"condition": "service_healthy"},
+        }
+    assert "pg_isready" in services["postgres"]["healthcheck"]["test"]
+    assert "/api/v2/heartbeat" in " ".join(services["chroma"]["healthcheck"]["test"])
+
+
+def test_each_bot_has_its_own_data_volume_and_health_port_and_time_to_drain() -> None:
+    declared = set(scale()["volumes"])
+    volumes, ports = [], []
+    for service in bots().values():
+        env = service["environment"]
+        (mount,) = [str(v).split(":") for v in service["volumes"]]
+        assert mount[0] in declared and mount[1] == env["SONALITY_DATA_DIR"]
+        volumes.append(mount[0])
+        port = str(env["SONALITY_HEALTH_PORT"])
+        (published,) = [str(p) for p in service["ports"]]
+        assert published.startswith("127.0.0.1:") and published.endswith(f":{port}")
+        ports.append(published)
+        assert seconds(str(service["stop_grace_period"])) >= (
+            shutdown_bound_seconds() + STOP_MARGIN_SECONDS
+        )
+    assert len(set(volumes)) == len(volumes) == 2  # one data directory (and lock) each
+    assert len(set(ports)) == 2
+    for store in ("postgres", "chroma"):
+        (mount,) = [str(v).split(":") for v in scale()["services"][store]["volumes"]]
+        assert mount[0] in declared and mount[0] not in volumes
+
+
+def test_the_bots_split_the_discord_shards_between_them() -> None:
+    from bot.settings import parse_shard_ids
+
+    counts = {int(s["environment"]["DISCORD_SHARD_COUNT"]) for s in bots().values()}
+    (count,) = counts
+    owned = [
+        i for s in bots().values() for i in parse_shard_ids(s["environment"]["DISCORD_SHARD_IDS"])
+    ]
+    assert sorted(owned) == list(range(count))  # every shard once, by one process
+
+
 # ------------------------------------------------------------------------------ systemd
 
 
