@@ -200,6 +200,11 @@ class SonalityAgent:
             log.debug("%s: adopting v%d from another process", self.label, state.version)
             self.sponge = state
 
+    async def catch_up(self) -> None:
+        """Adopt a newer state another process stored (a host's check before deciding
+        on the current state, e.g. whether insights still wait for reflection)."""
+        await self._catch_up()
+
     async def wake_learning(self) -> None:
         """Look at the shared outbox now (the host's sweep for rows a dead process left)."""
         self.learning.put(None)
