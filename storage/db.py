@@ -1,4 +1,6 @@
-"""`Database`: the bot's single SQLite file, opened once per process.
+"""`Database`: the bot's state, opened once per process: a SQLite file by default, or a
+PostgreSQL database when DATABASE_URL is set (`open_database`; see `storage.base` for
+how both run the same storage code, and `storage.postgres` for the connection pool).
 
 Why SQLite in WAL mode with one connection: the bot is one process serving many
 communities; WAL lets readers (the sqlite3 shell, a backup) work while the bot writes,
@@ -89,11 +91,18 @@ class Database(
         tz: tzinfo = UTC,
     ) -> None:
         super().__init__(engine, tz)
-        self.path = path  # the SQLite file; None on PostgreSQL
+        self._path = path
         self.schema_version = schema_version
         # PostgreSQL: locks that let several processes share the database (who learns a
         # community, who runs a scheduled job). SQLite: None, one process per file.
         self.coordinator: Coordinator | None = None
+
+    @property
+    def path(self) -> Path:
+        """The SQLite file (a `StorageError` on PostgreSQL, which has no file of ours)."""
+        if self._path is None:
+            raise StorageError("the database is PostgreSQL (DATABASE_URL): it has no file")
+        return self._path
 
     @property
     def engine_name(self) -> EngineName:

@@ -70,7 +70,13 @@ class PostgresServer:
                 "--clear-groups",
                 *command,
             ]
-        subprocess.run(command, check=True, capture_output=True, text=True, timeout=60)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+        if done.returncode != 0:
+            log = self.data / "server.log"
+            tail = log.read_text()[-2000:] if log.exists() else ""
+            raise RuntimeError(
+                f"{args[0]} failed ({done.returncode}): {done.stderr.strip()[-2000:]}\n{tail}"
+            )
 
     def start(self) -> None:
         self.base.chmod(0o755)
@@ -101,7 +107,7 @@ class PostgresServer:
         )
 
     def stop(self) -> None:
-        with contextlib.suppress(subprocess.SubprocessError, OSError):
+        with contextlib.suppress(subprocess.SubprocessError, OSError, RuntimeError):
             self._run("pg_ctl", "-D", str(self.data), "-w", "-m", "immediate", "stop")
 
     def url(self, database: str = "postgres") -> str:
@@ -140,3 +146,19 @@ def postgres_server() -> Iterator[PostgresServer]:
     finally:
         server.stop()
         shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"], name="database_url")
+def both_state_stores(request: pytest.FixtureRequest) -> Iterator[str | None]:
+    """For an integration module that imports it: every test there that takes `runtime`
+    runs on both state stores, the SQLite file (None) and an empty database on the
+    session's PostgreSQL (its DATABASE_URL), which the runtime migrates on start."""
+    if request.param == "sqlite":
+        yield None
+        return
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    url = server.new_database()
+    try:
+        yield url
+    finally:
+        server.drop(url)

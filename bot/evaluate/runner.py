@@ -94,6 +94,7 @@ def throwaway_settings(settings: Settings, data_dir: Path) -> Settings:
         update={
             "data_dir": data_dir,
             "database_path": None,
+            "database_url": None,  # never the operator's PostgreSQL: a SQLite file here
             "chroma_dir": None,
             "model_cache_dir": settings.model_cache_dir,
             "memory_process": False,

@@ -271,10 +271,12 @@ def test_throwaway_settings_move_every_community_path(tmp_path: Path) -> None:
         "SONALITY_DATABASE_PATH": str(mine / "elsewhere.sqlite3"),
         "SONALITY_CHROMA_DIR": str(mine / "chroma-elsewhere"),
         "SONALITY_DAILY_BUDGET_USD": 0.5,
+        "DATABASE_URL": "postgresql://bot:pw@db.example:5432/live",
     }
     settings = Settings(_env_file=None, **values)  # type: ignore[call-arg]
     scratch = tmp_path / "scratch"
     moved = throwaway_settings(settings, scratch)
+    assert settings.postgres_url is not None and moved.postgres_url is None
     for path in (moved.resolved_database_path, moved.resolved_chroma_dir, moved.data_dir):
         assert path.is_relative_to(scratch), path
     assert moved.resolved_model_cache_dir.is_relative_to(scratch)  # none was named

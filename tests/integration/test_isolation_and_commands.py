@@ -8,6 +8,7 @@ from typing import Any
 from bot.runtime import Runtime
 from sonality.memory.sponge import SEED_SNAPSHOT
 from tests.integration.conftest import ALICE, BOB, A, B, chat_requests, command, prompt_of, say
+from tests.pg import both_state_stores as database_url  # noqa: F401
 
 CANARY: dict[str, Any] = dict(
     contains="road-safety audit",

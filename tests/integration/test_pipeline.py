@@ -13,7 +13,7 @@ import math
 import os
 import re
 import signal
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import psutil
@@ -26,6 +26,7 @@ from bot.messages import LLM_DOWN, SLOW_DOWN, IncomingMessage, ReplyKind
 from chroma_memory.process import MemoryProcess
 from sonality.memory.sponge import SEED_SNAPSHOT, SpongeState
 from sonality.store import Episode, InteractionRecord, Speaker, StateCommit
+from storage import StorageError
 from storage.community import CommunityStore
 from tests.fakes.anthropic_server import AnthropicFake, Fault, Text, ToolUse
 from tests.integration.conftest import (
@@ -40,25 +41,9 @@ from tests.integration.conftest import (
     prompt_of,
     say,
 )
-from tests.pg import PostgresServer
+from tests.pg import both_state_stores as database_url  # noqa: F401
 
 ATOMIC_QUESTION = "How dangerous are atomic power plants?"
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def database_url(request: pytest.FixtureRequest) -> Iterator[str | None]:
-    """Every test here that takes `runtime` runs on both state stores: the SQLite file,
-    and an empty database on the session's real PostgreSQL (DATABASE_URL), which the
-    runtime migrates on start."""
-    if request.param == "sqlite":
-        yield None
-        return
-    server: PostgresServer = request.getfixturevalue("postgres_server")
-    url = server.new_database()
-    try:
-        yield url
-    finally:
-        server.drop(url)
 
 
 async def bob_asks_about_atomic_plants(runtime: Any, llm_server: Any) -> None:
@@ -565,12 +550,17 @@ async def test_episodes_without_a_vector_are_written_at_once(runtime):
 
 
 async def test_the_runtime_keeps_its_state_where_database_url_says(
-    runtime: Any, database_url: str | None, tmp_path: Any
+    runtime: Any,
+    database_url: str | None,  # noqa: F811 (the fixture imported above)
+    tmp_path: Any,
 ) -> None:
     await say(runtime, "hello there")
     assert runtime.db.engine_name == ("sqlite" if database_url is None else "postgresql")
-    assert (runtime.db.path is None) == (database_url is not None)
     assert await runtime.db.community(A.id).latest_version() is not None
-    assert list((tmp_path / "data").glob("*.sqlite3")) == (
-        [] if database_url else [runtime.db.path]
-    )
+    files = list((tmp_path / "data").glob("*.sqlite3"))
+    if database_url is None:
+        assert files == [runtime.db.path]
+    else:
+        assert files == []
+        with pytest.raises(StorageError, match="no file"):
+            _ = runtime.db.path

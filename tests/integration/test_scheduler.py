@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from bot.app import open_runtime
 from bot.scheduler import ReflectionScheduler
 from tests.integration.conftest import A, B, command, make_settings, say
+from tests.pg import both_state_stores as database_url  # noqa: F401
 
 T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 
