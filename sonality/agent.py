@@ -130,8 +130,11 @@ class SonalityAgent:
             skip=lambda record: record.speaker.id in self._forgotten,
             label=self.label,
             lease=self._lease,
-            catch_up=self._catch_up,
+            catch_up=lambda: self._catch_up(adopt_episodes=True),
         )
+        # The newest version whose episodes this agent wrote or took over (it commits
+        # its own; `load` takes over the store's pending ones).
+        self._episodes_seen = sponge.version
         # The ESS of the interaction whose learning waits, so a retry does not pay twice.
         self._classified: tuple[str, ESSResult] | None = None
         self._closed = False
@@ -184,21 +187,29 @@ class SonalityAgent:
         return agent
 
     # ------------------------------------------------------------------ shared store
-    async def _catch_up(self) -> None:
+    async def _catch_up(self, adopt_episodes: bool = False) -> None:
         """Adopt the stored latest state if another process committed a newer one.
 
         One cheap query (the latest version number); the state is rebuilt only when it
         moved. Only for a shared store: alone, this agent made every version itself.
+        `adopt_episodes` (the new learner): also take over the episodes still waiting
+        in the store's episode outbox.
         """
         if self._lease is None:
             return
         latest = await self.store.latest_version()
-        if latest is None or latest <= self.sponge.version:
+        if latest is None:
             return
-        state = await self.store.latest_state()
-        if state is not None and state.version > self.sponge.version:
-            log.debug("%s: adopting v%d from another process", self.label, state.version)
-            self.sponge = state
+        if latest > self.sponge.version:
+            state = await self.store.latest_state()
+            if state is not None and state.version > self.sponge.version:
+                log.debug("%s: adopting v%d from another process", self.label, state.version)
+                self.sponge = state
+        if adopt_episodes and latest > self._episodes_seen:
+            # Memories another process committed and may not have written (it was
+            # killed meanwhile): written here too, an upsert by id, so never twice.
+            self._episodes_seen = latest
+            await self.memory.write(await self.store.pending_episodes())
 
     async def catch_up(self) -> None:
         """Adopt a newer state another process stored (a host's check before deciding
@@ -431,6 +442,7 @@ class SonalityAgent:
         prepared = await self.memory.prepare(list(episodes))
         state.version = self.sponge.version + 1
         await self.store.commit(StateCommit(state=state, episodes=prepared, **commit))
+        self._episodes_seen = max(self._episodes_seen, state.version)
         if state.snapshot != self.sponge.snapshot:
             self.previous_snapshot = self.sponge.snapshot
         self.sponge = state

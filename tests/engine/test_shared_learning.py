@@ -16,7 +16,7 @@ import pytest
 
 from sonality.agent import SonalityAgent
 from sonality.evidence import MESSAGE
-from sonality.store import Speaker
+from sonality.store import Episode, Speaker, StateCommit
 from storage import Database
 from tests.engine.test_agent_learning import RecordingMemory, ScriptedLLM
 from tests.pg import PostgresServer
@@ -157,6 +157,34 @@ async def test_a_rollback_in_one_process_waits_for_the_other_and_continues_its_v
     finally:
         await a.close(grace_seconds=5)
         await b.close(grace_seconds=5)
+
+
+async def test_the_next_learner_writes_memories_a_dead_process_committed_but_never_wrote(
+    url: str, two: tuple[Database, Database]
+) -> None:
+    db_a, _ = two
+    memory = RecordingMemory()
+    a = await SonalityAgent.load(
+        client=ScriptedLLM(), store=db_a.community(COMMUNITY), episodes=memory, label=COMMUNITY
+    )
+    dead = await Database.open_url(url)
+    try:
+        # What a process killed between its commit and its Chroma write leaves behind.
+        state = a.sponge.model_copy(deep=True)
+        state.version = 1
+        lost = Episode(id="lost-1", user_message="m", summary="a memory never written")
+        await dead.community(COMMUNITY).commit(
+            StateCommit(state=state, cause="reflection", change="x", episodes=[lost])
+        )
+        await dead.close()
+        await a.respond("hello", Speaker(id="U1", name="Ann"))
+        await settle(db_a, a)
+        assert "lost-1" in memory.by_id
+        assert await db_a.community(COMMUNITY).pending_episodes() == []
+        assert a.sponge.version == 2
+    finally:
+        await dead.close()
+        await a.close(grace_seconds=5)
 
 
 async def test_on_sqlite_there_is_no_lease(tmp_path: object) -> None:
