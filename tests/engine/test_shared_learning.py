@@ -51,10 +51,14 @@ async def load(db: Database, llm: ScriptedLLM) -> SonalityAgent:
     )
 
 
-async def settle(db: Database, *agents: SonalityAgent) -> None:
-    """Until the outbox is empty: a worker that found the lease taken returns at once."""
+async def settle(db: Database, *agents: SonalityAgent, wake: bool = False) -> None:
+    """Until the outbox is empty: a worker that found the lease taken returns at once.
+    `wake`: wake the agents each time round, as the host's periodic sweep does."""
     store = db.community(COMMUNITY)
     for _ in range(200):
+        if wake:
+            for agent in agents:
+                await agent.wake_learning()
         await asyncio.gather(*(a.drain() for a in agents))
         if not await store.pending_count():
             return
@@ -127,9 +131,10 @@ async def test_rows_left_by_a_dead_learner_are_learned_once_by_the_other(
         assert await db_a.community(COMMUNITY).pending_count() == 3
         assert llm_a.purposes.count("ess") + llm_b.purposes.count("ess") == 0
 
-        await dead.close()  # its connection, and with it the lease, is gone
-        await b.wake_learning()  # what the host's sweep does
-        await settle(db_b, b)
+        # Its connection, and with it the lease, is gone once the server has seen it go;
+        # meanwhile b is woken again and again, as the host's sweep does.
+        await dead.close()
+        await settle(db_b, b, wake=True)
         assert await learned_order(db_b) == await interaction_ids(db_b)
         assert llm_a.purposes.count("ess") + llm_b.purposes.count("ess") == 3
     finally:
