@@ -26,13 +26,21 @@ import aiohttp
 import pytest
 
 from bot.app import open_runtime
+from bot.runtime import Runtime
 from bot.scheduler import ReflectionScheduler
 from sonality.evidence import MESSAGE
 from storage import Database
 from tests.chroma_server import ChromaServer, chroma_server  # noqa: F401 (fixture)
 from tests.fakes.anthropic_server import AnthropicFake, Delay, Text
 from tests.fakes.slack_server import FakeSlack, post_signed
-from tests.integration.conftest import ess_requests, eventually, make_settings
+from tests.integration.conftest import (
+    A,
+    command,
+    ess_requests,
+    eventually,
+    make_settings,
+    say,
+)
 from tests.integration.test_logging import Output
 from tests.integration.test_process import _start_bot
 from tests.pg import PostgresServer
@@ -179,8 +187,8 @@ async def stack(
         postgres_server.drop(url)
 
 
-async def until_learned(db: Database, seconds: float = WAIT) -> None:
-    store = db.community(COMMUNITY)
+async def until_learned(db: Database, seconds: float = WAIT, community: str = COMMUNITY) -> None:
+    store = db.community(community)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + seconds
     while loop.time() < deadline:
@@ -285,6 +293,27 @@ async def test_a_process_killed_mid_learning_leaves_its_work_to_the_other_once(
     assert (await stack.stop())[1] == 0, stack.bots[1].err.lines[-10:]
 
 
+@contextlib.asynccontextmanager
+async def two_runtimes(
+    tmp_path: Path, postgres_server: PostgresServer, chroma: ChromaServer, llm: Any
+) -> AsyncIterator[tuple[Runtime, Runtime]]:
+    """Two runtimes in this process: two PostgreSQL sessions each, as two processes."""
+    url = postgres_server.new_database()
+    shared = {
+        "DATABASE_URL": url,
+        "CHROMA_URL": chroma.url,
+        "SONALITY_CHROMA_DATABASE": chroma.fresh_database(),
+    }
+    try:
+        async with (
+            open_runtime(make_settings(tmp_path / "a", llm=llm, **shared), llm=llm) as one,
+            open_runtime(make_settings(tmp_path / "b", llm=llm, **shared), llm=llm) as two,
+        ):
+            yield one, two
+    finally:
+        postgres_server.drop(url)
+
+
 async def test_the_nightly_job_of_two_runtimes_runs_once(
     tmp_path: Path,
     postgres_server: PostgresServer,
@@ -292,38 +321,37 @@ async def test_the_nightly_job_of_two_runtimes_runs_once(
     anthropic_server: AnthropicFake,
     llm: Any,
 ) -> None:
-    """Two runtimes in this process are two PostgreSQL sessions, as two processes are;
-    their nightly jobs start at the same moment (a cron time cannot be waited for in a
+    """Both nightly jobs start at the same moment (a cron time cannot be waited for in a
     test), and the community is reflected once."""
-    url = postgres_server.new_database()
-    shared = {
-        "DATABASE_URL": url,
-        "CHROMA_URL": chroma_server.url,
-        "SONALITY_CHROMA_DATABASE": chroma_server.fresh_database(),
-    }
-    try:
-        async with (
-            open_runtime(make_settings(tmp_path / "a", llm=llm, **shared), llm=llm) as one,
-            open_runtime(make_settings(tmp_path / "b", llm=llm, **shared), llm=llm) as two,
-        ):
-            from tests.integration.conftest import A, say
+    async with two_runtimes(tmp_path, postgres_server, chroma_server, llm) as (one, two):
+        await say(one, "hello from the first process", community=A)
+        await say(two, "and hello from the second", community=A)
+        await one.drain()
+        await two.drain()
+        anthropic_server.latency = 0.3  # the jobs overlap
+        later = datetime.now(UTC) + timedelta(hours=1)
+        first, second = await asyncio.gather(
+            ReflectionScheduler(one).run_nightly(later),
+            ReflectionScheduler(two).run_nightly(later),
+        )
+        assert sorted(first + second) == [A.id]
+        reflections = [
+            r for r in anthropic_server.requests if "current_self_description" in r.user_text
+        ]
+        assert len(reflections) == 1
+        assert len(await one.db.community(A.id).audit_events(kind="reflection")) == 1
 
-            await say(one, "hello from the first process", community=A)
-            await say(two, "and hello from the second", community=A)
-            await one.drain()
-            await two.drain()
-            anthropic_server.latency = 0.3  # the jobs overlap
-            later = datetime.now(UTC) + timedelta(hours=1)
-            first, second = await asyncio.gather(
-                ReflectionScheduler(one).run_nightly(later),
-                ReflectionScheduler(two).run_nightly(later),
-            )
-            assert sorted(first + second) == [A.id]
-            reflections = [
-                r for r in anthropic_server.requests if "current_self_description" in r.user_text
-            ]
-            assert len(reflections) == 1
-            events = await one.db.community(A.id).audit_events(kind="reflection")
-            assert len(events) == 1
-    finally:
-        postgres_server.drop(url)
+
+async def test_a_command_in_one_process_shows_what_the_other_learned(
+    tmp_path: Path,
+    postgres_server: PostgresServer,
+    chroma_server: ChromaServer,  # noqa: F811
+    llm: Any,
+) -> None:
+    async with two_runtimes(tmp_path, postgres_server, chroma_server, llm) as (one, two):
+        await say(two, "the second process hears this first", community=A)
+        for i in range(3):
+            await say(one, f"the first process hears message {i}", community=A)
+        await until_learned(one.db, community=A.id)
+        status = await command(two, "status")
+        assert "Interactions: 4" in status.text, status.text
