@@ -25,7 +25,9 @@ from typing import Any
 import aiohttp
 import pytest
 
+from bot import budget
 from bot.app import open_runtime
+from bot.messages import ReplyKind
 from bot.runtime import Runtime
 from bot.scheduler import ReflectionScheduler
 from sonality.evidence import MESSAGE
@@ -40,6 +42,15 @@ from tests.integration.conftest import (
     eventually,
     make_settings,
     say,
+)
+from tests.integration.test_budget import (
+    EVIDENCE_MODEL,
+    PRICES,
+    REPLY_MODEL,
+    kind,
+    price_replies,
+    release,
+    send,
 )
 from tests.integration.test_logging import Output
 from tests.integration.test_process import _start_bot
@@ -295,7 +306,11 @@ async def test_a_process_killed_mid_learning_leaves_its_work_to_the_other_once(
 
 @contextlib.asynccontextmanager
 async def two_runtimes(
-    tmp_path: Path, postgres_server: PostgresServer, chroma: ChromaServer, llm: Any
+    tmp_path: Path,
+    postgres_server: PostgresServer,
+    chroma: ChromaServer,
+    llm: Any,
+    **settings: Any,
 ) -> AsyncIterator[tuple[Runtime, Runtime]]:
     """Two runtimes in this process: two PostgreSQL sessions each, as two processes."""
     url = postgres_server.new_database()
@@ -303,6 +318,7 @@ async def two_runtimes(
         "DATABASE_URL": url,
         "CHROMA_URL": chroma.url,
         "SONALITY_CHROMA_DATABASE": chroma.fresh_database(),
+        **settings,
     }
     try:
         async with (
@@ -355,3 +371,30 @@ async def test_a_command_in_one_process_shows_what_the_other_learned(
         await until_learned(one.db, community=A.id)
         status = await command(two, "status")
         assert "Interactions: 4" in status.text, status.text
+
+
+async def test_a_daily_limit_spent_through_one_process_stops_the_other(
+    tmp_path: Path,
+    postgres_server: PostgresServer,
+    chroma_server: ChromaServer,  # noqa: F811
+    anthropic_server: AnthropicFake,
+    llm: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(budget, "SHARED_SYNC_SECONDS", 0.0)  # take in stored spend at once
+    price_replies(anthropic_server, 1, 6)
+    priced = {
+        "SONALITY_MODEL": REPLY_MODEL,
+        "SONALITY_ESS_MODEL": EVIDENCE_MODEL,
+        "SONALITY_PRICES": PRICES,
+        "SONALITY_DAILY_BUDGET_USD": 5,
+    }
+    async with two_runtimes(tmp_path, postgres_server, chroma_server, llm, **priced) as (
+        one,
+        two,
+    ):
+        assert kind(await send(two, "cost1 hello")) is ReplyKind.ANSWER  # two knows A: $1
+        assert kind(await send(one, "cost6 a long one")) is ReplyKind.ANSWER  # $7 of $5
+        assert kind(await send(two, "cost1 still there?")) is ReplyKind.NOTICE
+        await release(one)
+        await release(two)
