@@ -187,29 +187,32 @@ class SonalityAgent:
         return agent
 
     # ------------------------------------------------------------------ shared store
-    async def _catch_up(self, adopt_episodes: bool = False) -> None:
+    async def _catch_up(self, adopt_episodes: bool = False) -> bool:
         """Adopt the stored latest state if another process committed a newer one.
 
         One cheap query (the latest version number); the state is rebuilt only when it
         moved. Only for a shared store: alone, this agent made every version itself.
         `adopt_episodes` (the new learner): also take over the episodes still waiting
-        in the store's episode outbox.
+        in the store's episode outbox. Returns whether a newer state was adopted.
         """
         if self._lease is None:
-            return
+            return False
         latest = await self.store.latest_version()
         if latest is None:
-            return
+            return False
+        moved = False
         if latest > self.sponge.version:
             state = await self.store.latest_state()
             if state is not None and state.version > self.sponge.version:
                 log.debug("%s: adopting v%d from another process", self.label, state.version)
                 self.sponge = state
+                moved = True
         if adopt_episodes and latest > self._episodes_seen:
             # Memories another process committed and may not have written (it was
             # killed meanwhile): written here too, an upsert by id, so never twice.
             self._episodes_seen = latest
             await self.memory.write(await self.store.pending_episodes())
+        return moved
 
     async def catch_up(self) -> None:
         """Adopt a newer state another process stored (a host's check before deciding

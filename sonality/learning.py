@@ -48,8 +48,9 @@ LEARNING_RETRY_CAP = 300.0
 #: Post-processes one interaction; fills the list with the usage of its LLM calls.
 Learn = Callable[[InteractionRecord, list[UsageRecord]], Awaitable[None]]
 
-#: Brings the in-memory state up to the stored latest version (with the lease held).
-CatchUp = Callable[[], Awaitable[None]]
+#: Brings the in-memory state up to the stored latest version (with the lease held);
+#: True when another process had committed a newer one.
+CatchUp = Callable[[], Awaitable[bool]]
 
 
 class LearningQueue:
@@ -211,6 +212,14 @@ class LearningQueue:
                 await self._record_spent(usage)
                 await self._hold(wait)
             except Exception as exc:
+                if self._lease is not None and await self._overtaken(record):
+                    # Another process committed meanwhile (its lock was thought lost):
+                    # not this interaction's fault, so no attempt is counted; if it
+                    # learned this very interaction, there is nothing left to do.
+                    await self._record_spent(usage)
+                    if not await self._still_pending(record):
+                        return
+                    continue
                 log.exception("%s: post-processing of %s failed", self.label, record.id)
                 try:
                     attempts = await self._store.mark_interaction_failed(
@@ -226,6 +235,23 @@ class LearningQueue:
                     return
                 await self._hold(delay)
             delay = min(delay * 2, LEARNING_RETRY_CAP)
+
+    async def _overtaken(self, record: InteractionRecord) -> bool:
+        """Shared store: whether another process learned `record` or stored a newer
+        state than this attempt started from (which is then adopted)."""
+        try:
+            if not await self._still_pending(record):
+                return True
+            if self._catch_up is None:
+                return False
+            async with self._lock:
+                return await self._catch_up()
+        except Exception:
+            log.exception("%s: could not look for a newer state", self.label)
+            return False
+
+    async def _still_pending(self, record: InteractionRecord) -> bool:
+        return any(r.id == record.id for r in await self._store.pending_interactions())
 
     async def _hold(self, seconds: float) -> None:
         self._resume.clear()

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
 from sonality.agent import SonalityAgent
 from sonality.evidence import MESSAGE
+from sonality.llm import ToolResult
 from sonality.store import Episode, Speaker, StateCommit
 from storage import Database
 from tests.engine.test_agent_learning import RecordingMemory, ScriptedLLM
@@ -190,6 +192,51 @@ async def test_the_next_learner_writes_memories_a_dead_process_committed_but_nev
     finally:
         await dead.close()
         await a.close(grace_seconds=5)
+
+
+class SlowLLM(ScriptedLLM):
+    """Classification takes a moment, so two learners are inside one message at once."""
+
+    async def call_tool(self, **kwargs: Any) -> ToolResult:
+        await asyncio.sleep(0.05)
+        return await super().call_tool(**kwargs)
+
+
+async def test_two_learners_at_once_still_learn_each_message_once_in_order(
+    two: tuple[Database, Database], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both believe they hold the lease (as after a coordination connection was lost
+    unnoticed): the store's commit checks keep each message learned once, in order,
+    and the learner that was overtaken neither parks nor counts a failed attempt."""
+    db_a, db_b = two
+    a, b = await load(db_a, SlowLLM()), await load(db_b, SlowLLM())
+    for agent in (a, b):
+        lease = agent.learning._lease
+        assert lease is not None
+
+        async def always() -> bool:
+            return True
+
+        monkeypatch.setattr(lease, "acquire", always)
+    try:
+        speaker = Speaker(id="U1", name="Ann")
+        for i in range(10):
+            await (a if i % 2 == 0 else b).respond(f"message {i}", speaker)
+        await settle(db_a, a, b, wake=True)
+        assert await learned_order(db_a) == await interaction_ids(db_a)
+        # The overtaken learner stops too, instead of retrying a message already learned.
+        for _ in range(100):
+            if not (a.backlog or b.backlog):
+                break
+            await asyncio.sleep(0.05)
+        assert (a.backlog, b.backlog, a.learning_held, b.learning_held) == (0, 0, False, False)
+        rows = await db_a._fetchall(
+            "SELECT status, attempts FROM interactions WHERE community_id = ?", (COMMUNITY,)
+        )
+        assert rows and all(r == ("done", 0) for r in rows), rows
+    finally:
+        await a.close(grace_seconds=5)
+        await b.close(grace_seconds=5)
 
 
 async def test_on_sqlite_there_is_no_lease(tmp_path: object) -> None:
