@@ -172,6 +172,8 @@ class ReflectionScheduler:
             return []  # one process: it replays its own outbox at start
         woken = []
         for community_id in await db.communities_waiting_to_learn(now - ORPHAN_AFTER):
+            if self.runtime.removals.is_removed(community_id):
+                continue  # the bot left it: its data waits for erasure, not learning
             try:
                 agent = self.runtime.registry.get(community_id)
                 if agent is None:  # loading it queues its outbox
@@ -182,7 +184,8 @@ class ReflectionScheduler:
             except Exception:
                 log.exception("could not wake the learning of %s", community_id)
         if woken:
-            log.info("woke learning left waiting in %d community(ies)", len(woken))
+            # Debug: while the model is down every waiting community is listed each time.
+            log.debug("woke learning left waiting in %d community(ies)", len(woken))
         return woken
 
     async def run_retention(self, now: datetime) -> RetentionReport | None:
