@@ -79,22 +79,38 @@ class Coordinator:
         if self._closed:
             return False
         async with self._lock:
-            if self._held.get(name):
+            if self._held.get(name) and await self._alive():
                 self._held[name] += 1
                 return True
-            conn = await self._connection()
             try:
+                conn = await self._connection()
                 cur = await conn.execute(
                     "SELECT pg_try_advisory_lock(%s::integer, hashtext(%s))", (LOCK_SPACE, name)
                 )
                 row = await cur.fetchone()
             except Exception as exc:
+                # Not granted: the work waits for the next try (a message, the sweep).
                 log.warning("could not ask for the lock %s (%s)", name, first_line(exc))
                 return False
             if not row or not row[0]:
                 return False
             self._held[name] = 1
             return True
+
+    async def _alive(self) -> bool:
+        """Whether the connection (and so every lock counted as held) is still there:
+        one empty round trip. A lost one forgets its locks (see `_connection`)."""
+        conn = self._conn
+        if conn is None or conn.closed or conn.broken:
+            return False
+        try:
+            await conn.execute("SELECT 1")
+        except Exception as exc:
+            log.warning(
+                "the coordination connection to %s failed (%s)", self.where, first_line(exc)
+            )
+            return False
+        return True
 
     async def unlock(self, name: str) -> None:
         async with self._lock:

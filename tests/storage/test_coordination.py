@@ -76,3 +76,34 @@ async def test_communities_waiting_to_learn_lists_only_old_pending_rows(
         new = InteractionRecord(id="new", speaker=speaker, message="m", reply="r", created_at=now)
         await db.community("slack:NEW").record_interaction(new)
         assert await db.communities_waiting_to_learn(now - timedelta(seconds=5)) == ["slack:OLD"]
+
+
+async def test_a_lost_lock_connection_gives_up_its_locks_and_is_opened_again(
+    postgres_server: PostgresServer,
+) -> None:
+    url = postgres_server.new_database()
+    first, second = await Database.open_url(url), await Database.open_url(url)
+    try:
+        mine = first.community("slack:T1").learning_lease()
+        theirs = second.community("slack:T1").learning_lease()
+        assert mine is not None and theirs is not None
+        assert await mine.acquire()
+        # The server ends the session that holds the lock (a restart, a failover, an
+        # administrator): the lock goes with it.
+        database = url.rsplit("/", 1)[1]
+        postgres_server.admin(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            f"WHERE datname = '{database}' AND query LIKE '%pg_try_advisory_lock%'"
+        )
+        for _ in range(100):
+            if await theirs.acquire():
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("the lock outlived its session")
+        assert not await mine.acquire()  # a new connection, asking like anyone else
+        await theirs.release()
+        assert await mine.acquire()
+    finally:
+        await first.close()
+        await second.close()
