@@ -9,6 +9,13 @@ committed. It starts from the database's figure for today the first time a commu
 is seen (so a restart forgets nothing) and starts again from zero at local midnight
 in SONALITY_TIMEZONE.
 
+With several processes on one PostgreSQL database each keeps its own ledger, so each
+also looks at the database's figure for today every `SHARED_SYNC_SECONDS` and takes it
+when it is higher (the other processes' calls, once stored), and reads the community's
+limit again (a moderator may have changed it in another process). A community can then
+go over its limit by what the other processes spent in that window and what their
+learning has not committed yet.
+
 Calls already in flight when the limit is reached still finish and are counted, so a
 community can end its day slightly over its limit (by at most the calls it had
 running at that moment); after that no call is made until midnight.
@@ -22,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time as time_module
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta, tzinfo
@@ -102,6 +110,10 @@ class BudgetStatus(BaseModel):
         return self.limit.usd is not None and self.spent_usd >= WARN_AT * self.limit.usd
 
 
+SHARED_SYNC_SECONDS = 5.0
+"""With a shared database: how often a community's ledger takes in the stored figures."""
+
+
 @dataclass
 class _Day:
     """One community's running figures for one local day."""
@@ -109,6 +121,7 @@ class _Day:
     day: date
     spent_usd: float = 0.0
     usage: Usage = field(default_factory=Usage)
+    synced_at: float = field(default_factory=time_module.monotonic)
     warned: bool = False
     reached: bool = False  # "limit reached" logged (once a day and limit)
     refused_calls: int = 0
@@ -315,7 +328,24 @@ class BudgetLedger:
             entry = _Day(day=today)
             self._days[community_id] = entry
             self._rolled.add(community_id)
+        elif self.shared and time_module.monotonic() - entry.synced_at >= SHARED_SYNC_SECONDS:
+            await self._sync(community_id, entry)
         return entry
+
+    @property
+    def shared(self) -> bool:
+        """Other processes spend from the same database (PostgreSQL)."""
+        return self.db.coordinator is not None
+
+    async def _sync(self, community_id: str, entry: _Day) -> None:
+        """Take in what the other processes stored (see the module docstring)."""
+        entry.synced_at = time_module.monotonic()
+        rows = await self.db.usage_days(community_id, entry.day, entry.day)
+        stored = sum(cost_usd(r.model, r.usage, self.prices) for r in rows)
+        if stored > entry.spent_usd:
+            entry.spent_usd = stored
+            entry.usage = sum((r.usage for r in rows), Usage())
+        self._limits.pop(community_id, None)  # read again: it may have changed elsewhere
 
 
 class MeteredLLM(ForwardingLLM):

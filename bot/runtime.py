@@ -33,6 +33,7 @@ from bot.ratelimit import RateLimiter, Verdict
 from bot.registry import CommunityRegistry
 from bot.removal import CommunityRemovals
 from bot.settings import Settings
+from sonality.agent import SonalityAgent
 from sonality.ess import normalize_topic
 from sonality.llm import ChatTurn, LLMError, TextSink
 from sonality.store import Speaker
@@ -70,7 +71,7 @@ class Runtime:
             settings.rate_limit_messages, settings.rate_limit_window_seconds
         )
         self.commands = CommandHandlers(
-            db, registry.agent_for, lambda: self.next_nightly, self.budget
+            db, self._current_agent, lambda: self.next_nightly, self.budget
         )
         self._accepting = True
         self.next_nightly: datetime | None = None  # set by the scheduler
@@ -214,6 +215,14 @@ class Runtime:
         return [ChatTurn(role=role, content=content) for role, content in turns]
 
     # ------------------------------------------------------------------ commands
+    async def _current_agent(self, community: Community) -> SonalityAgent:
+        """The community's agent, holding the latest stored state: with several
+        processes on one database another one may have learned since (on SQLite this
+        costs nothing)."""
+        agent = await self.registry.agent_for(community)
+        await agent.catch_up()
+        return agent
+
     async def run_command(self, request: CommandRequest) -> CommandResult:
         try:
             return await self.commands.run(request)

@@ -4,6 +4,13 @@ Reflection is the expensive, slow part of learning, so it runs when nobody is
 waiting: once a night for every community that talked since its last reflection, and
 when a community has gone quiet with insights still waiting to be folded in. A
 community never has two scheduled reflections running at once.
+
+Several processes on one PostgreSQL database each run this scheduler; every job that
+touches shared data (the nightly reflection, housekeeping's deletions, one community's
+idle reflection) runs under a lock of its own in the database (`Database.job_run`), so
+a process that does not get it skips that run instead of repeating it. Housekeeping
+also sweeps outboxes whose rows wait with no learner (a process died holding the
+community's learning) and wakes their learning here. On SQLite nothing of this applies.
 """
 
 from __future__ import annotations
@@ -29,6 +36,11 @@ Clock = Callable[[], datetime]
 
 RETENTION_EVERY = timedelta(hours=1)
 """How often housekeeping applies the retention settings (they count in days)."""
+
+ORPHAN_AFTER = timedelta(seconds=5)
+"""An interaction answered this long ago and still not learned, with several processes,
+may have lost its learner (a process killed mid-learning): the sweep wakes learning for
+its community. Waking a community whose learner is alive costs one lock attempt."""
 
 
 class ReflectionScheduler:
@@ -84,10 +96,14 @@ class ReflectionScheduler:
     async def run_nightly(self, now: datetime | None = None) -> list[str]:
         """Reflect (with decay) every community active since its last reflection."""
         now = now or self.clock()
-        done = []
-        for community_id in await self.runtime.db.communities_needing_nightly():
-            if await self._reflect(community_id, "nightly", now):
-                done.append(community_id)
+        done: list[str] = []
+        async with self.runtime.db.job_run("nightly") as mine:
+            if not mine:
+                log.info("nightly reflection: another process runs it")
+            else:
+                for community_id in await self.runtime.db.communities_needing_nightly():
+                    if await self._reflect(community_id, "nightly", now):
+                        done.append(community_id)
         self._publish_next()
         return done
 
@@ -105,8 +121,14 @@ class ReflectionScheduler:
             if self._idle_tried.get(community_id) == last:
                 continue
             self._idle_tried[community_id] = last
-            if await self._reflect(community_id, "idle", now, agent):
-                done.append(community_id)
+            async with self.runtime.db.job_run(f"idle:{community_id}") as mine:
+                if not mine:
+                    continue
+                await agent.catch_up()  # another process may have reflected it already
+                if agent.sponge.pending_insights and await self._reflect(
+                    community_id, "idle", now, agent
+                ):
+                    done.append(community_id)
         return done
 
     async def run_housekeeping(self, now: datetime | None = None) -> None:
@@ -115,12 +137,21 @@ class ReflectionScheduler:
         the retention settings say is old enough."""
         now = now or self.clock()
         self.resume_after_midnight()
+        await self.wake_orphans(now)
         await self.run_idle(now)
+        await self.runtime.registry.evict_idle()
+        self.runtime.rate_limiter.forget_idle()
+        async with self.runtime.db.job_run("housekeeping") as mine:
+            if mine:
+                await self._shared_housekeeping(now)
+            else:
+                log.debug("housekeeping: another process runs it")
+
+    async def _shared_housekeeping(self, now: datetime) -> None:
+        """What deletes shared data: one process at a time."""
         await self.runtime.db.prune_turns(
             now - timedelta(minutes=self.runtime.settings.buffer_ttl_minutes)
         )
-        await self.runtime.registry.evict_idle()
-        self.runtime.rate_limiter.forget_idle()
         try:
             await self.run_retention(now)
         except Exception:
@@ -131,6 +162,31 @@ class ReflectionScheduler:
             await self.runtime.removals.erase_due(now)
         except Exception:
             log.exception("erasing removed communities failed; tried again next time")
+
+    async def wake_orphans(self, now: datetime) -> list[str]:
+        """With several processes: wake learning for communities whose outbox has rows
+        older than ORPHAN_AFTER (their learner may have died); the lease decides who
+        learns them. Returns the communities woken."""
+        db = self.runtime.db
+        if db.coordinator is None:
+            return []  # one process: it replays its own outbox at start
+        woken = []
+        for community_id in await db.communities_waiting_to_learn(now - ORPHAN_AFTER):
+            if self.runtime.removals.is_removed(community_id):
+                continue  # the bot left it: its data waits for erasure, not learning
+            try:
+                agent = self.runtime.registry.get(community_id)
+                if agent is None:  # loading it queues its outbox
+                    await self.runtime.registry.agent_for(Community(id=community_id))
+                else:
+                    await agent.wake_learning()
+                woken.append(community_id)
+            except Exception:
+                log.exception("could not wake the learning of %s", community_id)
+        if woken:
+            # Debug: while the model is down every waiting community is listed each time.
+            log.debug("woke learning left waiting in %d community(ies)", len(woken))
+        return woken
 
     async def run_retention(self, now: datetime) -> RetentionReport | None:
         """Apply SONALITY_MESSAGE_RETENTION_DAYS and SONALITY_AUDIT_RETENTION_DAYS at

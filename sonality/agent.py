@@ -17,10 +17,11 @@ so one community's changes are strictly ordered while other communities never wa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import uuid
-from collections.abc import Awaitable, Collection, Sequence
+from collections.abc import AsyncIterator, Awaitable, Collection, Sequence
 from typing import Any
 
 from sonality import config
@@ -75,6 +76,11 @@ log = logging.getLogger(__name__)
 
 ANONYMOUS = Speaker(id="anonymous", name="someone")
 
+#: A change outside learning (reflection, rollback, forget-me) waits this long at most
+#: for another process to finish learning the community, asking this often.
+LEASE_WAIT_SECONDS = 120.0
+LEASE_POLL_SECONDS = 0.2
+
 
 class SonalityAgent:
     """The personality of one community (seed: `SonalityAgent`)."""
@@ -115,13 +121,20 @@ class SonalityAgent:
         self._lock = asyncio.Lock()
         # Members forgotten while running: their queued messages are never learned.
         self._forgotten: set[str] = set()
+        # Several processes share the store: changes wait for this community's lease.
+        self._lease = store.learning_lease()
         self.learning = LearningQueue(
             self._post_process,
             lock=self._lock,
             store=store,
             skip=lambda record: record.speaker.id in self._forgotten,
             label=self.label,
+            lease=self._lease,
+            catch_up=lambda: self._catch_up(adopt_episodes=True),
         )
+        # The newest version whose episodes this agent wrote or took over (it commits
+        # its own; `load` takes over the store's pending ones).
+        self._episodes_seen = sponge.version
         # The ESS of the interaction whose learning waits, so a retry does not pay twice.
         self._classified: tuple[str, ESSResult] | None = None
         self._closed = False
@@ -147,7 +160,15 @@ class SonalityAgent:
         state = await store.latest_state()
         if state is None:
             state = SpongeState()
-            await store.commit(StateCommit(state=state, cause="seed", change="seed personality"))
+            try:
+                await store.commit(
+                    StateCommit(state=state, cause="seed", change="seed personality")
+                )
+            except Exception:
+                # Another process sharing the store seeded it first: use what it stored.
+                state = await store.latest_state()
+                if state is None:
+                    raise
         agent = cls(
             client=client,
             store=store,
@@ -164,6 +185,67 @@ class SonalityAgent:
         for record in pending:
             agent.learning.put(record)
         return agent
+
+    # ------------------------------------------------------------------ shared store
+    async def _catch_up(self, adopt_episodes: bool = False) -> bool:
+        """Adopt the stored latest state if another process committed a newer one.
+
+        One cheap query (the latest version number); the state is rebuilt only when it
+        moved. Only for a shared store: alone, this agent made every version itself.
+        `adopt_episodes` (the new learner): also take over the episodes still waiting
+        in the store's episode outbox. Returns whether a newer state was adopted.
+        """
+        if self._lease is None:
+            return False
+        latest = await self.store.latest_version()
+        if latest is None:
+            return False
+        moved = False
+        if latest > self.sponge.version:
+            state = await self.store.latest_state()
+            if state is not None and state.version > self.sponge.version:
+                log.debug("%s: adopting v%d from another process", self.label, state.version)
+                self.sponge = state
+                moved = True
+        if adopt_episodes and latest > self._episodes_seen:
+            # Memories another process committed and may not have written (it was
+            # killed meanwhile): written here too, an upsert by id, so never twice.
+            self._episodes_seen = latest
+            await self.memory.write(await self.store.pending_episodes())
+        return moved
+
+    async def catch_up(self) -> None:
+        """Adopt a newer state another process stored (a host's check before deciding
+        on the current state, e.g. whether insights still wait for reflection)."""
+        await self._catch_up()
+
+    async def wake_learning(self) -> None:
+        """Look at the shared outbox now (the host's sweep for rows a dead process left)."""
+        self.learning.put(None)
+
+    @contextlib.asynccontextmanager
+    async def _changing(self) -> AsyncIterator[None]:
+        """The agent's lock, and with a shared store the community's lease too (waited
+        for: another process may be learning), with the state caught up first."""
+        lease = self._lease
+        if lease is None:
+            async with self._lock:
+                yield
+            return
+        waited = 0.0
+        while not await lease.acquire():
+            if waited >= LEASE_WAIT_SECONDS:
+                raise RuntimeError(
+                    f"{self.label}: another process kept learning for {waited:.0f}s; try again"
+                )
+            await asyncio.sleep(LEASE_POLL_SECONDS)
+            waited += LEASE_POLL_SECONDS
+        try:
+            async with self._lock:
+                await self._catch_up()
+                yield
+        finally:
+            await lease.release()
 
     async def drain(self) -> None:
         """Wait until every queued interaction is post-processed and its memory written,
@@ -218,6 +300,9 @@ class SonalityAgent:
         if self._closed:
             raise RuntimeError("agent is closed")
         speaker = speaker or ANONYMOUS
+        if self._lease is not None and not self._lock.locked():
+            # Another process may have learned since (or a moderator rolled back there).
+            await self._catch_up()
         retrieval = self.memory.recall(user_message, self.sponge.hidden_ranges)
         history: Sequence[ChatTurn]
         if inspect.isawaitable(conversation):
@@ -360,6 +445,7 @@ class SonalityAgent:
         prepared = await self.memory.prepare(list(episodes))
         state.version = self.sponge.version + 1
         await self.store.commit(StateCommit(state=state, episodes=prepared, **commit))
+        self._episodes_seen = max(self._episodes_seen, state.version)
         if state.snapshot != self.sponge.snapshot:
             self.previous_snapshot = self.sponge.snapshot
         self.sponge = state
@@ -420,7 +506,7 @@ class SonalityAgent:
 
     async def reflect_now(self, trigger: str, actor: str | None = None) -> ReflectionOutcome:
         """Reflect outside the message flow (scheduler, `/sonality reflect`)."""
-        async with self._lock:
+        async with self._changing():
             state = self.sponge.model_copy(deep=True)
             usage: list[UsageRecord] = []
             events: list[AuditEvent] = []
@@ -445,7 +531,7 @@ class SonalityAgent:
     async def rollback(self, version: int, actor: str, reason: str = "") -> SpongeState:
         """Restore an earlier version as a new version (so a rollback can be undone),
         putting the memories formed since out of reach (`sonality.rollback.restore`)."""
-        async with self._lock:
+        async with self._changing():
             target = await self.store.state_at(version)
             if target is None or version > self.sponge.version:
                 raise RollbackError(f"there is no version {version}")
@@ -495,7 +581,7 @@ class SonalityAgent:
         if member is not None:
             self._forgotten.add(member)
         without = () if member is None else (member,)
-        async with self._lock:
+        async with self._changing():
             steps = await self.store.evidence()
             state, moved = forgotten(steps, self.sponge, without, drop_insights)
             change += f"; changed: {', '.join(moved)}" if moved else "; no opinion changed"

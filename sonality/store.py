@@ -143,8 +143,32 @@ class VersionInfo(BaseModel):
     actor: str | None = None
 
 
+class LearningLease(Protocol):
+    """The right to change one community's state, when several processes share a store.
+
+    Whoever holds it learns the community's outbox (every process's answered messages,
+    in the store's order) and runs its other changes; it goes away with the holder's
+    process, so another process can take over what a dead one left.
+    """
+
+    async def acquire(self) -> bool:
+        """Take the lease if no other process holds it; never waits."""
+        ...
+
+    async def release(self) -> None: ...
+
+
 class StateStore(Protocol):
     """Durable state of one community's personality."""
+
+    def learning_lease(self) -> LearningLease | None:
+        """None when this process is the store's only user; else the lease processes
+        take turns on (see `sonality.learning`)."""
+        ...
+
+    async def latest_version(self) -> int | None:
+        """The newest committed version number (cheap: no state is rebuilt)."""
+        ...
 
     async def latest_state(self) -> SpongeState | None:
         """The newest committed state, or None for a community never seen."""

@@ -44,6 +44,7 @@ from storage.base import (
     to_db_time,
     to_json,
 )
+from storage.coordination import Coordinator, LearningLease
 from storage.history import ChainTip, plan_row, read_chain, read_span, rebuild, replay
 from storage.models import (
     InteractionAlreadyDoneError,
@@ -89,11 +90,14 @@ def _latest_version(conn: Conn, community_id: str) -> int | None:
 class CommunityStore:
     """Durable state of one community; implements `sonality.store.StateStore`."""
 
-    def __init__(self, db: SqlBase, community_id: str) -> None:
+    def __init__(
+        self, db: SqlBase, community_id: str, coordinator: Coordinator | None = None
+    ) -> None:
         if not community_id:
             raise ValueError("community_id must not be empty")
         self._db = db
         self.community_id = community_id
+        self._lease = None if coordinator is None else LearningLease(coordinator, community_id)
         # The newest version this store committed or read, so the next commit can store
         # a patch against it without reading its chain again. Versions never change
         # once written, so it can be stale (another writer went on) but never wrong:
@@ -140,6 +144,11 @@ class CommunityStore:
         cid = self.community_id
         rows = await self._db._run_read(lambda conn: read_chain(conn, cid, version))
         return rebuild(cid, rows)
+
+    def learning_lease(self) -> LearningLease | None:
+        """The lease several processes take turns on to learn this community; None on
+        SQLite, where this process is the file's only user."""
+        return self._lease
 
     async def latest_version(self) -> int | None:
         cid = self.community_id

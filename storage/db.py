@@ -20,8 +20,10 @@ and platform plumbing (`PlatformStore`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sqlite3
+from collections.abc import AsyncIterator
 from datetime import UTC, date, datetime, tzinfo
 from pathlib import Path
 from types import TracebackType
@@ -45,6 +47,7 @@ from storage.base import (
 )
 from storage.buffers import BufferStore
 from storage.community import CommunityStore
+from storage.coordination import Coordinator
 from storage.export import ExportStore
 from storage.forget import ForgetStore
 from storage.migrations import migrate
@@ -90,6 +93,9 @@ class Database(
         super().__init__(engine, tz)
         self._path = path
         self.schema_version = schema_version
+        # PostgreSQL: locks that let several processes share the database (who learns a
+        # community, who runs a scheduled job). SQLite: None, one process per file.
+        self.coordinator: Coordinator | None = None
 
     @property
     def path(self) -> Path:
@@ -140,7 +146,9 @@ class Database(
             await engine.close()
             raise
         log.debug("opened PostgreSQL at %s (schema v%d)", engine.where, version)
-        return cls(engine, None, version, tz)
+        db = cls(engine, None, version, tz)
+        db.coordinator = Coordinator(url)
+        return db
 
     async def close(self) -> None:
         """Close the connection(s); operations already handed over finish first.
@@ -153,6 +161,8 @@ class Database(
             if self._closed:
                 return
             self._closed = True
+            if self.coordinator is not None:
+                await self.coordinator.close()
             await self._engine.close()
 
     async def __aenter__(self) -> Database:
@@ -168,7 +178,30 @@ class Database(
 
     def community(self, community_id: str) -> CommunityStore:
         """The `StateStore` of one community (cheap; no I/O until used)."""
-        return CommunityStore(self, community_id)
+        return CommunityStore(self, community_id, self.coordinator)
+
+    @contextlib.asynccontextmanager
+    async def job_run(self, name: str) -> AsyncIterator[bool]:
+        """Yield whether this process runs this run of the scheduled job `name`.
+
+        With several processes on one PostgreSQL database, only the one that gets the
+        job's lock runs it and the others skip that run; on SQLite (one process) always.
+        """
+        if self.coordinator is None:
+            yield True
+            return
+        async with self.coordinator.job(name) as mine:
+            yield mine
+
+    async def communities_waiting_to_learn(self, older_than: datetime) -> list[str]:
+        """Communities with an interaction answered before `older_than` and still not
+        learned: with several processes, ones whose learner died (see `bot.scheduler`)."""
+        rows = await self._fetchall(
+            "SELECT DISTINCT community_id FROM interactions "
+            "WHERE status = 'pending' AND created_at < ? ORDER BY community_id",
+            (to_db_time(older_than),),
+        )
+        return [str(r[0]) for r in rows]
 
     # --- communities ---------------------------------------------------------------------
 

@@ -4,9 +4,10 @@ processes, so each guild's events reach exactly one of them.
 Two real bot processes (`python -m bot`, discord.py's own AutoShardedClient) with the
 shard ranges {0} and {1} of 2 run against one fake Discord, which routes as Discord
 does: a guild belongs to shard `(guild_id >> 22) % count`, and each connection gets the
-GUILD_CREATE and MESSAGE_CREATE events of its own shard's guilds only. Each process has
-a data directory of its own (SQLite cannot be shared); what it answered is read back
-from its database afterwards.
+GUILD_CREATE and MESSAGE_CREATE events of its own shard's guilds only. Run twice: each
+process with a SQLite file of its own (what it answered is read back from its own
+file), and both on one PostgreSQL database (DATABASE_URL), where each guild must be
+answered exactly once between them.
 """
 
 from __future__ import annotations
@@ -28,14 +29,21 @@ from tests.integration.test_discord_e2e import is_reply_post
 from tests.integration.test_logging import Output
 from tests.integration.test_process import _start_bot
 from tests.integration.test_startup import run_bot_process, stderr_lines
+from tests.pg import PostgresServer
 
 WAIT = 120.0
 COUNT = 2
+REPO = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.parametrize("storage", ["sqlite", "postgresql"])
 async def test_each_guild_is_answered_by_the_process_owning_its_shard_only(
-    tmp_path: Path, anthropic_server: AnthropicFake
+    tmp_path: Path, anthropic_server: AnthropicFake, request: pytest.FixtureRequest, storage: str
 ) -> None:
+    shared = {"PYTHONPATH": str(REPO)}  # the processes run this checkout's code
+    if storage == "postgresql":
+        server: PostgresServer = request.getfixturevalue("postgres_server")
+        shared["DATABASE_URL"] = server.new_database()
     fake = FakeDiscord()
     alice = FakeUser(9001, "alice", "Alice")
     guilds = {
@@ -61,6 +69,7 @@ async def test_each_guild_is_answered_by_the_process_owning_its_shard_only(
                 DISCORD_GATEWAY_URL=fake.gateway_url,
                 DISCORD_SHARD_COUNT=str(COUNT),
                 DISCORD_SHARD_IDS=str(shard),
+                **shared,
             )
             assert proc.stdout is not None and proc.stderr is not None
             out, err = Output(), Output()
@@ -99,6 +108,16 @@ async def test_each_guild_is_answered_by_the_process_owning_its_shard_only(
         await fake.close()
     assert codes == [0] * len(procs), [outputs[s][1].lines[-10:] for s in outputs]
 
+    if storage == "postgresql":  # one database: each guild answered once between them
+        db = await Database.open_url(shared["DATABASE_URL"])
+        try:
+            for owned in guilds.values():
+                for guild in owned:
+                    answered = await db.member_interaction_ids(_community(guild), str(alice.id))
+                    assert len(answered) == 1, guild.name
+        finally:
+            await db.close()
+        return
     # Who answered what: each process's own database.
     for shard in range(COUNT):
         db = await Database.open(tmp_path / f"data-{shard}" / "sonality.sqlite3")

@@ -1,0 +1,400 @@
+"""Two real bot processes on one PostgreSQL and one Chroma server, Slack in HTTP mode.
+
+Each process is `python -m bot` with the same DATABASE_URL and CHROMA_URL, its own
+SLACK_PORT and its own data directory (logs and the process lock only); the test plays
+the load balancer, posting each signed Events API request to one process or the other,
+as any worker may receive any workspace's event. Slack is the loopback fake, the model
+the loopback Anthropic fake shared by both processes. What was learned is read back
+from PostgreSQL: the outbox order (`interactions.seq`), the evidence log and the
+personality versions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from bot import budget
+from bot.app import open_runtime
+from bot.messages import ReplyKind
+from bot.runtime import Runtime
+from bot.scheduler import ReflectionScheduler
+from sonality.evidence import MESSAGE
+from storage import Database
+from tests.chroma_server import ChromaServer, chroma_server  # noqa: F401 (fixture)
+from tests.fakes.anthropic_server import AnthropicFake, Delay, Text
+from tests.fakes.slack_server import FakeSlack, post_signed
+from tests.integration.conftest import (
+    A,
+    command,
+    ess_requests,
+    eventually,
+    make_settings,
+    say,
+)
+from tests.integration.test_budget import (
+    EVIDENCE_MODEL,
+    PRICES,
+    REPLY_MODEL,
+    kind,
+    price_replies,
+    release,
+    send,
+)
+from tests.integration.test_logging import Output
+from tests.integration.test_process import _start_bot
+from tests.pg import PostgresServer
+from tests.slack.conftest import (  # noqa: F401 (fixtures "fake", "http")
+    BOT_TOKEN,
+    SECRET,
+    fake_slack,
+    http_session,
+    mention_event,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+TEAM = "T1"
+COMMUNITY = f"slack:{TEAM}"
+WAIT = 120.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class BotProcess:
+    proc: asyncio.subprocess.Process
+    port: int
+    out: Output
+    err: Output
+    readers: list[asyncio.Task[None]] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/slack/events"
+
+
+@dataclass
+class Stack:
+    tmp: Path
+    database_url: str
+    chroma_url: str
+    chroma_database: str
+    anthropic: AnthropicFake
+    slack: FakeSlack
+    http: aiohttp.ClientSession
+    bots: list[BotProcess] = field(default_factory=list)
+    _ts: int = 0
+
+    async def start(self, name: str, **extra: str) -> BotProcess:
+        port = free_port()
+        proc = await _start_bot(
+            self.tmp / f"data-{name}",
+            self.anthropic.base_url,
+            self.tmp,
+            asyncio.subprocess.DEVNULL,
+            PYTHONPATH=str(REPO),  # the worktree's code, whatever is installed
+            DATABASE_URL=self.database_url,
+            CHROMA_URL=self.chroma_url,
+            SONALITY_CHROMA_DATABASE=self.chroma_database,
+            SLACK_BOT_TOKEN=BOT_TOKEN,
+            SLACK_SIGNING_SECRET=SECRET,
+            SLACK_API_URL=self.slack.base_url,
+            SLACK_PORT=str(port),
+            SONALITY_IDLE_CHECK_SECONDS="1",  # the housekeeping sweep, every second
+            SONALITY_NIGHTLY_JITTER_SECONDS="0",
+            **extra,
+        )
+        assert proc.stdout is not None and proc.stderr is not None
+        bot = BotProcess(proc, port, Output(), Output())
+        bot.readers = [
+            asyncio.create_task(bot.out.read(proc.stdout)),
+            asyncio.create_task(bot.err.read(proc.stderr)),
+        ]
+        self.bots.append(bot)
+        await self._ready(bot)
+        return bot
+
+    async def _ready(self, bot: BotProcess) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + WAIT
+        while loop.time() < deadline:
+            if bot.proc.returncode is not None:
+                raise AssertionError(f"the bot exited: {bot.err.lines[-10:]}")
+            with contextlib.suppress(OSError):
+                _, writer = await asyncio.open_connection("127.0.0.1", bot.port)
+                writer.close()
+                return
+            await asyncio.sleep(0.2)
+        raise AssertionError(f"the bot never listened on {bot.port}: {bot.err.lines[-10:]}")
+
+    def next_ts(self) -> str:
+        self._ts += 1
+        return f"1700000{self._ts:03d}.000100"
+
+    async def mention(self, bot: BotProcess, text: str, *, event_id: str | None = None) -> str:
+        """Post an @mention to `bot`; returns its ts (the reply's thread)."""
+        ts = self.next_ts()
+        body = mention_event(event_id=event_id or f"Ev{ts}", team=TEAM, ts=ts, text=text)
+        status, _, _ = await post_signed(self.http, bot.url, SECRET, json_body=body)
+        assert status == 200
+        return ts
+
+    def replies_to(self, ts: str) -> list[dict[str, Any]]:
+        return [p for p in self.slack.posts() if p.get("thread_ts") == ts]
+
+    async def answered(self, ts: str) -> None:
+        await self.slack.wait_for(lambda: self.replies_to(ts), what=f"reply to {ts}", within=WAIT)
+
+    async def stop(self) -> list[int]:
+        for bot in self.bots:
+            if bot.proc.returncode is None:
+                bot.proc.send_signal(signal.SIGTERM)
+        codes = [await asyncio.wait_for(b.proc.wait(), 60) for b in self.bots]
+        await asyncio.gather(*(t for b in self.bots for t in b.readers))
+        return codes
+
+
+@pytest.fixture
+async def stack(
+    tmp_path: Path,
+    postgres_server: PostgresServer,
+    chroma_server: ChromaServer,  # noqa: F811
+    anthropic_server: AnthropicFake,
+    fake: FakeSlack,
+    http: aiohttp.ClientSession,
+) -> AsyncIterator[Stack]:
+    url = postgres_server.new_database()
+    running = Stack(
+        tmp_path,
+        url,
+        chroma_server.url,
+        chroma_server.fresh_database(),
+        anthropic_server,
+        fake,
+        http,
+    )
+    try:
+        yield running
+    finally:
+        for bot in running.bots:
+            if bot.proc.returncode is None:
+                bot.proc.kill()
+                await bot.proc.wait()
+        postgres_server.drop(url)
+
+
+async def until_learned(db: Database, seconds: float = WAIT, community: str = COMMUNITY) -> None:
+    store = db.community(community)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while loop.time() < deadline:
+        if not await store.pending_count():
+            return
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"{await store.pending_count()} interaction(s) never learned")
+
+
+async def outbox_messages(db: Database) -> list[tuple[str, str]]:
+    """(id, message) of every answered interaction, in the order they were recorded."""
+    rows = await db._fetchall(
+        "SELECT id, message FROM interactions WHERE community_id = ? ORDER BY seq",
+        (COMMUNITY,),
+    )
+    return [(str(r[0]), str(r[1])) for r in rows]
+
+
+async def learned_ids(db: Database) -> list[str]:
+    steps = await db.community(COMMUNITY).evidence()
+    return [s.interaction_id or "" for s in steps if s.kind == MESSAGE]
+
+
+async def test_one_workspace_spread_over_two_processes_is_learned_once_in_order(
+    stack: Stack,
+) -> None:
+    a = await stack.start("a")
+    b = await stack.start("b")
+    sent = []
+    for i in range(8):  # alternating, as a load balancer would
+        text = f"<@UBOT> message number {i}"
+        ts = await stack.mention(a if i % 2 == 0 else b, text)
+        await stack.answered(ts)
+        sent.append((ts, text))
+    # One event delivered to both (Slack retried it to another worker): answered once.
+    dup = await stack.mention(a, "<@UBOT> delivered twice", event_id="EvTwice")
+    await stack.answered(dup)
+    status, _, _ = await post_signed(
+        stack.http,
+        b.url,
+        SECRET,
+        json_body=mention_event(
+            event_id="EvTwice", team=TEAM, ts=dup, text="<@UBOT> delivered twice"
+        ),
+        retry_num=1,
+    )
+    assert status == 200
+
+    db = await Database.open_url(stack.database_url)
+    try:
+        await until_learned(db)
+        await stack.slack.settle(quiet=0.5)
+        for ts, _ in [*sent, (dup, "")]:
+            assert len(stack.replies_to(ts)) == 1, ts
+        recorded = await outbox_messages(db)
+        # Stored without the mention of the bot.
+        expected = [t.removeprefix("<@UBOT> ") for _, t in sent] + ["delivered twice"]
+        assert [m for _, m in recorded] == expected
+        # Learned in the order answered: no gap, no duplicate, whichever process learned.
+        assert await learned_ids(db) == [i for i, _ in recorded]
+        versions = sorted(
+            await db.community(COMMUNITY).versions(limit=100), key=lambda v: v.version
+        )
+        assert [v.version for v in versions] == list(range(len(recorded) + 1))
+        assert [v.interaction_count for v in versions if v.cause == "interaction"] == list(
+            range(1, len(recorded) + 1)
+        )
+        assert len(ess_requests(stack.anthropic)) == len(recorded)  # each classified once
+    finally:
+        await db.close()
+    assert await stack.stop() == [0, 0], [bot.err.lines[-10:] for bot in stack.bots]
+
+
+async def test_a_process_killed_mid_learning_leaves_its_work_to_the_other_once(
+    stack: Stack,
+) -> None:
+    a = await stack.start("a")
+    b = await stack.start("b")
+    # a answers; the classification of that message then hangs, and a is killed.
+    stack.anthropic.enqueue(Text("Interesting point."), Delay(60))
+    ts = await stack.mention(a, "<@UBOT> the reactor fleet data says nuclear is safe")
+    await stack.answered(ts)
+    assert await eventually(lambda: bool(ess_requests(stack.anthropic)), seconds=WAIT)
+    os.kill(a.proc.pid, signal.SIGKILL)
+    await a.proc.wait()
+
+    db = await Database.open_url(stack.database_url)
+    try:
+        await until_learned(db)  # b's housekeeping finds the row its learner left
+        later = await stack.mention(b, "<@UBOT> and one more thing")
+        await stack.answered(later)
+        await until_learned(db)
+        recorded = await outbox_messages(db)
+        assert len(recorded) == 2
+        assert await learned_ids(db) == [i for i, _ in recorded]
+        causes = [v.cause for v in await db.community(COMMUNITY).versions(limit=10)]
+        assert causes == ["interaction", "interaction", "seed"]
+        # The killed attempt, then one each for the two messages: nothing learned twice.
+        assert len(ess_requests(stack.anthropic)) == 3
+    finally:
+        await db.close()
+    assert (await stack.stop())[1] == 0, stack.bots[1].err.lines[-10:]
+
+
+@contextlib.asynccontextmanager
+async def two_runtimes(
+    tmp_path: Path,
+    postgres_server: PostgresServer,
+    chroma: ChromaServer,
+    llm: Any,
+    **settings: Any,
+) -> AsyncIterator[tuple[Runtime, Runtime]]:
+    """Two runtimes in this process: two PostgreSQL sessions each, as two processes."""
+    url = postgres_server.new_database()
+    shared = {
+        "DATABASE_URL": url,
+        "CHROMA_URL": chroma.url,
+        "SONALITY_CHROMA_DATABASE": chroma.fresh_database(),
+        **settings,
+    }
+    try:
+        async with (
+            open_runtime(make_settings(tmp_path / "a", llm=llm, **shared), llm=llm) as one,
+            open_runtime(make_settings(tmp_path / "b", llm=llm, **shared), llm=llm) as two,
+        ):
+            yield one, two
+    finally:
+        postgres_server.drop(url)
+
+
+async def test_the_nightly_job_of_two_runtimes_runs_once(
+    tmp_path: Path,
+    postgres_server: PostgresServer,
+    chroma_server: ChromaServer,  # noqa: F811
+    anthropic_server: AnthropicFake,
+    llm: Any,
+) -> None:
+    """Both nightly jobs start at the same moment (a cron time cannot be waited for in a
+    test), and the community is reflected once."""
+    async with two_runtimes(tmp_path, postgres_server, chroma_server, llm) as (one, two):
+        await say(one, "hello from the first process", community=A)
+        await say(two, "and hello from the second", community=A)
+        await one.drain()
+        await two.drain()
+        anthropic_server.latency = 0.3  # the jobs overlap
+        later = datetime.now(UTC) + timedelta(hours=1)
+        first, second = await asyncio.gather(
+            ReflectionScheduler(one).run_nightly(later),
+            ReflectionScheduler(two).run_nightly(later),
+        )
+        assert sorted(first + second) == [A.id]
+        reflections = [
+            r for r in anthropic_server.requests if "current_self_description" in r.user_text
+        ]
+        assert len(reflections) == 1
+        assert len(await one.db.community(A.id).audit_events(kind="reflection")) == 1
+
+
+async def test_a_command_in_one_process_shows_what_the_other_learned(
+    tmp_path: Path,
+    postgres_server: PostgresServer,
+    chroma_server: ChromaServer,  # noqa: F811
+    llm: Any,
+) -> None:
+    async with two_runtimes(tmp_path, postgres_server, chroma_server, llm) as (one, two):
+        await say(two, "the second process hears this first", community=A)
+        for i in range(3):
+            await say(one, f"the first process hears message {i}", community=A)
+        await until_learned(one.db, community=A.id)
+        status = await command(two, "status")
+        assert "Interactions: 4" in status.text, status.text
+
+
+async def test_a_daily_limit_spent_through_one_process_stops_the_other(
+    tmp_path: Path,
+    postgres_server: PostgresServer,
+    chroma_server: ChromaServer,  # noqa: F811
+    anthropic_server: AnthropicFake,
+    llm: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(budget, "SHARED_SYNC_SECONDS", 0.0)  # take in stored spend at once
+    price_replies(anthropic_server, 1, 6)
+    priced = {
+        "SONALITY_MODEL": REPLY_MODEL,
+        "SONALITY_ESS_MODEL": EVIDENCE_MODEL,
+        "SONALITY_PRICES": PRICES,
+        "SONALITY_DAILY_BUDGET_USD": 5,
+    }
+    async with two_runtimes(tmp_path, postgres_server, chroma_server, llm, **priced) as (
+        one,
+        two,
+    ):
+        assert kind(await send(two, "cost1 hello")) is ReplyKind.ANSWER  # two knows A: $1
+        assert kind(await send(one, "cost6 a long one")) is ReplyKind.ANSWER  # $7 of $5
+        assert kind(await send(two, "cost1 still there?")) is ReplyKind.NOTICE
+        await release(one)
+        await release(two)
