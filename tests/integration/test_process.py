@@ -67,6 +67,7 @@ async def _start_bot(
     cwd: Path,
     stdin: int | IO[str] = asyncio.subprocess.PIPE,
     on: Stack | None = None,
+    /,
     **extra_env: str,
 ) -> asyncio.subprocess.Process:
     """`python -m bot` on the loopback Anthropic fake; `on` puts it on a test stack."""
@@ -120,7 +121,9 @@ async def test_crash_between_reply_and_learning_replays_exactly_once(
     )
     # The reply is answered; the ESS call then hangs, and the process is killed meanwhile.
     anthropic_server.enqueue(Text("Interesting point."), Delay(60))
-    proc = await _start_bot(data_dir, anthropic_server.base_url, tmp_path, on=stack)
+    proc = await _start_bot(
+        data_dir, anthropic_server.base_url, tmp_path, asyncio.subprocess.PIPE, stack
+    )
     assert proc.stdin is not None and proc.stdout is not None
     proc.stdin.write(b"The reactor fleet data says nuclear is safe.\n")
     await proc.stdin.drain()
@@ -194,7 +197,9 @@ async def test_sigterm_finishes_pending_learning(
 ) -> None:
     anthropic_server.enqueue(Text("Noted."), Delay(1.0))  # ESS slow but within the timeout
     data_dir = tmp_path / "data"
-    proc = await _start_bot(data_dir, anthropic_server.base_url, tmp_path, on=stack)
+    proc = await _start_bot(
+        data_dir, anthropic_server.base_url, tmp_path, asyncio.subprocess.PIPE, stack
+    )
     assert proc.stdin is not None and proc.stdout is not None
     proc.stdin.write(b"remember this\n")
     await proc.stdin.drain()
