@@ -89,7 +89,7 @@ class BotProcess:
 
 
 @dataclass
-class Stack:
+class TwoBotStack:
     tmp: Path
     database_url: str
     chroma_url: str
@@ -170,16 +170,16 @@ class Stack:
 
 
 @pytest.fixture
-async def stack(
+async def two_bots(
     tmp_path: Path,
     postgres_server: PostgresServer,
     chroma_server: ChromaServer,  # noqa: F811
     anthropic_server: AnthropicFake,
     fake: FakeSlack,
     http: aiohttp.ClientSession,
-) -> AsyncIterator[Stack]:
+) -> AsyncIterator[TwoBotStack]:
     url = postgres_server.new_database()
-    running = Stack(
+    running = TwoBotStack(
         tmp_path,
         url,
         chroma_server.url,
@@ -224,21 +224,21 @@ async def learned_ids(db: Database) -> list[str]:
 
 
 async def test_one_workspace_spread_over_two_processes_is_learned_once_in_order(
-    stack: Stack,
+    two_bots: TwoBotStack,
 ) -> None:
-    a = await stack.start("a")
-    b = await stack.start("b")
+    a = await two_bots.start("a")
+    b = await two_bots.start("b")
     sent = []
     for i in range(8):  # alternating, as a load balancer would
         text = f"<@UBOT> message number {i}"
-        ts = await stack.mention(a if i % 2 == 0 else b, text)
-        await stack.answered(ts)
+        ts = await two_bots.mention(a if i % 2 == 0 else b, text)
+        await two_bots.answered(ts)
         sent.append((ts, text))
     # One event delivered to both (Slack retried it to another worker): answered once.
-    dup = await stack.mention(a, "<@UBOT> delivered twice", event_id="EvTwice")
-    await stack.answered(dup)
+    dup = await two_bots.mention(a, "<@UBOT> delivered twice", event_id="EvTwice")
+    await two_bots.answered(dup)
     status, _, _ = await post_signed(
-        stack.http,
+        two_bots.http,
         b.url,
         SECRET,
         json_body=mention_event(
@@ -248,12 +248,12 @@ async def test_one_workspace_spread_over_two_processes_is_learned_once_in_order(
     )
     assert status == 200
 
-    db = await Database.open_url(stack.database_url)
+    db = await Database.open_url(two_bots.database_url)
     try:
         await until_learned(db)
-        await stack.slack.settle(quiet=0.5)
+        await two_bots.slack.settle(quiet=0.5)
         for ts, _ in [*sent, (dup, "")]:
-            assert len(stack.replies_to(ts)) == 1, ts
+            assert len(two_bots.replies_to(ts)) == 1, ts
         recorded = await outbox_messages(db)
         # Stored without the mention of the bot.
         expected = [t.removeprefix("<@UBOT> ") for _, t in sent] + ["delivered twice"]
@@ -267,30 +267,30 @@ async def test_one_workspace_spread_over_two_processes_is_learned_once_in_order(
         assert [v.interaction_count for v in versions if v.cause == "interaction"] == list(
             range(1, len(recorded) + 1)
         )
-        assert len(ess_requests(stack.anthropic)) == len(recorded)  # each classified once
+        assert len(ess_requests(two_bots.anthropic)) == len(recorded)  # each classified once
     finally:
         await db.close()
-    assert await stack.stop() == [0, 0], [bot.err.lines[-10:] for bot in stack.bots]
+    assert await two_bots.stop() == [0, 0], [bot.err.lines[-10:] for bot in two_bots.bots]
 
 
 async def test_a_process_killed_mid_learning_leaves_its_work_to_the_other_once(
-    stack: Stack,
+    two_bots: TwoBotStack,
 ) -> None:
-    a = await stack.start("a")
-    b = await stack.start("b")
+    a = await two_bots.start("a")
+    b = await two_bots.start("b")
     # a answers; the classification of that message then hangs, and a is killed.
-    stack.anthropic.enqueue(Text("Interesting point."), Delay(60))
-    ts = await stack.mention(a, "<@UBOT> the reactor fleet data says nuclear is safe")
-    await stack.answered(ts)
-    assert await eventually(lambda: bool(ess_requests(stack.anthropic)), seconds=WAIT)
+    two_bots.anthropic.enqueue(Text("Interesting point."), Delay(60))
+    ts = await two_bots.mention(a, "<@UBOT> the reactor fleet data says nuclear is safe")
+    await two_bots.answered(ts)
+    assert await eventually(lambda: bool(ess_requests(two_bots.anthropic)), seconds=WAIT)
     os.kill(a.proc.pid, signal.SIGKILL)
     await a.proc.wait()
 
-    db = await Database.open_url(stack.database_url)
+    db = await Database.open_url(two_bots.database_url)
     try:
         await until_learned(db)  # b's housekeeping finds the row its learner left
-        later = await stack.mention(b, "<@UBOT> and one more thing")
-        await stack.answered(later)
+        later = await two_bots.mention(b, "<@UBOT> and one more thing")
+        await two_bots.answered(later)
         await until_learned(db)
         recorded = await outbox_messages(db)
         assert len(recorded) == 2
@@ -298,10 +298,10 @@ async def test_a_process_killed_mid_learning_leaves_its_work_to_the_other_once(
         causes = [v.cause for v in await db.community(COMMUNITY).versions(limit=10)]
         assert causes == ["interaction", "interaction", "seed"]
         # The killed attempt, then one each for the two messages: nothing learned twice.
-        assert len(ess_requests(stack.anthropic)) == 3
+        assert len(ess_requests(two_bots.anthropic)) == 3
     finally:
         await db.close()
-    assert (await stack.stop())[1] == 0, stack.bots[1].err.lines[-10:]
+    assert (await two_bots.stop())[1] == 0, two_bots.bots[1].err.lines[-10:]
 
 
 @contextlib.asynccontextmanager
