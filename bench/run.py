@@ -7,11 +7,15 @@ Nothing here is a test: the figures depend on the machine and are for people to 
 
 Figures:
   1. time to reply ÷ one bare LLM round trip, 10,000 episodes stored (target ≤ 1.05)
+  1s. the same with the state in PostgreSQL and the episodes on a Chroma server, both
+     started here (see bench/scale.py)
   2. our own time per message with the LLM answering at once, 10,000 episodes
      (target p50 ≤ 25 ms, p99 ≤ 100 ms)
   3. 100 communities at once, LLM latency 200 ms, cap 32: LLM calls per second
      (target ≥ 80% of cap ÷ latency) and reply-path time outside the LLM call;
-     3b with SONALITY_CHROMA_MAX_OPEN=128, 3c with SONALITY_MEMORY_PROCESS=true
+     3b with SONALITY_CHROMA_MAX_OPEN=128, 3c with SONALITY_MEMORY_PROCESS=true;
+     3s spread over two bot processes on PostgreSQL and a Chroma server, the cap split
+     between them (see bench/scale.py)
   4. 1,000 known communities, 100 active: memory of all the bot's processes
      (PSS; target < 500 MB)
   4b. the same on PostgreSQL and a Chroma server: 10,000 known, 1,000 active across
@@ -53,7 +57,7 @@ from bench import cli
 from bench.cli import Figure
 from bench.cost import describe, measure_cost
 from bench.forget import figure_forget
-from bench.scale import figure_scale_memory
+from bench.scale import figure_scale_memory, figure_scale_reply_ratio, figure_scale_throughput
 from bench.storage import figure_storage
 from bot.app import open_runtime
 from bot.messages import Community, IncomingMessage, User
@@ -319,15 +323,18 @@ async def figure_reply_ratio(
     n: int,
     vendor: str = "anthropic",
     chroma_url: str | None = None,
+    database_url: str | None = None,
 ) -> None:
     community = Community(id="bench:big", name="big")
-    data = work / f"ratio-{vendor}"
+    data = work / (f"ratio-{vendor}" + ("-pg" if database_url else ""))
     where: dict[str, Any] = {}
     if chroma_url is None:
         seed_s = seeded_chroma(data, community.id, episodes)
     else:
         database, seed_s = seeded_server(chroma_url, community.id, episodes)
         where = {"CHROMA_URL": chroma_url, "SONALITY_CHROMA_DATABASE": database}
+    if database_url is not None:
+        where["DATABASE_URL"] = database_url
     with llm_server(latency, vendor) as url:
         async with bot(data, url, cap=16, vendor=vendor, **where) as (runtime, llm):
             await seed_state(runtime, community, episodes)
@@ -354,9 +361,12 @@ async def figure_reply_ratio(
             await runtime.drain()
             count = runtime.registry.get(community.id).episodes.count()  # type: ignore[union-attr]
     ratio = statistics.median(replies) / statistics.median(bare)
-    labels = ([] if vendor == "anthropic" else [vendor]) + (["Chroma server"] if where else [])
+    labels = ([] if vendor == "anthropic" else [vendor]) + (["PostgreSQL"] if database_url else [])
+    labels += ["Chroma server"] if chroma_url else []
     report(
-        "1. reply time / bare LLM round trip" + (f" ({', '.join(labels)})" if labels else ""),
+        ("1s" if database_url else "1")
+        + ". reply time / bare LLM round trip"
+        + (f" ({', '.join(labels)})" if labels else ""),
         f"{ratio:.3f} (reply p50 {fmt_ms(statistics.median(replies))}, "
         f"bare p50 {fmt_ms(statistics.median(bare))})",
         f"{n} sequential replies vs 10 bare calls, LLM latency {latency * 1000:.0f} ms, "
@@ -447,6 +457,37 @@ async def figure_stream_ratio(work: Path, n: int, first_token: float, rate: floa
     )
 
 
+async def chat_for(
+    runtime: Runtime, llm: TimedLLM, groups: Sequence[Community], seconds: float
+) -> tuple[int, float, int, list[float]]:
+    """Figure 3's workload, shared with its two-process form (bench/scale.py): every
+    community sends its next message as soon as the previous reply is back, until
+    `seconds` have passed. Returns (LLM calls, elapsed seconds, replies, reply-path
+    seconds outside the LLM call per reply)."""
+    overheads: list[float] = []
+    replies = 0
+    deadline = time.perf_counter() + seconds
+
+    async def chat(community: Community) -> None:
+        nonlocal replies
+        i = 0
+        while time.perf_counter() < deadline:
+            sink: list[float] = []
+            _reply_seconds.set(sink)
+            start = time.perf_counter()
+            await runtime.handle(message(community, i, users=3))
+            took = time.perf_counter() - start
+            if sink:
+                overheads.append(took - sink[0])
+                replies += 1
+            i += 1
+
+    calls_before = llm.calls
+    start = time.perf_counter()
+    await asyncio.gather(*(chat(c) for c in groups))
+    return llm.calls - calls_before, time.perf_counter() - start, replies, overheads
+
+
 async def figure_throughput(
     work: Path,
     communities: int,
@@ -467,31 +508,10 @@ async def figure_throughput(
         async with bot(data, url, cap=cap, **extra) as (runtime, llm):
             groups = [Community(id=f"bench:c{i}", name=f"c{i}") for i in range(communities)]
             await asyncio.gather(*(runtime.registry.agent_for(c) for c in groups))
-            overheads: list[float] = []
-            replies = 0
-            deadline = time.perf_counter() + seconds
-
-            async def chat(community: Community) -> None:
-                nonlocal replies
-                i = 0
-                while time.perf_counter() < deadline:
-                    sink: list[float] = []
-                    _reply_seconds.set(sink)
-                    start = time.perf_counter()
-                    await runtime.handle(message(community, i, users=3))
-                    took = time.perf_counter() - start
-                    if sink:
-                        overheads.append(took - sink[0])
-                        replies += 1
-                    i += 1
-
-            calls_before = llm.calls
-            start = time.perf_counter()
-            await asyncio.gather(*(chat(c) for c in groups))
-            elapsed = time.perf_counter() - start
-            calls = llm.calls - calls_before
+            chatted = await chat_for(runtime, llm, groups, seconds)
             await runtime.drain()
             reopens = chroma_reopens(runtime)
+    calls, elapsed, replies, overheads = chatted
     rate = calls / elapsed
     ceiling = cap / latency
     report(
@@ -623,6 +643,12 @@ FIGURES: tuple[Figure, ...] = (
         _figure_1,
     ),
     Figure(
+        "1s",
+        "figure 1 on the scale-out stack: state in PostgreSQL, episodes on a Chroma server "
+        "(≤ 1.05)",
+        lambda work, a: figure_scale_reply_ratio(work, a.episodes, a.latency, 20),
+    ),
+    Figure(
         "2",
         "own time per message, the LLM answering at once (p50 ≤ 25 ms, p99 ≤ 100 ms)",
         lambda work, a: asyncio.run(figure_own_time(work, a.episodes, a.messages)),
@@ -642,6 +668,14 @@ FIGURES: tuple[Figure, ...] = (
         "figure 3 with SONALITY_MEMORY_PROCESS=true",
         lambda work, a: asyncio.run(
             figure_throughput(work, 100, 0.2, 32, a.seconds, None, process=True)
+        ),
+    ),
+    Figure(
+        "3s",
+        "figure 3 on the scale-out stack: 100 communities over 2 bot processes on "
+        "PostgreSQL + a Chroma server, cap 32 split between them (≥ 80% of cap)",
+        lambda work, a: figure_scale_throughput(
+            work, 100, 0.2, 32, a.seconds, a.scale_processes, report
         ),
     ),
     Figure(
@@ -743,7 +777,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--scale-processes",
         type=int,
         default=2,
-        help="bot processes for figure 4b (default %(default)s)",
+        help="bot processes for figures 3s and 4b (default %(default)s)",
     )
     parser.add_argument(
         "--chroma-url",
@@ -764,8 +798,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     # Settings would read CHROMA_URL from the environment for every figure; only the
     # figures that seed the server themselves may use one.
     os.environ.pop("CHROMA_URL", None)
-    # Figure 4b starts servers of its own and ignores the URL.
-    on_server = [f.name for f in args.only if f.name not in ("1", "4b")]
+    # Figures 1s, 3s and 4b start servers of their own and ignore the URL.
+    on_server = [f.name for f in args.only if f.name not in ("1", "1s", "3s", "4b")]
     if args.chroma_url and on_server and not args.phase:
         parser.error(f"only figure 1 runs on a Chroma server so far, not {', '.join(on_server)}")
 

@@ -1,4 +1,9 @@
-"""Figure 4b: the memory of several bot processes on PostgreSQL and a Chroma server.
+"""The figures on the scale-out stack: PostgreSQL and a Chroma server, each started
+here in a temporary directory. 1s is figure 1 (reply time ÷ bare LLM round trip) with
+the state in PostgreSQL and the 10,000 episodes on the server; 3s is figure 3 (100
+communities at once) spread over several bot processes; 4b, below, is memory.
+
+Figure 4b: the memory of several bot processes on PostgreSQL and a Chroma server.
 
 Workload: `known` communities (a seed version and five episodes each) in a real
 PostgreSQL 16 (pgserver's binaries, as the tests start it) and a real `chroma run`
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import json
 import shutil
@@ -29,10 +35,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import chromadb
 import numpy as np
@@ -43,6 +49,9 @@ from chroma_memory.episodes import EpisodeStore
 from chroma_memory.shared_chroma import SharedChroma
 from sonality.memory.sponge import SpongeState
 from sonality.store import StateCommit
+
+if TYPE_CHECKING:
+    from tests.pg import PostgresServer
 
 Report = Callable[..., None]
 EPISODES_PER_COMMUNITY = 5
@@ -72,6 +81,28 @@ def _postmaster_pid(data: Path) -> int:
 
 def _mb(value: int) -> str:
     return f"{value / 2**20:,.0f} MB"
+
+
+@contextlib.contextmanager
+def postgres_server(figure: str) -> Iterator[PostgresServer]:
+    """A real PostgreSQL 16 (pgserver's binaries, started as the tests start it) for one
+    figure, in a temporary directory of its own, outside the figures' scratch
+    directory: as root the server runs as nobody, who must be able to reach it."""
+    from tests.pg import PostgresServer, _bin_dir
+
+    bindir = _bin_dir()
+    if bindir is None:
+        raise SystemExit(
+            f"figure {figure} needs pgserver's PostgreSQL binaries: pip install pgserver"
+        )
+    base = Path(tempfile.mkdtemp(prefix=f"sonality-{figure}-pg-"))
+    server = PostgresServer(base, bindir)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(base, ignore_errors=True)
 
 
 # ---------------------------------------------------------------------- child phases
@@ -160,71 +191,63 @@ def figure_scale_memory(
 ) -> None:
     from bench.run import ROOT, llm_server
     from tests.chroma_server import ChromaServer, start_chroma_server, stop_chroma_server
-    from tests.pg import PostgresServer, _bin_dir
 
-    bindir = _bin_dir()
-    if bindir is None:
-        raise SystemExit("figure 4b needs pgserver's PostgreSQL binaries: pip install pgserver")
-    # Its own temporary directory, outside `work`: as root the server runs as nobody,
-    # who must be able to reach it (tests/pg.py).
-    base = Path(tempfile.mkdtemp(prefix="sonality-4b-pg-"))
-    postgres = PostgresServer(base, bindir)
-    postgres.start()
     chroma_path = work / "4b-chroma" / "data"
     chroma: ChromaServer | None = None
     bots: list[subprocess.Popen[str]] = []
-    try:
-        url = postgres.new_database()
-        here = [sys.executable, "-m", "bench.scale"]
-        subprocess.run(
-            [*here, "seed", "--url", url, "--chroma", str(chroma_path), "--known", str(known)],
-            cwd=ROOT,
-            check=True,
-        )
-        chroma = start_chroma_server(chroma_path)
-        served = chromadb.HttpClient(host="127.0.0.1", port=int(chroma.url.rsplit(":", 1)[1]))
-        if served.count_collections() < known:  # the server must serve what was seeded
-            raise SystemExit(f"the Chroma server shows {served.count_collections()} collections")
-        with llm_server(0.0) as llm_url:
-            for index in range(processes):
-                share = ",".join(str(i) for i in range(index, active, processes))
-                data = work / f"4b-bot-{index}"
-                data.mkdir(parents=True)
-                bots.append(
-                    subprocess.Popen(
-                        [
-                            *here,
-                            *("serve", "--url", url, "--chroma", chroma.url, "--llm", llm_url),
-                            *("--data", str(data), "--active", share),
-                        ],
-                        cwd=ROOT,
-                        stdin=subprocess.PIPE,
-                        stdout=subprocess.PIPE,
-                        text=True,
-                    )
+    with postgres_server("4b") as postgres:
+        try:
+            url = postgres.new_database()
+            here = [sys.executable, "-m", "bench.scale"]
+            subprocess.run(
+                [*here, "seed", "--url", url, "--chroma", str(chroma_path), "--known", str(known)],
+                cwd=ROOT,
+                check=True,
+            )
+            chroma = start_chroma_server(chroma_path)
+            served = chromadb.HttpClient(host="127.0.0.1", port=int(chroma.url.rsplit(":", 1)[1]))
+            if served.count_collections() < known:  # the server must serve what was seeded
+                raise SystemExit(
+                    f"the Chroma server shows {served.count_collections()} collections"
                 )
-            states: list[dict[str, Any]] = []
+            with llm_server(0.0) as llm_url:
+                for index in range(processes):
+                    share = ",".join(str(i) for i in range(index, active, processes))
+                    data = work / f"4b-bot-{index}"
+                    data.mkdir(parents=True)
+                    bots.append(
+                        subprocess.Popen(
+                            [
+                                *here,
+                                *("serve", "--url", url, "--chroma", chroma.url, "--llm", llm_url),
+                                *("--data", str(data), "--active", share),
+                            ],
+                            cwd=ROOT,
+                            stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE,
+                            text=True,
+                        )
+                    )
+                states: list[dict[str, Any]] = []
+                for proc in bots:
+                    assert proc.stdout is not None
+                    line = proc.stdout.readline()
+                    if not line:
+                        raise SystemExit(f"a bot process of figure 4b exited ({proc.wait()})")
+                    states.append(json.loads(line))
+                measured = [_pss_tree(proc.pid) for proc in bots]
+                chroma_pss, chroma_rss, _ = _pss_tree(chroma.process.pid)
+                pg_pss, pg_rss, pg_procs = _pss_tree(_postmaster_pid(postgres.data))
+                for proc in bots:
+                    assert proc.stdin is not None
+                    proc.stdin.close()
+                    proc.wait(120)
+        finally:
             for proc in bots:
-                assert proc.stdout is not None
-                line = proc.stdout.readline()
-                if not line:
-                    raise SystemExit(f"a bot process of figure 4b exited ({proc.wait()})")
-                states.append(json.loads(line))
-            measured = [_pss_tree(proc.pid) for proc in bots]
-            chroma_pss, chroma_rss, _ = _pss_tree(chroma.process.pid)
-            pg_pss, pg_rss, pg_procs = _pss_tree(_postmaster_pid(postgres.data))
-            for proc in bots:
-                assert proc.stdin is not None
-                proc.stdin.close()
-                proc.wait(120)
-    finally:
-        for proc in bots:
-            if proc.poll() is None:
-                proc.kill()
-        if chroma is not None:
-            stop_chroma_server(chroma)
-        postgres.stop()
-        shutil.rmtree(base, ignore_errors=True)
+                if proc.poll() is None:
+                    proc.kill()
+            if chroma is not None:
+                stop_chroma_server(chroma)
     bots_pss = sum(m[0] for m in measured)
     each = ", ".join(_mb(m[0]) for m in measured)
     loaded = sum(s["loaded"] for s in states)
@@ -242,20 +265,163 @@ def figure_scale_memory(
     )
 
 
+def figure_scale_reply_ratio(work: Path, episodes: int, latency: float, n: int) -> None:
+    """Figure 1 with the community's state in PostgreSQL and its episodes on a Chroma
+    server: what the two extra network hops cost a reply, next to the LLM round trip."""
+    from bench.run import figure_reply_ratio
+    from tests.chroma_server import running_chroma_server
+
+    with (
+        postgres_server("1s") as postgres,
+        running_chroma_server(work / "1s-chroma" / "data") as chroma,
+    ):
+        asyncio.run(
+            figure_reply_ratio(
+                work,
+                episodes,
+                latency,
+                n,
+                chroma_url=chroma.url,
+                database_url=postgres.new_database(),
+            )
+        )
+
+
+async def chat(
+    data: Path,
+    llm_url: str,
+    url: str,
+    chroma_url: str,
+    communities: Sequence[int],
+    cap: int,
+    seconds: float,
+) -> None:
+    """Phase run in each bot process of figure 3s: load its share of the communities,
+    say it is ready, wait for the parent's go (so every process chats over the same
+    seconds), run figure 3's workload and print what it counted."""
+    from bench.run import bot, chat_for
+
+    async with bot(data, llm_url, cap=cap, DATABASE_URL=url, CHROMA_URL=chroma_url) as (
+        runtime,
+        llm,
+    ):
+        groups = [Community(id=f"bench:c{i}", name=f"c{i}") for i in communities]
+        await asyncio.gather(*(runtime.registry.agent_for(c) for c in groups))
+        print("ready", flush=True)
+        await asyncio.to_thread(sys.stdin.readline)
+        calls, elapsed, replies, overheads = await chat_for(runtime, llm, groups, seconds)
+        print(
+            json.dumps(
+                {"calls": calls, "elapsed": elapsed, "replies": replies, "overheads": overheads}
+            ),
+            flush=True,
+        )
+        await runtime.drain()
+
+
+def figure_scale_throughput(
+    work: Path,
+    communities: int,
+    latency: float,
+    cap: int,
+    seconds: float,
+    processes: int,
+    report: Report,
+) -> None:
+    """Figure 3 over `processes` bot processes on PostgreSQL and a Chroma server. The
+    concurrency cap is per process, so each gets an equal share of `cap`: the ceiling
+    (cap ÷ latency) is figure 3's, and the figure shows what the split and the two
+    servers cost, not what a bigger LLM budget buys."""
+    from bench.run import ROOT, fmt_ms, llm_server, percentile
+    from tests.chroma_server import running_chroma_server
+
+    if cap % processes:
+        raise SystemExit(f"figure 3s splits the cap {cap} evenly: {processes} processes do not")
+    bots: list[subprocess.Popen[str]] = []
+    results: list[dict[str, Any]] = []
+    with (
+        postgres_server("3s") as postgres,
+        running_chroma_server(work / "3s-chroma" / "data") as chroma,
+        llm_server(latency) as llm_url,
+    ):
+        url = postgres.new_database()
+        try:
+            for index in range(processes):
+                share = ",".join(str(i) for i in range(index, communities, processes))
+                data = work / f"3s-bot-{index}"
+                data.mkdir(parents=True)
+                bots.append(
+                    subprocess.Popen(
+                        [
+                            *(sys.executable, "-m", "bench.scale", "chat"),
+                            *("--url", url, "--chroma", chroma.url, "--llm", llm_url),
+                            *("--data", str(data), "--active", share),
+                            *("--cap", str(cap // processes), "--seconds", str(seconds)),
+                        ],
+                        cwd=ROOT,
+                        stdin=subprocess.PIPE,
+                        stdout=subprocess.PIPE,
+                        text=True,
+                    )
+                )
+            for proc in bots:
+                assert proc.stdout is not None
+                if proc.stdout.readline().strip() != "ready":
+                    raise SystemExit(f"a bot process of figure 3s exited ({proc.wait()})")
+            for proc in bots:  # all ready: start them together
+                assert proc.stdin is not None
+                proc.stdin.write("go\n")
+                proc.stdin.flush()
+            for proc in bots:
+                assert proc.stdout is not None
+                line = proc.stdout.readline()
+                if not line:
+                    raise SystemExit(f"a bot process of figure 3s exited ({proc.wait()})")
+                results.append(json.loads(line))
+            for proc in bots:
+                proc.wait(120)
+        finally:
+            for proc in bots:
+                if proc.poll() is None:
+                    proc.kill()
+    calls = sum(r["calls"] for r in results)
+    # The processes chat over the same seconds; the slowest one's span is the window.
+    rate = calls / max(r["elapsed"] for r in results)
+    ceiling = cap / latency
+    overheads = [o for r in results for o in r["overheads"]]
+    each = ", ".join(f"{r['calls'] / r['elapsed']:.0f}" for r in results)
+    report(
+        f"3s. LLM throughput, 100 communities over {processes} processes",
+        f"{rate:.0f} calls/s = {rate / ceiling:.0%} of cap/latency ({ceiling:.0f}/s; per "
+        f"process {each} calls/s); {sum(r['replies'] for r in results)} replies; reply-path "
+        f"time outside the LLM call p50 {fmt_ms(percentile(overheads, 50))}, p99 "
+        f"{fmt_ms(percentile(overheads, 99))}",
+        f"{communities} communities chatting for {seconds:.0f} s, spread over {processes} "
+        f"bot processes on PostgreSQL 16 and a Chroma server, LLM latency "
+        f"{latency * 1000:.0f} ms, concurrency cap {cap} in all ({cap // processes} each)",
+        "≥ 80% of cap/latency",
+        rate >= 0.8 * ceiling,
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="figure 4b's child phases (bench/run.py)")
-    parser.add_argument("phase", choices=["seed", "serve"])
+    parser = argparse.ArgumentParser(description="figures 3s and 4b's child phases (bench/run.py)")
+    parser.add_argument("phase", choices=["seed", "serve", "chat"])
     parser.add_argument("--url", required=True)
     parser.add_argument("--chroma", required=True)
     parser.add_argument("--known", type=int, default=0)
     parser.add_argument("--llm")
     parser.add_argument("--data", type=Path)
     parser.add_argument("--active", default="")
+    parser.add_argument("--cap", type=int, default=32)
+    parser.add_argument("--seconds", type=float, default=15.0)
     args = parser.parse_args(argv)
+    share = [int(i) for i in args.active.split(",") if i]
     if args.phase == "seed":
         asyncio.run(seed(args.url, Path(args.chroma), args.known))
+    elif args.phase == "chat":
+        asyncio.run(chat(args.data, args.llm, args.url, args.chroma, share, args.cap, args.seconds))
     else:
-        share = [int(i) for i in args.active.split(",") if i]
         asyncio.run(serve(args.data, args.llm, args.url, args.chroma, share))
 
 

@@ -63,3 +63,13 @@ def test_every_figure_is_selectable_by_its_name() -> None:
     assert parser.parse_args([]).only == tuple(FIGURES)
     chosen = parser.parse_args(["--only", " 5, 3B,1,3b "]).only
     assert [f.name for f in chosen] == ["1", "3b", "5"]  # report order, each once
+
+
+def test_a_chroma_url_is_refused_only_for_figures_that_cannot_use_it() -> None:
+    """1s, 3s and 4b start their own servers and so ignore --chroma-url; any other
+    figure but 1 would silently run embedded, which is a usage error."""
+    proc = bench("--chroma-url", "http://127.0.0.1:9", "--only", "1s,2,3s,4b")
+    assert proc.returncode == 2
+    [error] = [line for line in proc.stderr.splitlines() if "error:" in line]
+    assert error.endswith("only figure 1 runs on a Chroma server so far, not 2"), error
+    assert proc.stdout == ""  # nothing was run
