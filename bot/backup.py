@@ -145,7 +145,7 @@ def backup(settings: Settings, dest: Path) -> dict[str, Any]:
     if dest.resolve().is_relative_to(chroma.resolve()):
         raise BackupError(f"error: {dest} is inside the Chroma directory {chroma}")
     settings.data_dir.mkdir(parents=True, exist_ok=True)  # where the lock lives
-    with _locked(settings.data_dir, "back up"):
+    with locked_data_dir(settings.data_dir, "back up"):
         partial = dest.parent / f".{dest.name}.partial-{uuid.uuid4().hex[:8]}"
         partial.mkdir(parents=True)
         try:
@@ -252,7 +252,7 @@ def restore(settings: Settings, source: Path) -> dict[str, Any]:
     database = settings.resolved_database_path
     chroma = settings.resolved_chroma_dir
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    with _locked(settings.data_dir, "restore"):
+    with locked_data_dir(settings.data_dir, "restore"):
         for existing in (database, database.with_name(database.name + "-wal")):
             if existing.exists():
                 raise BackupError(
@@ -312,7 +312,7 @@ def verify(source: Path, manifest: dict[str, Any]) -> None:
 # ------------------------------------------------------------------------------- lock
 
 
-def _locked(data_dir: Path, doing: str) -> DataDirLock:
+def locked_data_dir(data_dir: Path, doing: str) -> DataDirLock:
     """The data directory's lock, or a refusal naming the running bot."""
     try:
         return DataDirLock.acquire(data_dir)

@@ -19,7 +19,7 @@ import argparse
 import asyncio
 import sys
 
-from bot.backup import BackupError, _locked
+from bot.backup import BackupError, locked_data_dir
 from bot.interface import StartupError
 from bot.settings import Settings
 from storage import transfer
@@ -93,7 +93,7 @@ def migrate(
     where = describe_url(database_url)
     lines: list[str] = []
     try:
-        lock = _locked(settings.data_dir, "migrate")
+        lock = locked_data_dir(settings.data_dir, "migrate")
     except BackupError as exc:
         raise MigrateError(str(exc)) from None
     with lock:
