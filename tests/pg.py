@@ -146,19 +146,3 @@ def postgres_server() -> Iterator[PostgresServer]:
     finally:
         server.stop()
         shutil.rmtree(base, ignore_errors=True)
-
-
-@pytest.fixture(params=["sqlite", "postgresql"], name="database_url")
-def both_state_stores(request: pytest.FixtureRequest) -> Iterator[str | None]:
-    """For an integration module that imports it: every test there that takes `runtime`
-    runs on both state stores, the SQLite file (None) and an empty database on the
-    session's PostgreSQL (its DATABASE_URL), which the runtime migrates on start."""
-    if request.param == "sqlite":
-        yield None
-        return
-    server: PostgresServer = request.getfixturevalue("postgres_server")
-    url = server.new_database()
-    try:
-        yield url
-    finally:
-        server.drop(url)
