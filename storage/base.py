@@ -48,6 +48,7 @@ import contextlib
 import functools
 import logging
 import random
+import re
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -80,6 +81,11 @@ def to_db_time(value: datetime) -> str:
 
 def from_db_time(value: str) -> datetime:
     return datetime.fromisoformat(value)
+
+
+_JSON_NUL = re.compile(r"(?<!\\)((?:\\\\)*)\\u0000")
+"""A JSON escape of NUL (an odd run of backslashes before u0000, so not an escaped
+backslash followed by the letters)."""
 
 
 def to_json(value: Any) -> str:
@@ -196,6 +202,34 @@ def to_postgres(sql: str) -> str:
     return "".join(out)
 
 
+NUL_STAND_IN = "\ufffd"
+"""What a NUL character becomes on PostgreSQL, whose text type cannot hold one."""
+
+
+def without_nul(params: Sequence[Any]) -> tuple[Any, ...]:
+    """`params` with each NUL in a text value, or NUL escape in a JSON value, replaced by
+    `NUL_STAND_IN`.
+
+    SQLite stores a NUL; PostgreSQL refuses a statement with one in text, and its jsonb
+    (which the queries cast JSON columns to) refuses the escape, so one such row would
+    break every later query over the column. Members' text is cleaned by the adapters, but
+    a model's reply, summary or narrative can hold one.
+    """
+    if not any(isinstance(p, str) and ("\x00" in p or "\\u0000" in p) for p in params):
+        return tuple(params)
+    out = tuple(_nul_free(p) if isinstance(p, str) else p for p in params)
+    if out != tuple(params):
+        log.warning("a NUL character in a value for PostgreSQL was replaced by U+FFFD")
+    return out
+
+
+def _nul_free(text: str) -> str:
+    text = text.replace("\x00", NUL_STAND_IN)
+    if text[:1] in ("{", "[") and "\\u0000" in text:
+        text = _JSON_NUL.sub(r"\1\\ufffd", text)
+    return text
+
+
 class Conn:
     """The connection one ``fn`` runs on, inside its transaction, on either engine.
 
@@ -214,7 +248,7 @@ class Conn:
         """Run one statement; the caller reads and closes the cursor."""
         try:
             if self.dialect.postgres:
-                return self.raw.execute(to_postgres(sql), tuple(params))
+                return self.raw.execute(to_postgres(sql), without_nul(params))
             return self.raw.execute(sql, tuple(params))
         except sqlite3.IntegrityError as exc:
             raise IntegrityViolation(str(exc)) from exc
@@ -229,7 +263,7 @@ class Conn:
         try:
             if self.dialect.postgres:
                 with self.raw.cursor() as cur:
-                    cur.executemany(to_postgres(sql), data)
+                    cur.executemany(to_postgres(sql), [without_nul(row) for row in data])
             else:
                 self.raw.executemany(sql, data)
         except sqlite3.IntegrityError as exc:
