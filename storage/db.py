@@ -47,7 +47,7 @@ from storage.base import (
 )
 from storage.buffers import BufferStore
 from storage.community import CommunityStore
-from storage.coordination import Coordinator
+from storage.coordination import LEARNING, LOCK_SPACE, Coordinator
 from storage.export import ExportStore
 from storage.forget import ForgetStore
 from storage.migrations import migrate
@@ -195,10 +195,19 @@ class Database(
 
     async def communities_waiting_to_learn(self, older_than: datetime) -> list[str]:
         """Communities with an interaction answered before `older_than` and still not
-        learned: with several processes, ones whose learner died (see `bot.scheduler`)."""
+        learned, and whose learning lease nobody holds: with several processes, ones whose
+        learner died (see `bot.scheduler`). A community being learned is left out, so the
+        sweep does not load its agent into every other process only to be refused."""
+        held = ""
+        if self.dialect.postgres:
+            held = (
+                " AND NOT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' "
+                f"AND classid = {LOCK_SPACE}::oid AND objsubid = 2 "
+                f"AND objid = hashtext('{LEARNING}' || community_id)::oid)"
+            )
         rows = await self._fetchall(
             "SELECT DISTINCT community_id FROM interactions "
-            "WHERE status = 'pending' AND created_at < ? ORDER BY community_id",
+            f"WHERE status = 'pending' AND created_at < ?{held} ORDER BY community_id",
             (to_db_time(older_than),),
         )
         return [str(r[0]) for r in rows]

@@ -107,3 +107,27 @@ async def test_a_lost_lock_connection_gives_up_its_locks_and_is_opened_again(
     finally:
         await first.close()
         await second.close()
+
+
+async def test_a_community_being_learned_is_not_listed_as_waiting(
+    postgres_server: PostgresServer,
+) -> None:
+    """The orphan sweep must not load an agent, in every process, whose learner is alive."""
+    url = postgres_server.new_database()
+    first, second = await Database.open_url(url), await Database.open_url(url)
+    try:
+        now = utcnow()
+        speaker = Speaker(id="U1", name="Ann")
+        for community_id in ("slack:BUSY", "slack:IDLE"):
+            await first.community(community_id).record_interaction(
+                InteractionRecord(id="old", speaker=speaker, message="m", reply="r", created_at=now)
+            )
+        lease = first.community("slack:BUSY").learning_lease()
+        assert lease is not None and await lease.acquire()
+        later = now + timedelta(minutes=1)
+        assert await second.communities_waiting_to_learn(later) == ["slack:IDLE"]
+        await lease.release()
+        assert await second.communities_waiting_to_learn(later) == ["slack:BUSY", "slack:IDLE"]
+    finally:
+        await first.close()
+        await second.close()
