@@ -334,6 +334,10 @@ class ServerEpisodeStore:
     def count(self) -> int:
         return self._read(lambda store: store.count())
 
+    def semantic_ids(self, documents: Sequence[str]) -> list[str]:
+        """See `EpisodeStore.semantic_ids`: how a forget-me finds the member's insights."""
+        return self._read(lambda store: store.semantic_ids(documents))
+
     def retrieve_typed(
         self,
         query: str,

@@ -59,6 +59,10 @@ class WriteGuard(Protocol):
         not written by another process meanwhile)."""
         ...
 
+    async def discard(self, episode_ids: Sequence[str]) -> None:
+        """No process is to write these any more (a forget-me deletes them)."""
+        ...
+
 
 class WriteBehindMemory:
     """One community's memories; share `lane` and `priority` across all communities."""
@@ -237,8 +241,9 @@ class WriteBehindMemory:
 
     async def forget(self, ids: Collection[str]) -> None:
         """Drop waiting episodes first, then delete, under the writer's lock so no batch
-        in flight lands after the delete; with other processes, under the episode lock
-        too, so no batch of theirs lands after it either (see `WriteGuard`)."""
+        in flight lands after the delete. With other processes, under the episode lock
+        too, and with the episodes discarded from the store's outbox first, so no batch
+        of theirs lands after it either (see `WriteGuard`)."""
         drop = set(ids)
         async with self._write_lock:
             self.unwritten = [e for e in self.unwritten if e.id not in drop]
@@ -248,6 +253,7 @@ class WriteBehindMemory:
                 await asyncio.to_thread(self._episodes.delete, sorted(drop))
                 return
             async with self._locked(self._guard):
+                await self._guard.discard(sorted(drop))
                 await asyncio.to_thread(self._episodes.delete, sorted(drop))
 
     async def close(self, grace_seconds: float) -> None:

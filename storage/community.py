@@ -97,10 +97,11 @@ class EpisodeGuard:
     processes hold in memory: one written after the delete would bring the member's
     words back. So a batch is written only under the community's episode lock, after
     one query keeps the episodes still in the outbox whose member has no forget-me
-    under way (`still_to_write`); and the forget-me deletes from Chroma under the same
-    lock. The forget-me is journaled before that delete and removes the outbox rows
-    after it, so a batch checked after the delete never holds the member's episodes,
-    and one checked before it was written before it, and is deleted by it.
+    under way (`still_to_write`); and the forget-me, under the same lock, removes the
+    episodes' outbox rows (`discard`) and deletes them from Chroma. So a batch checked
+    after that never holds them, and one checked before it was written before it, and
+    is deleted by it. The member's episodes committed later, by a process that does not
+    know of the forget-me yet, are left out as the journal of the forget-me names them.
     """
 
     def __init__(self, db: SqlBase, coordinator: Coordinator, community_id: str) -> None:
@@ -133,6 +134,26 @@ class EpisodeGuard:
             (self.community_id, *ids),
         )
         return {str(r[0]) for r in rows}
+
+    async def discard(self, episode_ids: Sequence[str]) -> None:
+        """No process is to write these episodes any more (a forget-me deletes them):
+        their outbox rows go, so a batch checked from now on leaves them out."""
+        ids = list(dict.fromkeys(episode_ids))
+        cid = self.community_id
+
+        def work(conn: Conn) -> None:
+            for start in range(0, len(ids), 500):
+                chunk = ids[start : start + 500]
+                marks = ", ".join("?" * len(chunk))
+                execute(
+                    conn,
+                    "DELETE FROM episode_outbox WHERE community_id = ? "
+                    f"AND episode_id IN ({marks})",
+                    (cid, *chunk),
+                )
+
+        if ids:
+            await self._db._run_write(work, scope=cid)
 
 
 class CommunityStore:

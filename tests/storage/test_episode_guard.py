@@ -85,6 +85,9 @@ async def test_only_episodes_still_waiting_and_not_being_forgotten_are_to_write(
         # ... nor once her rows are gone and the request is closed.
         await db.erase_member(request, [], T0)
         assert await guard.still_to_write(everything) == {"insight-v2-0"}
+        # An insight drawn from her words, discarded by the forget-me (found by its text).
+        await guard.discard(["insight-v2-0", "never-committed"])
+        assert await guard.still_to_write(everything) == set()
     finally:
         await db.close()
 
@@ -128,6 +131,9 @@ class Watched:
 
     async def still_to_write(self, episode_ids: Sequence[str]) -> set[str]:
         return await self.inner.still_to_write(episode_ids)
+
+    async def discard(self, episode_ids: Sequence[str]) -> None:
+        await self.inner.discard(episode_ids)
 
 
 async def test_a_forget_waits_for_a_batch_checked_before_it_then_deletes_it(
