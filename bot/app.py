@@ -106,12 +106,19 @@ async def open_runtime(
 
         async def load_agent(community: Community) -> SonalityAgent:
             episodes = await asyncio.to_thread(memory.store_for, community.id, embed)
+            store = db.community(community.id)
             return await SonalityAgent.load(
                 # Each community's calls are checked against its daily limit and counted.
                 client=MeteredLLM(client, budget, community.id),
-                store=db.community(community.id),
+                store=store,
                 episodes=WriteBehindMemory(
-                    episodes, lane=lane, priority=priority, label=community.id
+                    episodes,
+                    lane=lane,
+                    priority=priority,
+                    label=community.id,
+                    # Other processes forget members too: see storage.community.EpisodeGuard.
+                    guard=store.episode_guard(),
+                    flush_delay=settings.episode_flush_seconds,
                 ),
                 model=settings.model,
                 ess_model=settings.ess_model,

@@ -10,12 +10,15 @@ Steps: 1. journal; 2. the replayed version (skipped if already committed: the ne
 version is this request's); 3. delete the member's episodes (their ids are the
 interaction ids, read first) from Chroma and from the agent's write-behind queue, then
 delete and redact every SQLite row (the episode outbox included), closing the request
-in the same transaction. For tests, `SONALITY_TEST_KILL_AT_FORGET_STEP=<n>` kills the
+in the same transaction. Other processes sharing the store may hold the member's
+episodes in their own queues: they write none of them after this delete
+(`storage.community.EpisodeGuard`). For tests, `SONALITY_TEST_KILL_AT_FORGET_STEP=<n>` kills the
 process with SIGKILL right before step n.
 
 The member's consolidated insights (semantic memories, ids `insight-v…`) are found by
-their text, which the audit trail records with the message they were drawn from; an
-insight whose audit row the audit retention already deleted is no longer traceable.
+their text, which the audit trail records with the message they were drawn from, in
+Chroma and in the episode outbox (not written yet); an insight whose audit row the
+audit retention already deleted is no longer traceable.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 
 from sonality.agent import SonalityAgent
+from sonality.memory.episodes import document_of
+from sonality.store import SEMANTIC
 from storage import Database
 from storage.forget import ForgetRequest
 
@@ -81,7 +86,7 @@ async def finish_forget(
     # Chroma first: the interactions rows, which hold the episode ids, and the audit
     # rows, which hold the insights drawn from the member's messages, go in erase_member.
     ids = await db.member_interaction_ids(request.community_id, member)
-    ids += await _semantic_ids(agent, words)
+    ids += await _semantic_ids(db, agent, request.community_id, words)
     await agent.forget_episodes(member, ids)
     await db.erase_member(request, words, datetime.now(UTC))
     log.info(
@@ -94,14 +99,24 @@ async def finish_forget(
     return request.model_copy(update={"version": version, "member_id": None})
 
 
-async def _semantic_ids(agent: SonalityAgent, words: Sequence[str]) -> list[str]:
+async def _semantic_ids(
+    db: Database, agent: SonalityAgent, community_id: str, words: Sequence[str]
+) -> list[str]:
     """The consolidated insights (semantic memories) drawn from the member's messages:
-    those whose text is one the audit trail recorded for them (`member_words`)."""
-    find = getattr(agent.episodes, "semantic_ids", None)
-    if not callable(find) or not words:
+    those whose text is one the audit trail recorded for them (`member_words`), in
+    Chroma or still waiting in the episode outbox (a reflection committed them moments
+    ago, and this process or another holds them for its next batch)."""
+    if not words:
         return []
-    found = await asyncio.to_thread(find, list(words))
-    return [str(i) for i in found]
+    wanted = set(words)
+    waiting = [
+        e.id
+        for e in await db.community(community_id).pending_episodes()
+        if e.memory_type == SEMANTIC and document_of(e) in wanted
+    ]
+    find = getattr(agent.episodes, "semantic_ids", None)
+    found = await asyncio.to_thread(find, list(words)) if callable(find) else []
+    return [*waiting, *(str(i) for i in found if str(i) not in waiting)]
 
 
 async def reapply_after_rollback(

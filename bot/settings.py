@@ -93,6 +93,11 @@ class Settings(BaseSettings):
     chroma_timeout_seconds: float = Field(
         default=10.0, gt=0, le=600, alias="SONALITY_CHROMA_TIMEOUT_SECONDS"
     )
+    # The longest a learned episode waits in memory before its batch is written to
+    # Chroma (sooner once 8 wait); until then recall ranks it in memory.
+    episode_flush_seconds: float = Field(
+        default=10.0, ge=0, le=3600, alias="SONALITY_EPISODE_FLUSH_SECONDS"
+    )
     # Retention, applied hourly by the housekeeping job (storage/retention.py). Days the
     # text of answered messages (the member's words and the reply) is kept; nothing
     # reads it once the message is learned, moderators looking into a report get a

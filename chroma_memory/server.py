@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -40,7 +41,7 @@ from chromadb.api import ClientAPI
 from chromadb.api.models.Collection import Collection
 from chromadb.api.types import Documents, EmbeddingFunction, Embeddings
 from chromadb.config import DEFAULT_DATABASE, DEFAULT_TENANT, Settings
-from chromadb.errors import NotFoundError
+from chromadb.errors import InternalError, NotFoundError
 
 from chroma_memory.episodes import EpisodeStore
 from chroma_memory.process import community_collections
@@ -52,6 +53,12 @@ T = TypeVar("T")
 
 #: How long one request may take before it fails (connect, send, wait, read).
 DEFAULT_TIMEOUT_SECONDS = 10.0
+
+#: What the server answers (an InternalError) when a read reaches a collection whose
+#: vector index it cannot load yet, seen moments after a write (chroma-core/chroma#4212).
+INDEX_NOT_READY = "Error creating hnsw segment reader: Nothing found on disk"
+#: The pauses before the second and later tries of such a read: short, as a reply waits.
+INDEX_RETRY_PAUSES = (0.05, 0.15, 0.4)
 
 
 class ServerUnreachable(Exception):
@@ -287,6 +294,30 @@ class ServerEpisodeStore:
             )
             return operation(self._opened())
 
+    def _read(self, operation: Callable[[EpisodeStore], T]) -> T:
+        """`_call` for a query, tried again a few times, briefly, when the server cannot
+        load the collection's index yet (`INDEX_NOT_READY`).
+
+        Why: that answer is transient (the index of a collection written moments earlier
+        is not on the server's disk yet) but, without a retry, it costs the reply its
+        memories. Any other error is raised at once; after the last pause the error is
+        raised as well, and the reply goes out without memories as before. The caller
+        is a worker thread (never the event loop), so sleeping here blocks no one else.
+        """
+        for pause in INDEX_RETRY_PAUSES:
+            try:
+                return self._call(operation)
+            except InternalError as err:
+                if INDEX_NOT_READY not in str(err):
+                    raise
+                log.info(
+                    "%s: the Chroma server cannot read the index yet; trying again in %.2fs",
+                    self._community_id,
+                    pause,
+                )
+            time.sleep(pause)
+        return self._call(operation)
+
     def embed_many(self, texts: Sequence[str]) -> Embeddings:
         return self._embed(list(texts))
 
@@ -298,10 +329,14 @@ class ServerEpisodeStore:
             self._call(lambda store: store.delete(ids))
 
     def stored(self, ids: Sequence[str]) -> list[dict[str, Any]]:
-        return self._call(lambda store: store.stored(ids)) if ids else []
+        return self._read(lambda store: store.stored(ids)) if ids else []
 
     def count(self) -> int:
-        return self._call(lambda store: store.count())
+        return self._read(lambda store: store.count())
+
+    def semantic_ids(self, documents: Sequence[str]) -> list[str]:
+        """See `EpisodeStore.semantic_ids`: how a forget-me finds the member's insights."""
+        return self._read(lambda store: store.semantic_ids(documents))
 
     def retrieve_typed(
         self,
@@ -314,7 +349,7 @@ class ServerEpisodeStore:
         unwritten: Sequence[Episode] = (),
         hidden: Sequence[HiddenRange] = (),
     ) -> list[str]:
-        return self._call(
+        return self._read(
             lambda store: store.retrieve_typed(
                 query,
                 episodic_n,
@@ -335,7 +370,7 @@ class ServerEpisodeStore:
         *,
         query_embedding: Embeddings | None = None,
     ) -> list[str]:
-        return self._call(
+        return self._read(
             lambda store: store.retrieve(
                 query, n_results, min_relevance, where, query_embedding=query_embedding
             )
@@ -344,11 +379,12 @@ class ServerEpisodeStore:
     def recent_summaries(
         self, since_interaction: int, limit: int = 20, hidden: Sequence[HiddenRange] = ()
     ) -> list[str]:
-        return self._call(lambda store: store.recent_summaries(since_interaction, limit, hidden))
+        return self._read(lambda store: store.recent_summaries(since_interaction, limit, hidden))
 
 
 __all__ = [
     "DEFAULT_TIMEOUT_SECONDS",
+    "INDEX_NOT_READY",
     "ServerChroma",
     "ServerEpisodeStore",
     "ServerMemory",

@@ -8,7 +8,11 @@ Compared with the seed's direct writes (`sonality.memory.access.DirectMemory`):
 * a committed episode gets its summary's vector before the commit (kept with it in the
   store's episode outbox), once no reply is retrieving;
 * committed episodes are written to Chroma in batches by a background task, and until
-  then recall ranks them in memory with the stored ones, so batching never hides one.
+  then recall ranks them in memory with the stored ones, so batching never hides one;
+* with several processes sharing the store, a batch is written only under the
+  community's episode lock and without the episodes no longer to be written, so a
+  forget-me handled by another process is never undone by a batch held here
+  (`WriteGuard`, implemented by `storage.community.EpisodeGuard`).
 
 Why each of these exists, with measurements: docs/performance.md.
 """
@@ -18,7 +22,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Collection, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
+from typing import Protocol
 
 from chroma_memory.embed_lane import EmbeddingLane
 from chroma_memory.episodes import WaitingAwareMemory
@@ -34,6 +39,29 @@ EPISODE_BATCH = 20
 #: The background writer waits for this many episodes or this many seconds.
 EPISODE_FLUSH_AT = 8
 EPISODE_FLUSH_DELAY = 10.0
+#: How often a write or a forget asks again for the episode lock another process holds
+#: (it holds it for one batch or one delete), and how long it asks before giving up.
+GUARD_POLL_SECONDS = 0.05
+GUARD_WAIT_SECONDS = 60.0
+
+
+class WriteGuard(Protocol):
+    """A community's episode lock across processes, and the check a batch passes."""
+
+    async def acquire(self) -> bool:
+        """Take the lock if no other process holds it; never waits."""
+        ...
+
+    async def release(self) -> None: ...
+
+    async def still_to_write(self, episode_ids: Sequence[str]) -> set[str]:
+        """Those of the ids that may still be written (their member not forgotten,
+        not written by another process meanwhile)."""
+        ...
+
+    async def discard(self, episode_ids: Sequence[str]) -> None:
+        """No process is to write these any more (a forget-me deletes them)."""
+        ...
 
 
 class WriteBehindMemory:
@@ -46,8 +74,15 @@ class WriteBehindMemory:
         lane: EmbeddingLane | None = None,
         priority: ReplyPriority | None = None,
         label: str = "community",
+        guard: WriteGuard | None = None,
+        flush_delay: float = EPISODE_FLUSH_DELAY,
     ) -> None:
+        """`guard`: only when other processes write the same community's episodes;
+        without it (one process) nothing is checked or locked. `flush_delay`: the
+        longest a committed episode waits before its batch is written."""
         self._episodes = episodes
+        self._guard = guard
+        self.flush_delay = flush_delay
         self._own_lane = lane is None
         self.lane = lane or EmbeddingLane(episodes.embed_many)
         self.priority = priority or ReplyPriority()
@@ -130,13 +165,13 @@ class WriteBehindMemory:
             )
 
     async def _write_behind(self) -> None:
-        """Wait for EPISODE_FLUSH_AT episodes or EPISODE_FLUSH_DELAY seconds, whichever
-        is first, then write. An episode without a vector (its embedding failed) cannot
+        """Wait for EPISODE_FLUSH_AT episodes or `flush_delay` seconds, whichever is
+        first, then write. An episode without a vector (its embedding failed) cannot
         be ranked in memory, so it is written at once."""
         while True:
             await self._wake.wait()
             self._wake.clear()
-            deadline = asyncio.get_running_loop().time() + EPISODE_FLUSH_DELAY
+            deadline = asyncio.get_running_loop().time() + self.flush_delay
             while (
                 len(self.unwritten) < EPISODE_FLUSH_AT
                 and all(e.embedding is not None for e in self.unwritten)
@@ -163,18 +198,62 @@ class WriteBehindMemory:
             while self.unwritten:
                 await self.priority.wait_quiet()
                 batch = self.unwritten[:EPISODE_BATCH]
-                await asyncio.to_thread(self._episodes.store_many, batch)
-                if self._written is not None:
-                    await self._written([e.id for e in batch])
+                if self._guard is None:
+                    await asyncio.to_thread(self._episodes.store_many, batch)
+                    done = batch
+                else:
+                    done = await self._store_checked(self._guard, batch)
+                if self._written is not None and done:
+                    await self._written([e.id for e in done])
                 del self.unwritten[: len(batch)]
+
+    async def _store_checked(self, guard: WriteGuard, batch: list[Episode]) -> list[Episode]:
+        """Store those of `batch` still to be written, checked and written under the
+        episode lock (see `WriteGuard`); returns them."""
+        async with self._locked(guard):
+            keep = await guard.still_to_write([e.id for e in batch])
+            ready = [e for e in batch if e.id in keep]
+            if ready:
+                await asyncio.to_thread(self._episodes.store_many, ready)
+        if len(ready) < len(batch):
+            log.info(
+                "%s: %d episode(s) not written: forgotten, or written by another process",
+                self.label,
+                len(batch) - len(ready),
+            )
+        return ready
+
+    @contextlib.asynccontextmanager
+    async def _locked(self, guard: WriteGuard) -> AsyncIterator[None]:
+        """The episode lock, waited for: another process holds it for one batch or one
+        delete. Raises if it never comes (the coordination connection is down): the
+        episodes then stay queued, and in the store's outbox."""
+        waited = 0.0
+        while not await guard.acquire():
+            if waited >= GUARD_WAIT_SECONDS:
+                raise RuntimeError(f"{self.label}: the episode lock never came ({waited:.0f}s)")
+            await asyncio.sleep(GUARD_POLL_SECONDS)
+            waited += GUARD_POLL_SECONDS
+        try:
+            yield
+        finally:
+            await guard.release()
 
     async def forget(self, ids: Collection[str]) -> None:
         """Drop waiting episodes first, then delete, under the writer's lock so no batch
-        in flight lands after the delete."""
+        in flight lands after the delete. With other processes, under the episode lock
+        too, and with the episodes discarded from the store's outbox first, so no batch
+        of theirs lands after it either (see `WriteGuard`)."""
         drop = set(ids)
         async with self._write_lock:
             self.unwritten = [e for e in self.unwritten if e.id not in drop]
-            if drop:
+            if not drop:
+                return
+            if self._guard is None:
+                await asyncio.to_thread(self._episodes.delete, sorted(drop))
+                return
+            async with self._locked(self._guard):
+                await self._guard.discard(sorted(drop))
                 await asyncio.to_thread(self._episodes.delete, sorted(drop))
 
     async def close(self, grace_seconds: float) -> None:

@@ -44,7 +44,7 @@ from storage.base import (
     to_db_time,
     to_json,
 )
-from storage.coordination import Coordinator, LearningLease
+from storage.coordination import EPISODES, Coordinator, LearningLease
 from storage.history import ChainTip, plan_row, read_chain, read_span, rebuild, replay
 from storage.models import (
     InteractionAlreadyDoneError,
@@ -87,6 +87,75 @@ def _latest_version(conn: Conn, community_id: str) -> int | None:
     return None if row is None or row[0] is None else int(row[0])
 
 
+class EpisodeGuard:
+    """Lets a process write a community's episodes to Chroma only while they are still
+    to be written, with several processes sharing the store.
+
+    Why: a process writes its committed episodes to Chroma some seconds later, in
+    batches (`chroma_memory.write_behind`). A forget-me handled by another process
+    deletes the member's episodes from Chroma, but cannot reach the batches other
+    processes hold in memory: one written after the delete would bring the member's
+    words back. So a batch is written only under the community's episode lock, after
+    one query keeps the episodes still in the outbox whose member has no forget-me
+    under way (`still_to_write`); and the forget-me, under the same lock, removes the
+    episodes' outbox rows (`discard`) and deletes them from Chroma. So a batch checked
+    after that never holds them, and one checked before it was written before it, and
+    is deleted by it. The member's episodes committed later, by a process that does not
+    know of the forget-me yet, are left out as the journal of the forget-me names them.
+    """
+
+    def __init__(self, db: SqlBase, coordinator: Coordinator, community_id: str) -> None:
+        self._db = db
+        self._coordinator = coordinator
+        self.community_id = community_id
+        self._name = EPISODES + community_id
+
+    async def acquire(self) -> bool:
+        """Take the community's episode lock if no other process holds it; never waits."""
+        return await self._coordinator.try_lock(self._name)
+
+    async def release(self) -> None:
+        await self._coordinator.unlock(self._name)
+
+    async def still_to_write(self, episode_ids: Sequence[str]) -> set[str]:
+        """Those of `episode_ids` still waiting in the outbox (not written by another
+        process, not erased) and not the episodes of a member being forgotten."""
+        ids = list(dict.fromkeys(episode_ids))
+        if not ids:
+            return set()
+        marks = ", ".join("?" * len(ids))
+        rows = await self._db._fetchall(
+            "SELECT o.episode_id FROM episode_outbox o WHERE o.community_id = ? "
+            f"AND o.episode_id IN ({marks}) AND NOT EXISTS (SELECT 1 FROM interactions i "
+            "JOIN forget_requests f ON f.community_id = i.community_id "
+            "AND f.member_id = i.speaker_id "
+            "WHERE i.community_id = o.community_id AND i.id = o.episode_id "
+            "AND f.finished_at IS NULL)",
+            (self.community_id, *ids),
+        )
+        return {str(r[0]) for r in rows}
+
+    async def discard(self, episode_ids: Sequence[str]) -> None:
+        """No process is to write these episodes any more (a forget-me deletes them):
+        their outbox rows go, so a batch checked from now on leaves them out."""
+        ids = list(dict.fromkeys(episode_ids))
+        cid = self.community_id
+
+        def work(conn: Conn) -> None:
+            for start in range(0, len(ids), 500):
+                chunk = ids[start : start + 500]
+                marks = ", ".join("?" * len(chunk))
+                execute(
+                    conn,
+                    "DELETE FROM episode_outbox WHERE community_id = ? "
+                    f"AND episode_id IN ({marks})",
+                    (cid, *chunk),
+                )
+
+        if ids:
+            await self._db._run_write(work, scope=cid)
+
+
 class CommunityStore:
     """Durable state of one community; implements `sonality.store.StateStore`."""
 
@@ -98,6 +167,9 @@ class CommunityStore:
         self._db = db
         self.community_id = community_id
         self._lease = None if coordinator is None else LearningLease(coordinator, community_id)
+        self._episode_guard = (
+            None if coordinator is None else EpisodeGuard(db, coordinator, community_id)
+        )
         # The newest version this store committed or read, so the next commit can store
         # a patch against it without reading its chain again. Versions never change
         # once written, so it can be stale (another writer went on) but never wrong:
@@ -149,6 +221,11 @@ class CommunityStore:
         """The lease several processes take turns on to learn this community; None on
         SQLite, where this process is the file's only user."""
         return self._lease
+
+    def episode_guard(self) -> EpisodeGuard | None:
+        """What keeps a forgotten member's episodes out of Chroma when several processes
+        write it (see `EpisodeGuard`); None on SQLite, where one process does."""
+        return self._episode_guard
 
     async def latest_version(self) -> int | None:
         cid = self.community_id

@@ -40,6 +40,7 @@ from the write-scope locks (`storage.base.SCOPE_LOCKS`) and the migration lock."
 
 LEARNING = "learn:"
 JOB = "job:"
+EPISODES = "episodes:"
 
 
 class Coordinator:

@@ -19,12 +19,15 @@ from pathlib import Path
 import pytest
 
 from bot.forget import forget_member
+from chroma_memory import write_behind
 from chroma_memory.embedding import FastMiniLML6V2
 from chroma_memory.episodes import EpisodeStore
+from chroma_memory.server import ServerMemory
 from chroma_memory.write_behind import WriteBehindMemory
 from sonality.agent import SonalityAgent
 from sonality.memory.episodes import Episode
 from storage import Database
+from tests.chroma_server import ChromaServer, chroma_server  # noqa: F401 (fixture)
 from tests.engine import test_replay as harness
 from tests.engine.test_replay import ALICE, BOB, ScriptedLLM, script
 from tests.integration.forget_scenario import files_holding
@@ -148,3 +151,82 @@ async def test_forget_me_deletes_the_insights_a_reflection_drew_from_the_member(
     after = semantic_documents(episodes)
     assert after == [d for d in before if TOKEN not in d]  # the others' insights stay
     assert files_holding([persist_dir], [TOKEN]) == []
+
+
+async def reflected(agent: SonalityAgent, llm: ScriptedLLM) -> None:
+    """Members' messages, each with an insight (Alice's quote the token), consolidated
+    by a reflection into semantic memories."""
+    for n, (speaker, answer) in enumerate(with_token(script(4, 12))):
+        if answer is None:
+            continue
+        llm.ess.append(answer)
+        who = "Alice" if speaker is ALICE else "Someone else"
+        llm.insight = f"{who} made me weigh evidence ({TOKEN if speaker is ALICE else n})."
+        await agent.respond(f"message {n}", speaker=speaker)
+        await agent.drain()
+    await agent.reflect_now("moderator", actor="mod")
+
+
+async def test_forget_me_drops_the_members_insights_still_waiting_to_be_written(
+    db: Database,
+    persist_dir: Path,
+    embedding_function: FastMiniLML6V2,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The reflection's insights wait in the write-behind queue (and the outbox) when
+    the forget-me comes: Alice's must never be written, the others' must."""
+    monkeypatch.setattr(write_behind, "EPISODE_FLUSH_AT", 10_000)  # only flush() writes
+    episodes = EpisodeStore.for_community(
+        COMMUNITY, persist_dir, embedding_function=embedding_function
+    )
+    llm = ScriptedLLM()
+    agent = await SonalityAgent.load(
+        client=llm,
+        store=db.community(COMMUNITY),
+        episodes=WriteBehindMemory(episodes, flush_delay=3600),
+        model="m",
+        ess_model="m",
+    )
+    try:
+        await reflected(agent, llm)
+        waiting = [e.summary for e in await db.community(COMMUNITY).pending_episodes()]
+        assert any(TOKEN in w for w in waiting) and semantic_documents(episodes) == []
+
+        await forget_member(db, agent, COMMUNITY, ALICE.id, requested_by="self")
+        await agent.flush_episodes()
+
+        after = semantic_documents(episodes)
+        assert after and not any(TOKEN in d for d in after)
+        assert files_holding([persist_dir], [TOKEN]) == []
+    finally:
+        await agent.close(grace_seconds=5)
+
+
+async def test_forget_me_deletes_the_members_insights_from_a_chroma_server(
+    db: Database,
+    chroma_server: ChromaServer,  # noqa: F811
+    embedding_function: FastMiniLML6V2,
+) -> None:
+    memory = ServerMemory(chroma_server.url, database=chroma_server.fresh_database())
+    llm = ScriptedLLM()
+    store = memory.store_for(COMMUNITY, embedding_function)
+    agent = await SonalityAgent.load(
+        client=llm,
+        store=db.community(COMMUNITY),
+        episodes=WriteBehindMemory(store),
+        model="m",
+        ess_model="m",
+    )
+    try:
+        await reflected(agent, llm)
+        await agent.flush_episodes()
+        before = semantic_documents(store._opened())
+        assert any(TOKEN in d for d in before) and any(TOKEN not in d for d in before)
+
+        await forget_member(db, agent, COMMUNITY, ALICE.id, requested_by="self")
+
+        after = semantic_documents(store._opened())
+        assert after == [d for d in before if TOKEN not in d]
+    finally:
+        await agent.close(grace_seconds=5)
+        memory.close()

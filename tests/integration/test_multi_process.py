@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import chromadb
 import pytest
 
 from bot import budget
@@ -58,6 +59,7 @@ from tests.pg import PostgresServer
 from tests.slack.conftest import (  # noqa: F401 (fixtures "fake", "http")
     BOT_TOKEN,
     SECRET,
+    command_form,
     fake_slack,
     http_session,
     mention_event,
@@ -146,13 +148,27 @@ class TwoBotStack:
         self._ts += 1
         return f"1700000{self._ts:03d}.000100"
 
-    async def mention(self, bot: BotProcess, text: str, *, event_id: str | None = None) -> str:
+    async def mention(
+        self, bot: BotProcess, text: str, *, event_id: str | None = None, user: str = "U1"
+    ) -> str:
         """Post an @mention to `bot`; returns its ts (the reply's thread)."""
         ts = self.next_ts()
-        body = mention_event(event_id=event_id or f"Ev{ts}", team=TEAM, ts=ts, text=text)
+        body = mention_event(event_id=event_id or f"Ev{ts}", team=TEAM, ts=ts, text=text, user=user)
         status, _, _ = await post_signed(self.http, bot.url, SECRET, json_body=body)
         assert status == 200
         return ts
+
+    async def command(self, bot: BotProcess, text: str, *, user: str) -> dict[str, Any]:
+        """/sonality `text` posted to `bot`; returns the answer sent to its response_url."""
+        rid = f"r{len(self.slack.responses) + 1}"
+        form = command_form(self.slack, text, user=user, team=TEAM, rid=rid)
+        status, _, _ = await post_signed(self.http, bot.url, SECRET, form=form)
+        assert status == 200
+        await self.slack.wait_for(
+            lambda: self.slack.responses.get(rid), what=f"/sonality {text}", within=WAIT
+        )
+        [answer] = self.slack.responses[rid]
+        return answer
 
     def replies_to(self, ts: str) -> list[dict[str, Any]]:
         return [p for p in self.slack.posts() if p.get("thread_ts") == ts]
@@ -398,3 +414,62 @@ async def test_a_daily_limit_spent_through_one_process_stops_the_other(
         assert kind(await send(two, "cost1 still there?")) is ReplyKind.NOTICE
         await release(one)
         await release(two)
+
+
+def chroma_documents(stack: TwoBotStack) -> dict[str, str]:
+    """Every record in the bots' Chroma database, id to document, read over HTTP."""
+    parts = stack.chroma_url.rsplit(":", 1)
+    client = chromadb.HttpClient(
+        host="127.0.0.1", port=int(parts[1]), database=stack.chroma_database
+    )
+    found: dict[str, str] = {}
+    for collection in client.list_collections():
+        got = collection.get(include=["documents"])
+        found.update(zip(got["ids"], [d or "" for d in got["documents"] or []], strict=True))
+    return found
+
+
+FORGOTTEN = "marmotlantern71"
+KEPT = "pelicanharbor36"
+
+
+async def test_a_member_forgotten_in_one_process_is_not_written_back_by_the_other(
+    two_bots: TwoBotStack,
+) -> None:
+    """b learns two members' messages and holds their episodes in its write-behind queue
+    (a flush delay longer than the test); a handles the first member's forget-me; then b
+    stops, writing what it holds. The forgotten member's episode must not reach Chroma;
+    the other member's must."""
+    for token in (FORGOTTEN, KEPT):
+        two_bots.anthropic.brain.ess_rule(
+            contains=token,
+            score=0.8,
+            reasoning_type="empirical_data",
+            topics=["remote_work"],
+            direction="supports",
+            summary=f"The sender cites the {token} study about remote work.",
+        )
+    b = await two_bots.start("b", SONALITY_EPISODE_FLUSH_SECONDS="3600")
+    for token, user in ((FORGOTTEN, "U1"), (KEPT, "U2")):
+        ts = await two_bots.mention(b, f"<@UBOT> the {token} study says remote works", user=user)
+        await two_bots.answered(ts)
+    db = await Database.open_url(two_bots.database_url)
+    try:
+        await until_learned(db)  # learned by b, the only process
+        (forgotten_id, _), (kept_id, _) = await outbox_messages(db)
+        waiting = {e.id for e in await db.community(COMMUNITY).pending_episodes()}
+        assert waiting == {forgotten_id, kept_id}  # committed, not yet written
+        assert forgotten_id not in chroma_documents(two_bots)  # b still holds it
+
+        a = await two_bots.start("a")
+        done = await two_bots.command(a, "forget-me confirm", user="U1")
+        assert "forgot" in done["text"].lower(), done
+        assert not any(FORGOTTEN in d for d in chroma_documents(two_bots).values())
+    finally:
+        await db.close()
+    # b writes what it holds as it stops; a then writes what it adopted.
+    assert await two_bots.stop() == [0, 0], [bot.err.lines[-10:] for bot in two_bots.bots]
+    stored = chroma_documents(two_bots)
+    assert forgotten_id not in stored
+    assert not any(FORGOTTEN in d for d in stored.values()), stored
+    assert KEPT in stored.get(kept_id, ""), stored

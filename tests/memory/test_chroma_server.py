@@ -10,11 +10,19 @@ import os
 import signal
 from pathlib import Path
 
+import httpx
 import pytest
+from chromadb.errors import InternalError
 
+from chroma_memory import server as server_module
 from chroma_memory.embedding import FastMiniLML6V2
 from chroma_memory.episodes import collection_name_for
-from chroma_memory.server import ServerChroma, ServerMemory, ServerUnreachable
+from chroma_memory.server import (
+    INDEX_NOT_READY,
+    ServerChroma,
+    ServerMemory,
+    ServerUnreachable,
+)
 from sonality.memory.episodes import SEMANTIC, Episode
 from tests.chroma_server import ChromaServer, free_port, running_chroma_server
 
@@ -138,3 +146,78 @@ def test_a_hung_server_fails_calls_instead_of_holding_them_and_a_restart_loses_n
             assert memory.store_for("discord:9", embedding_function).retrieve(QUERY) == [NUCLEAR]
         finally:
             memory.close()
+
+
+class IndexNotReadyYet(httpx.BaseTransport):
+    """The HTTP transport under chromadb's client: the next `failures` queries get the
+    answer the server gives when it cannot load a collection's index yet (chroma-core/
+    chroma#4212: status 500, the JSON chromadb turns into its InternalError); every other
+    request goes on to the real server."""
+
+    def __init__(self, inner: httpx.BaseTransport, message: str, failures: int) -> None:
+        self.inner = inner
+        self.message = message
+        self.failures = failures
+        self.queries = 0
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if request.method == "POST" and request.url.path.endswith("/query"):
+            self.queries += 1
+            if self.failures > 0:
+                self.failures -= 1
+                body = {"error": "InternalError", "message": self.message}
+                return httpx.Response(500, json=body, request=request)
+        return self.inner.handle_request(request)
+
+
+def _flaky(memory: ServerMemory, message: str, failures: int) -> IndexNotReadyYet:
+    session = memory.chroma.client._server._session  # type: ignore[attr-defined]
+    assert isinstance(session, httpx.Client)
+    flaky = IndexNotReadyYet(session._transport, message, failures)
+    session._transport = flaky
+    return flaky
+
+
+PLAN_FAILED = f"Error executing plan: Internal error: {INDEX_NOT_READY}"
+
+
+@pytest.fixture
+def no_pauses(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(server_module, "INDEX_RETRY_PAUSES", (0.0, 0.0, 0.0))
+
+
+@pytest.mark.usefixtures("no_pauses")
+def test_a_query_the_server_cannot_read_yet_is_tried_again_and_recalls(
+    chroma_server: ChromaServer, embedding_function: FastMiniLML6V2
+) -> None:
+    memory = ServerMemory(chroma_server.url, database=chroma_server.fresh_database())
+    try:
+        store = memory.store_for("discord:3", embedding_function)
+        store.store_many([_episode("e1", NUCLEAR)])
+        flaky = _flaky(memory, PLAN_FAILED, failures=2)
+        assert store.retrieve(QUERY) == [NUCLEAR]
+        assert flaky.queries == 3
+        # Never readable: a few tries, then the error, as before (no memories).
+        flaky.failures, flaky.queries = 100, 0
+        with pytest.raises(InternalError, match="Nothing found on disk"):
+            store.retrieve(QUERY)
+        assert flaky.queries == len(server_module.INDEX_RETRY_PAUSES) + 1
+    finally:
+        memory.close()
+
+
+@pytest.mark.usefixtures("no_pauses")
+def test_any_other_server_error_on_a_query_is_not_tried_again(
+    chroma_server: ChromaServer, embedding_function: FastMiniLML6V2
+) -> None:
+    memory = ServerMemory(chroma_server.url, database=chroma_server.fresh_database())
+    try:
+        store = memory.store_for("discord:4", embedding_function)
+        store.store_many([_episode("e1", NUCLEAR)])
+        flaky = _flaky(memory, "Error executing plan: something else broke", failures=1)
+        with pytest.raises(InternalError, match="something else broke"):
+            store.retrieve_typed(QUERY)
+        assert flaky.queries == 1
+        assert store.retrieve_typed(QUERY) == [NUCLEAR]
+    finally:
+        memory.close()
