@@ -118,8 +118,8 @@ async def test_a_database_that_hangs_or_fails_falls_back_to_the_process_count(
             assert len(warnings) == 1 and "no answer in 0.05 s" in warnings[0], warnings
             assert len(shared._pending) == 1  # asked once; then not while it is down
             blocker.commit()
-        while shared._pending:  # the upsert that waited now ends on its own
-            await asyncio.sleep(0.01)
+        # The upsert that waited now ends on its own.
+        await asyncio.gather(*shared._pending, return_exceptions=True)
         clock.mono += ratelimit.RETRY_SHARED_SECONDS
         # Asked again: the database counted the first message and the one that waited.
         assert await shared.check(CID, MEMBER) is Verdict.WARN
@@ -165,7 +165,9 @@ async def lines_with(out: Output, needle: str, count: int) -> None:
     try:
         await asyncio.wait_for(seen(), 120)
     except TimeoutError:
-        raise AssertionError(f"never logged {needle!r} {count} time(s): {out.lines[-20:]}")
+        raise AssertionError(
+            f"never logged {needle!r} {count} time(s): {out.lines[-20:]}"
+        ) from None
 
 
 async def test_a_members_flood_spread_over_two_processes_meets_one_limit(

@@ -62,10 +62,7 @@ async def test_two_connections_flooding_at_once_see_distinct_counts(backend: Bac
     first, second = await backend.open(), await backend.open()
     try:
         counts = await asyncio.gather(
-            *(
-                (first if i % 2 else second).flood_hit(CID, MEMBER, at(0), WINDOW)
-                for i in range(40)
-            )
+            *((first if i % 2 else second).flood_hit(CID, MEMBER, at(0), WINDOW) for i in range(40))
         )
     finally:
         await first.close()
