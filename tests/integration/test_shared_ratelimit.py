@@ -21,6 +21,7 @@ from bot import ratelimit
 from bot.app import open_runtime
 from bot.messages import SLOW_DOWN
 from bot.ratelimit import RateLimiter, SharedRateLimiter, Verdict
+from bot.scheduler import ReflectionScheduler
 from storage import Database
 from tests.chroma_server import ChromaServer, chroma_server  # noqa: F401 (fixture)
 from tests.integration.conftest import make_settings, say
@@ -149,6 +150,27 @@ async def test_on_sqlite_the_limit_stays_in_memory(
         assert (await say(runtime, "first")) is not None
         flood = await say(runtime, "second")
         assert flood is not None and flood.text == SLOW_DOWN
+
+
+async def test_the_runtime_on_postgresql_counts_in_the_database_and_housekeeping_prunes(
+    tmp_path: Path, pg_url: str, llm: Any
+) -> None:
+    settings = make_settings(
+        tmp_path / "data", llm=llm, DATABASE_URL=pg_url, SONALITY_RATE_LIMIT_MESSAGES=1
+    )
+    async with open_runtime(settings, llm=llm) as runtime:
+        assert runtime.shared_limiter is not None
+        assert (await say(runtime, "first")) is not None
+        flood = await say(runtime, "second")
+        assert flood is not None and flood.text == SLOW_DOWN
+        rows = await runtime.db._fetchall("SELECT hits FROM flood_windows")
+        assert rows == [(2,)]
+        window = timedelta(seconds=settings.rate_limit_window_seconds)
+        scheduler = ReflectionScheduler(runtime)
+        await scheduler.run_housekeeping(datetime.now(UTC))  # the window is not over
+        assert await runtime.db._fetchall("SELECT hits FROM flood_windows") == [(2,)]
+        await scheduler.run_housekeeping(datetime.now(UTC) + window)
+        assert await runtime.db._fetchall("SELECT hits FROM flood_windows") == []
 
 
 # --- two real bot processes -------------------------------------------------------------
