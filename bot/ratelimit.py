@@ -116,12 +116,13 @@ class SharedRateLimiter:
         task = asyncio.create_task(
             self.db.flood_hit(community_id, user_id, self._clock(), self.window)
         )
-        done, _ = await asyncio.wait({task}, timeout=SHARED_TIMEOUT_SECONDS)
+        try:
+            done, _ = await asyncio.wait({task}, timeout=SHARED_TIMEOUT_SECONDS)
+        except asyncio.CancelledError:
+            self._park(task)
+            raise
         if not done:
-            # Left to finish on its own (a started transaction is not cut off); its
-            # outcome no longer matters.
-            self._pending.add(task)
-            task.add_done_callback(self._forget_task)
+            self._park(task)
             self._fall_back(f"no answer in {SHARED_TIMEOUT_SECONDS:g} s")
             return local
         try:
@@ -147,13 +148,16 @@ class SharedRateLimiter:
             )
         self._local_until = self._monotonic() + RETRY_SHARED_SECONDS
 
+    def _park(self, task: asyncio.Task[int]) -> None:
+        """Let a count nobody waits for any more finish on its own (a statement already
+        sent is not cut off); its outcome no longer matters."""
+        self._pending.add(task)
+        task.add_done_callback(self._forget_task)
+
     def _forget_task(self, task: asyncio.Task[int]) -> None:
         self._pending.discard(task)
         if not task.cancelled():
             task.exception()  # retrieved: a late failure was already reported as a timeout
-
-    def forget_idle(self) -> None:
-        self.local.forget_idle()
 
     async def prune(self, now: datetime | None = None) -> int:
         """Delete shared windows that are over (housekeeping: one process at a time)."""
