@@ -512,7 +512,10 @@ _V8_FLOOD: list[Statement] = [
     # (storage/flood.py): one row per member who wrote in the last window, keyed by a
     # hash of (community, member) rather than the member's id. Rows expire (housekeeping
     # deletes windows that ended), a forget-me deletes the member's row, and a community
-    # erasure finds it by `community_id`.
+    # erasure finds it by `community_id`. No reference to `communities`: the count is
+    # taken before anything else of a message is written, in one statement, and a
+    # member's first message may come before the community's row exists. The index on
+    # `window_start` alone serves the prune, which spans communities.
     """
     CREATE TABLE flood_windows (
         community_id TEXT NOT NULL,
