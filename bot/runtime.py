@@ -29,7 +29,7 @@ from bot.messages import (
     Reply,
     ReplyKind,
 )
-from bot.ratelimit import RateLimiter, Verdict
+from bot.ratelimit import RateLimiter, SharedRateLimiter, Verdict
 from bot.registry import CommunityRegistry
 from bot.removal import CommunityRemovals
 from bot.settings import Settings
@@ -70,6 +70,11 @@ class Runtime:
         self.rate_limiter = RateLimiter(
             settings.rate_limit_messages, settings.rate_limit_window_seconds
         )
+        # Several processes on one PostgreSQL database count floods together; one process
+        # (SQLite) keeps counting in memory only.
+        self.shared_limiter = (
+            SharedRateLimiter(db, self.rate_limiter) if db.coordinator is not None else None
+        )
         self.commands = CommandHandlers(
             db, self._current_agent, lambda: self.next_nightly, self.budget
         )
@@ -97,9 +102,12 @@ class Runtime:
         if not text:
             return None
         community, user = message.community, message.user
-        verdict = (
-            Verdict.ALLOW if message.trusted else self.rate_limiter.check(community.id, user.id)
-        )
+        if message.trusted:
+            verdict = Verdict.ALLOW
+        elif self.shared_limiter is not None:
+            verdict = await self.shared_limiter.check(community.id, user.id)
+        else:
+            verdict = self.rate_limiter.check(community.id, user.id)
         if verdict is Verdict.DROP:
             log.info("dropping flood message from %s in %s", user.id, community.id)
             return None

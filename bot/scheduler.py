@@ -152,6 +152,12 @@ class ReflectionScheduler:
         await self.runtime.db.prune_turns(
             now - timedelta(minutes=self.runtime.settings.buffer_ttl_minutes)
         )
+        shared = self.runtime.shared_limiter
+        if shared is not None:
+            try:
+                await shared.prune(now)
+            except Exception:
+                log.exception("pruning the shared flood count failed; tried again next time")
         try:
             await self.run_retention(now)
         except Exception:

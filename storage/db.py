@@ -49,6 +49,7 @@ from storage.buffers import BufferStore
 from storage.community import CommunityStore
 from storage.coordination import LEARNING, LOCK_SPACE, Coordinator
 from storage.export import ExportStore
+from storage.flood import FloodStore
 from storage.forget import ForgetStore
 from storage.migrations import migrate
 from storage.models import (
@@ -80,6 +81,7 @@ class Database(
     ExportStore,
     RemovalStore,
     ForgetStore,
+    FloodStore,
 ):
     """The open database. Create with `await Database.open(path)`; `await close()` at exit."""
 

@@ -37,6 +37,7 @@ from storage.base import (
     insert_returning_id,
     to_db_time,
 )
+from storage.flood import member_key
 
 #: The tables `erase_member` deletes from or rewrites.
 FORGET_TABLES = (
@@ -47,6 +48,7 @@ FORGET_TABLES = (
     "audit_events",
     "moderator_actions",
     "personality_versions",
+    "flood_windows",
 )
 
 #: What a forgotten member's words are replaced with in past versions.
@@ -231,6 +233,11 @@ class ForgetStore(SqlBase):
                 conn,
                 "DELETE FROM evidence_log WHERE community_id = ? AND member = ?",
                 (cid, member),
+            )
+            changed += execute(
+                conn,
+                "DELETE FROM flood_windows WHERE community_id = ? AND member_key = ?",
+                (cid, member_key(cid, member)),
             )
             changed += execute(
                 conn,

@@ -507,6 +507,27 @@ _V7_FORGET: list[Statement] = [
     ),
 ]
 
+_V8_FLOOD: list[Statement] = [
+    # The flood counter shared by every process on one PostgreSQL database
+    # (storage/flood.py): one row per member who wrote in the last window, keyed by a
+    # hash of (community, member) rather than the member's id. Rows expire (housekeeping
+    # deletes windows that ended), a forget-me deletes the member's row, and a community
+    # erasure finds it by `community_id`. No reference to `communities`: the count is
+    # taken before anything else of a message is written, in one statement, and a
+    # member's first message may come before the community's row exists. The index on
+    # `window_start` alone serves the prune, which spans communities.
+    """
+    CREATE TABLE flood_windows (
+        community_id TEXT NOT NULL,
+        member_key TEXT NOT NULL,
+        window_start TEXT NOT NULL,
+        hits INTEGER NOT NULL,
+        PRIMARY KEY (community_id, member_key)
+    ) WITHOUT ROWID
+    """,
+    "CREATE INDEX flood_windows_by_start ON flood_windows (window_start)",
+]
+
 MIGRATIONS: list[list[Statement]] = [
     _V1,
     _V2,
@@ -515,6 +536,7 @@ MIGRATIONS: list[list[Statement]] = [
     _V5_REMOVALS,
     _V6_EVIDENCE,
     _V7_FORGET,
+    _V8_FLOOD,
 ]
 """Index i holds the statements that take the schema from version i to i + 1."""
 

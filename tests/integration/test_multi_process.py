@@ -119,7 +119,9 @@ class TwoBotStack:
             SLACK_PORT=str(port),
             SONALITY_IDLE_CHECK_SECONDS="1",  # the housekeeping sweep, every second
             SONALITY_NIGHTLY_JITTER_SECONDS="0",
-            **extra,
+            # One member sends every message of these tests, and the flood limit holds
+            # across the processes; a test about flood control sets its own.
+            **{"SONALITY_RATE_LIMIT_MESSAGES": "10000", **extra},
         )
         assert proc.stdout is not None and proc.stderr is not None
         bot = BotProcess(proc, port, Output(), Output())

@@ -33,6 +33,7 @@ EXPECTED_TABLES = {
     "community_erasures",
     "evidence_log",
     "forget_requests",
+    "flood_windows",
 }
 
 

@@ -63,6 +63,7 @@ async def fill(path: Path, key: str) -> None:
         await db.mark_event_seen("slack", "Ev1", at(50), 10**9)
         await db.save_installation(INSTALL, {"bot_token": TOKEN, "team_id": "T1"})
         await db.issue_oauth_state("state-1", at(10**7))
+        await db.flood_hit("slack:T1", "u2", at(60), timedelta(seconds=60))
     finally:
         await db.close()
 
