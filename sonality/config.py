@@ -1,21 +1,9 @@
-"""Engine constants, each overridable from the environment as the seed API specifies.
+"""Engine constants, read from the environment once at import (seed names).
 
-Values are read once at import (after loading `.env`), so a process has one consistent
-configuration; tests that need other values pass them explicitly where functions
-accept them.
-
-Why reading never fails here: code written against the seed imports this module and
-reads `ESS_THRESHOLD` and friends directly, so a typo in `.env` must not turn every
-import into a traceback. A value that is unparsable, not finite or outside what the
-engine can work with is replaced by the seed default. Checking and *reporting* bad
-values is the host's job: `python -m bot` validates every setting first (refusing a
-bad one in one line) and then hands the validated values over with `configure()`.
-
-Why `configure()` instead of the host assigning attributes: it is the one place that
-knows which constants are tunable and keeps the derived ones (the total retrieval
-count) consistent; an unknown name is a programming error, not a silent new global.
-The engine reads these as `config.NAME` at call time, so a value set before the first
-message is the value used.
+Reading never fails: an unusable value falls back to the seed default, so a typo in
+`.env` cannot break every import. Reporting bad values is the host's job; it then
+installs its validated values with `configure()`. The engine reads `config.NAME` at
+call time.
 """
 
 from __future__ import annotations
@@ -58,8 +46,7 @@ def _env_log_level(name: str, default: str) -> str:
     return value if value in LOG_LEVELS else default
 
 
-# --- paths (the seed's single-user file layout; the bot keeps versions in SQLite) -------
-# Kept for seed compatibility: the seed's names, read by `SpongeState.save/load` callers.
+# --- paths (the seed's single-user layout; the bot keeps versions in its database) -----
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 # The bot's rule (SONALITY_DATA_DIR, default ./data), so both agree where data lives.
 DATA_DIR = Path(_env_str("SONALITY_DATA_DIR", "data"))
@@ -110,12 +97,8 @@ def configure(
     episodic_retrieval_count: int | None = None,
     reflection_every: int | None = None,
 ) -> None:
-    """Install values the host has already validated (None keeps the current one).
-
-    It still refuses what the engine cannot work with, all before changing anything,
-    so a host that skipped its own checks gets a ValueError rather than an engine that
-    silently stops learning.
-    """
+    """Install values the host validated (None keeps the current one); anything the
+    engine cannot work with raises ValueError before anything changes."""
     numbers: dict[str, tuple[float | None, float, float]] = {
         "ESS_THRESHOLD": (ess_threshold, 0.0, 1.0),
         "BOOTSTRAP_DAMPENING_UNTIL": (bootstrap_dampening_until, 0, math.inf),
