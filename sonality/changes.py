@@ -1,5 +1,4 @@
-"""How a change is recorded: its audit events, its one-line description and its
-evidence steps, so history, timeline and forget-me read the same facts."""
+"""A change's audit events, one-line description and evidence steps."""
 
 from __future__ import annotations
 
@@ -14,7 +13,6 @@ from sonality.store import AuditEvent, InteractionRecord
 
 
 def recorded_ess(ess: ESSResult) -> RecordedESS:
-    """The ESS result as the evidence log keeps it (see `sonality.evidence`)."""
     return RecordedESS(
         score=ess.score,
         reasoning_type=str(ess.reasoning_type),
@@ -39,7 +37,6 @@ def message_step(state: SpongeState, record: InteractionRecord, ess: ESSResult) 
 
 
 def decay_step(state: SpongeState) -> EvidenceStep:
-    """The decay a reflection just applied, at the rate reflections use."""
     return EvidenceStep(
         kind=DECAY, interaction=state.interaction_count, rate=config.BELIEF_DECAY_RATE
     )
@@ -51,8 +48,7 @@ def ess_event(
     ess: ESSResult,
     **outcome: Any,
 ) -> AuditEvent:
-    """The classification of one message and what it did (`outcome`: staged, committed,
-    disagreed, insight)."""
+    """One message's classification and what it did (`outcome`)."""
     return AuditEvent(
         kind="ess",
         interaction=state.interaction_count,
