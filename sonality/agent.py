@@ -41,7 +41,7 @@ from sonality.opinions import (
     update_topics,
     views_for_ess,
 )
-from sonality.prompts import build_message_turn, build_system_blocks
+from sonality.prompts import build_message_turn, build_messages, build_system_blocks
 from sonality.reflection import (
     RECENT_EPISODES_FOR_REFLECTION,
     ReflectionOutcome,
@@ -278,17 +278,11 @@ class SonalityAgent:
             memories, history = await asyncio.gather(retrieval, conversation)
         else:
             memories, history = await retrieval, conversation
-        # Stable text first, so the vendor's prompt cache covers as much as possible.
-        system = build_system_blocks(self.sponge.snapshot)
         traits = structured_traits(self.sponge)
         turn = build_message_turn(user_message, speaker.name, memories, traits)
-        earlier = [t.model_copy(update={"cache": False}) for t in history]
-        if earlier:
-            earlier[-1] = earlier[-1].model_copy(update={"cache": True})
-        messages = _truncate_conversation([*earlier, ChatTurn(role="user", content=turn)])
         result = await self.client.reply(
-            system=system,
-            messages=messages,
+            system=build_system_blocks(self.sponge.snapshot),
+            messages=build_messages(history, turn),
             max_tokens=config.RESPONSE_MAX_TOKENS,
             model=self.model,
             purpose="reply",
@@ -555,17 +549,3 @@ class SonalityAgent:
                 actor=actor,
             )
             return state
-
-
-def _truncate_conversation(turns: list[ChatTurn]) -> list[ChatTurn]:
-    """Drop the oldest turns beyond MAX_CONVERSATION_CHARS; never the current message."""
-    total = sum(len(t.content) for t in turns)
-    start = 0
-    while total > config.MAX_CONVERSATION_CHARS and start < len(turns) - 1:
-        total -= len(turns[start].content)
-        start += 1
-    kept = turns[start:]
-    # The API wants the conversation to open with a user turn.
-    while len(kept) > 1 and kept[0].role != "user":
-        kept = kept[1:]
-    return kept

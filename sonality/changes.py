@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from sonality import config
@@ -13,17 +14,7 @@ from sonality.store import AuditEvent, InteractionRecord
 
 
 def recorded_ess(ess: ESSResult) -> RecordedESS:
-    return RecordedESS(
-        score=ess.score,
-        reasoning_type=str(ess.reasoning_type),
-        source_reliability=str(ess.source_reliability),
-        internal_consistency=ess.internal_consistency,
-        novelty=ess.novelty,
-        topics=tuple(ess.topics),
-        summary=ess.summary,
-        opinion_direction=str(ess.opinion_direction),
-        used_defaults=ess.used_defaults,
-    )
+    return RecordedESS(**dataclasses.asdict(ess))
 
 
 def message_step(state: SpongeState, record: InteractionRecord, ess: ESSResult) -> EvidenceStep:

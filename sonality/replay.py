@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable
 
-from sonality.ess import ESSResult, OpinionDirection, ReasoningType, SourceReliability
+from sonality.ess import ESSResult
 from sonality.evidence import DECAY, MESSAGE, ROLLBACK, EvidenceStep, RecordedESS
 from sonality.memory.sponge import SpongeState
 from sonality.opinions import apply_due, disagrees, update_opinions, update_topics
@@ -23,17 +23,7 @@ class ReplayError(ValueError):
 
 
 def ess_of(recorded: RecordedESS) -> ESSResult:
-    return ESSResult(
-        score=recorded.score,
-        reasoning_type=ReasoningType(recorded.reasoning_type),
-        source_reliability=SourceReliability(recorded.source_reliability),
-        internal_consistency=recorded.internal_consistency,
-        novelty=recorded.novelty,
-        topics=tuple(recorded.topics),
-        summary=recorded.summary,
-        opinion_direction=OpinionDirection(recorded.opinion_direction),
-        used_defaults=recorded.used_defaults,
-    )
+    return ESSResult(**recorded.model_dump())
 
 
 def apply_message(state: SpongeState, step: EvidenceStep) -> None:
