@@ -42,6 +42,12 @@ def apply_due(state: SpongeState) -> list[str]:
     return applied
 
 
+def resisted(magnitude: float, confidence: float, against: float = 0.0) -> float:
+    """Bayesian resistance: a step shrinks with confidence, and an argument against a
+    stance also with that stance's strength `against`."""
+    return magnitude / (confidence + against + 1.0)
+
+
 def update_opinions(
     state: SpongeState,
     ess: ESSResult,
@@ -50,9 +56,8 @@ def update_opinions(
     member: str = "",
     version: int = 0,
 ) -> list[dict[str, Any]]:
-    """Stage moves for strong, directional evidence, resisted by confidence:
-    magnitude / (confidence + 1), plus |stance| in confidence when arguing against it.
-    Each move keeps its source for credit and forget-me."""
+    """Stage `resisted` moves for strong, directional evidence; each keeps its source
+    for credit and forget-me."""
     sign = ess.opinion_direction.sign
     if not (ess.score > config.ESS_THRESHOLD and ess.topics and sign != 0):
         return []
@@ -62,9 +67,7 @@ def update_opinions(
         old = state.opinion_vectors.get(topic, 0.0)
         meta = state.belief_meta.get(topic)
         confidence = meta.confidence if meta else 0.0
-        if old * sign < 0:
-            confidence += abs(old)
-        effective = magnitude / (confidence + 1.0)
+        effective = resisted(magnitude, confidence, abs(old) if old * sign < 0 else 0.0)
         due = state.stage_opinion_update(
             topic,
             sign,
