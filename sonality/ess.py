@@ -13,7 +13,7 @@ import re
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator
 from pydantic.dataclasses import dataclass
 
 from sonality.config import MAX_ESS_RETRIES
@@ -120,8 +120,6 @@ def normalize_topic(label: str) -> str:
 
 class _ToolInput(BaseModel):
     """A valid answer: strict types (a score of "0.7" is malformed), enums in any case."""
-
-    model_config = ConfigDict(extra="ignore")
 
     score: float = Field(strict=True)
     reasoning_type: ReasoningType

@@ -66,8 +66,6 @@ class MoveSource(BaseModel):
     """The message behind one staged update, kept through netting so credit (and a
     forget-me) follows the cause, not whichever message closed the cooling period."""
 
-    model_config = ConfigDict(extra="ignore")
-
     interaction_id: str = ""
     member: str = ""
     version: int = 0
@@ -75,8 +73,6 @@ class MoveSource(BaseModel):
 
 
 class BeliefMeta(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
     confidence: float = 0.0
     evidence_count: int = 1
     last_reinforced: int = 0
@@ -86,15 +82,11 @@ class BeliefMeta(BaseModel):
 
 
 class BehavioralSignature(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
     disagreement_rate: float = 0.0
     topic_engagement: dict[str, int] = Field(default_factory=dict)
 
 
 class Shift(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
     interaction: int
     timestamp: str
     description: str
@@ -102,8 +94,6 @@ class Shift(BaseModel):
 
 
 class StagedOpinionUpdate(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
     topic: str
     signed_magnitude: float
     staged_at: int
@@ -126,7 +116,7 @@ class HiddenMemories(BaseModel):
     """Memories a rollback put out of reach (see `sonality.store.HiddenRange`); kept,
     so undoing the rollback brings them back."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(frozen=True)
 
     after: int
     upto: int
@@ -134,8 +124,6 @@ class HiddenMemories(BaseModel):
 
 
 class SpongeState(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
     version: int = 0
     interaction_count: int = 0
     snapshot: str = SEED_SNAPSHOT
