@@ -46,14 +46,7 @@ def ess_event(
         payload={
             "interaction_id": record.id,
             "speaker": record.speaker.id,
-            "score": ess.score,
-            "reasoning_type": str(ess.reasoning_type),
-            "source_reliability": str(ess.source_reliability),
-            "opinion_direction": str(ess.opinion_direction),
-            "novelty": ess.novelty,
-            "topics": list(ess.topics),
-            "summary": ess.summary,
-            "used_defaults": ess.used_defaults,
+            **recorded_ess(ess).model_dump(mode="json", exclude={"internal_consistency"}),
             **outcome,
         },
     )
