@@ -135,7 +135,7 @@ class SpongeState(BaseModel):
     pending_insights: list[str] = Field(default_factory=list)
     staged_opinion_updates: list[StagedOpinionUpdate] = Field(default_factory=list)
     last_reflection_at: int = 0
-    # Not in the seed.
+    # Not in the seed: memories a rollback hid.
     hidden_memories: list[HiddenMemories] = Field(default_factory=list)
 
     @property
