@@ -119,7 +119,7 @@ class SonalityAgent:
             skip=lambda record: record.speaker.id in self._forgotten,
             label=self.label,
             lease=self._lease,
-            catch_up=lambda: self._catch_up(adopt_episodes=True),
+            catch_up=lambda: self.catch_up(adopt_episodes=True),
         )
         # The newest version whose episodes this agent wrote or took over.
         self._episodes_seen = sponge.version
@@ -171,8 +171,9 @@ class SonalityAgent:
         return agent
 
     # ------------------------------------------------------------------ shared store
-    async def _catch_up(self, adopt_episodes: bool = False) -> bool:
-        """Shared store: adopt a newer state another process committed (True if one was).
+    async def catch_up(self, adopt_episodes: bool = False) -> bool:
+        """Shared store: adopt a newer state another process committed (True if one was);
+        a host calls it before reading this one.
 
         `adopt_episodes`: also write the episodes still in the store's episode outbox,
         which a process killed after its commit may have left.
@@ -194,10 +195,6 @@ class SonalityAgent:
             self._episodes_seen = latest
             await self.memory.write(await self.store.pending_episodes())
         return moved
-
-    async def catch_up(self) -> None:
-        """Adopt a newer state another process stored, before the host reads this one."""
-        await self._catch_up()
 
     async def wake_learning(self) -> None:
         """Look at the shared outbox now (for rows a dead process left)."""
@@ -222,7 +219,7 @@ class SonalityAgent:
             waited += LEASE_POLL_SECONDS
         try:
             async with self._lock:
-                await self._catch_up()
+                await self.catch_up()
                 yield
         finally:
             await lease.release()
@@ -271,7 +268,7 @@ class SonalityAgent:
             raise RuntimeError("agent is closed")
         speaker = speaker or ANONYMOUS
         if self._lease is not None and not self._lock.locked():
-            await self._catch_up()
+            await self.catch_up()
         retrieval = self.memory.recall(user_message, self.sponge.hidden_ranges)
         history: Sequence[ChatTurn]
         if inspect.isawaitable(conversation):
