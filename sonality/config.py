@@ -25,7 +25,8 @@ def _env_str(name: str, default: str) -> str:
     return os.environ.get(name, "").strip() or default
 
 
-def _env_float(name: str, default: float, low: float, high: float) -> float:
+def _env_float(name: str, default: float) -> float:
+    low, high = LIMITS[name.removeprefix("SONALITY_")]
     try:
         value = float(_env_str(name, str(default)))
     except ValueError:
@@ -33,12 +34,13 @@ def _env_float(name: str, default: float, low: float, high: float) -> float:
     return value if math.isfinite(value) and low <= value <= high else default
 
 
-def _env_int(name: str, default: int, low: int, high: int | None = None) -> int:
+def _env_int(name: str, default: int) -> int:
+    low, high = LIMITS[name.removeprefix("SONALITY_")]
     try:
         value = int(_env_str(name, str(default)))
     except ValueError:
         return default
-    return value if value >= low and (high is None or value <= high) else default
+    return value if low <= value <= high else default
 
 
 def _env_log_level(name: str, default: str) -> str:
@@ -64,18 +66,27 @@ ESS_MODEL = _env_str("SONALITY_ESS_MODEL", DEFAULT_ESS_MODEL)
 # --- parameters -----------------------------------------------------------------------
 # More memories than this per prompt would crowd out the conversation itself.
 MAX_RETRIEVAL_COUNT = 50
+#: What the engine can work with, for each tunable number (read from SONALITY_<NAME>).
+LIMITS: dict[str, tuple[float, float]] = {
+    "ESS_THRESHOLD": (0.0, 1.0),
+    "BOOTSTRAP_DAMPENING_UNTIL": (0, math.inf),
+    "OPINION_COOLING_PERIOD": (0, math.inf),
+    "SEMANTIC_RETRIEVAL_COUNT": (0, MAX_RETRIEVAL_COUNT),
+    "EPISODIC_RETRIEVAL_COUNT": (0, MAX_RETRIEVAL_COUNT),
+    "REFLECTION_EVERY": (1, math.inf),
+}
 LOG_LEVEL = _env_log_level("SONALITY_LOG_LEVEL", "INFO")
-ESS_THRESHOLD = _env_float("SONALITY_ESS_THRESHOLD", 0.3, 0.0, 1.0)
+ESS_THRESHOLD = _env_float("SONALITY_ESS_THRESHOLD", 0.3)
 SPONGE_MAX_TOKENS = 500
 OPINION_BASE_RATE = 0.1
 BELIEF_DECAY_RATE = 0.15
-BOOTSTRAP_DAMPENING_UNTIL = _env_int("SONALITY_BOOTSTRAP_DAMPENING_UNTIL", 10, 0)
-OPINION_COOLING_PERIOD = _env_int("SONALITY_OPINION_COOLING_PERIOD", 3, 0)
-SEMANTIC_RETRIEVAL_COUNT = _env_int("SONALITY_SEMANTIC_RETRIEVAL_COUNT", 2, 0, MAX_RETRIEVAL_COUNT)
-EPISODIC_RETRIEVAL_COUNT = _env_int("SONALITY_EPISODIC_RETRIEVAL_COUNT", 3, 0, MAX_RETRIEVAL_COUNT)
+BOOTSTRAP_DAMPENING_UNTIL = _env_int("SONALITY_BOOTSTRAP_DAMPENING_UNTIL", 10)
+OPINION_COOLING_PERIOD = _env_int("SONALITY_OPINION_COOLING_PERIOD", 3)
+SEMANTIC_RETRIEVAL_COUNT = _env_int("SONALITY_SEMANTIC_RETRIEVAL_COUNT", 2)
+EPISODIC_RETRIEVAL_COUNT = _env_int("SONALITY_EPISODIC_RETRIEVAL_COUNT", 3)
 EPISODE_RETRIEVAL_COUNT = SEMANTIC_RETRIEVAL_COUNT + EPISODIC_RETRIEVAL_COUNT
 MAX_CONVERSATION_CHARS = 100_000
-REFLECTION_EVERY = _env_int("SONALITY_REFLECTION_EVERY", 20, 1)
+REFLECTION_EVERY = _env_int("SONALITY_REFLECTION_EVERY", 20)
 REFLECTION_SHIFT_THRESHOLD = 0.1
 
 # --- engine internals named by the seed -------------------------------------------------
@@ -99,20 +110,21 @@ def configure(
 ) -> None:
     """Install values the host validated (None keeps the current one); anything the
     engine cannot work with raises ValueError before anything changes."""
-    numbers: dict[str, tuple[float | None, float, float]] = {
-        "ESS_THRESHOLD": (ess_threshold, 0.0, 1.0),
-        "BOOTSTRAP_DAMPENING_UNTIL": (bootstrap_dampening_until, 0, math.inf),
-        "OPINION_COOLING_PERIOD": (opinion_cooling_period, 0, math.inf),
-        "SEMANTIC_RETRIEVAL_COUNT": (semantic_retrieval_count, 0, MAX_RETRIEVAL_COUNT),
-        "EPISODIC_RETRIEVAL_COUNT": (episodic_retrieval_count, 0, MAX_RETRIEVAL_COUNT),
-        "REFLECTION_EVERY": (reflection_every, 1, math.inf),
+    numbers: dict[str, float | None] = {
+        "ESS_THRESHOLD": ess_threshold,
+        "BOOTSTRAP_DAMPENING_UNTIL": bootstrap_dampening_until,
+        "OPINION_COOLING_PERIOD": opinion_cooling_period,
+        "SEMANTIC_RETRIEVAL_COUNT": semantic_retrieval_count,
+        "EPISODIC_RETRIEVAL_COUNT": episodic_retrieval_count,
+        "REFLECTION_EVERY": reflection_every,
     }
-    for name, (value, low, high) in numbers.items():
+    for name, value in numbers.items():
+        low, high = LIMITS[name]
         if value is not None and not (math.isfinite(value) and low <= value <= high):
             raise ValueError(f"{name} must be between {low} and {high}, not {value}")
     if log_level is not None and log_level.upper() not in LOG_LEVELS:
         raise ValueError(f"LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, not {log_level}")
-    values: dict[str, object] = {n: v for n, (v, _, _) in numbers.items() if v is not None}
+    values: dict[str, object] = {n: v for n, v in numbers.items() if v is not None}
     if model:
         values["MODEL"] = model
     if ess_model:
