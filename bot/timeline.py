@@ -45,6 +45,7 @@ from bot.messages import Attachment, CommandRequest, CommandResult
 from sonality import config
 from sonality.ess import normalize_topic
 from sonality.memory.sponge import SpongeState
+from sonality.opinions import resisted
 from sonality.store import VersionInfo
 from storage.people import StagedArgument
 
@@ -169,12 +170,11 @@ def reach(stance: float, confidence: float) -> tuple[float, float]:
     """The band around a stance: (low, high) = how far ONE argument could move it now.
 
     The engine's largest single step is OPINION_BASE_RATE (an ESS of 1.0 at full
-    novelty, after the first interactions), divided by (confidence + 1), and arguing
-    against a stance adds |stance| to that divisor (`SonalityAgent._update_opinions`).
-    So the band narrows as confidence grows, and is narrower on the side of zero.
+    novelty, after the first interactions), resisted as `sonality.opinions.resisted`
+    does. So the band narrows as confidence grows, and is narrower on the side of zero.
     """
-    step = config.OPINION_BASE_RATE / (1.0 + confidence)
-    against = config.OPINION_BASE_RATE / (1.0 + confidence + abs(stance))
+    step = resisted(config.OPINION_BASE_RATE, confidence)
+    against = resisted(config.OPINION_BASE_RATE, confidence, abs(stance))
     if stance > 0:
         return stance - against, stance + step
     if stance < 0:

@@ -1,17 +1,9 @@
-"""One community's personality: reply fast, learn afterwards, in order, crash-safe.
+"""One community's personality: reply with one LLM call, learn afterwards, in order.
 
-The seed runs its whole pipeline inside `respond()`. In a chat community that doubles
-the wait for every message, so this agent splits it:
-
-* `respond()` does retrieval, prompt assembly and exactly one LLM call, durably records
-  the interaction (the outbox row), queues it and returns the reply;
-* the learning queue (`sonality.learning`) then runs `_post_process`, the seed's
-  stages 3-6, on a *copy* of the state, and commits the new version, its audit events,
-  its episodes and the outbox acknowledgement through the `StateStore` in one
-  transaction.
-
-All mutations (post-processing, reflection, rollback, forget-me) take the agent's lock,
-so one community's changes are strictly ordered while other communities never wait.
+`respond()` records the interaction in the store's outbox and returns; the learning
+queue then runs `_post_process` (seed stages 3-6) on a copy of the state and commits it
+as one transaction. Every change takes the agent's lock, so one community's changes are
+strictly ordered while other communities never wait.
 """
 
 from __future__ import annotations
@@ -49,7 +41,7 @@ from sonality.opinions import (
     update_topics,
     views_for_ess,
 )
-from sonality.prompts import build_message_turn, build_system_blocks
+from sonality.prompts import build_message_turn, build_messages, build_system_blocks
 from sonality.reflection import (
     RECENT_EPISODES_FOR_REFLECTION,
     ReflectionOutcome,
@@ -76,8 +68,7 @@ log = logging.getLogger(__name__)
 
 ANONYMOUS = Speaker(id="anonymous", name="someone")
 
-#: A change outside learning (reflection, rollback, forget-me) waits this long at most
-#: for another process to finish learning the community, asking this often.
+#: How long a change outside learning waits for another process's lease, and how often it asks.
 LEASE_WAIT_SECONDS = 120.0
 LEASE_POLL_SECONDS = 0.2
 
@@ -105,8 +96,7 @@ class SonalityAgent:
         self.label = label or "community"
         self.client = client
         self.store = store
-        # A plain store is written after each commit (the seed's way); a host may hand
-        # over its own `AgentMemory` (the bot: batched, write-behind).
+        # A plain store is written after each commit; a host may bring its own AgentMemory.
         self.memory: AgentMemory = (
             episodes if isinstance(episodes, AgentMemory) else DirectMemory(episodes, self.label)
         )
@@ -114,14 +104,13 @@ class SonalityAgent:
         self.sponge = sponge
         self.model = model or config.MODEL
         self.ess_model = ess_model or config.ESS_MODEL
-        # Seed attribute: the latest exchange. Per-user history lives in the host's buffers.
+        # The latest exchange (seed attribute); per-user history is the host's.
         self.conversation: list[dict[str, str]] = []
         self.last_ess: ESSResult | None = None
         self.previous_snapshot: str | None = None
         self._lock = asyncio.Lock()
         # Members forgotten while running: their queued messages are never learned.
         self._forgotten: set[str] = set()
-        # Several processes share the store: changes wait for this community's lease.
         self._lease = store.learning_lease()
         self.learning = LearningQueue(
             self._post_process,
@@ -130,10 +119,9 @@ class SonalityAgent:
             skip=lambda record: record.speaker.id in self._forgotten,
             label=self.label,
             lease=self._lease,
-            catch_up=lambda: self._catch_up(adopt_episodes=True),
+            catch_up=lambda: self.catch_up(adopt_episodes=True),
         )
-        # The newest version whose episodes this agent wrote or took over (it commits
-        # its own; `load` takes over the store's pending ones).
+        # The newest version whose episodes this agent wrote or took over.
         self._episodes_seen = sponge.version
         # The ESS of the interaction whose learning waits, so a retry does not pay twice.
         self._classified: tuple[str, ESSResult] | None = None
@@ -151,12 +139,8 @@ class SonalityAgent:
         ess_model: str | None = None,
         label: str = "",
     ) -> SonalityAgent:
-        """Open a community: its latest version (or the seed as version 0), then replay.
-
-        Interactions answered but not yet post-processed (a crash, a kill -9) are queued
-        before anything new, so their effect lands exactly once and in order; episodes
-        committed but not yet in the episode memory are written.
-        """
+        """Open a community at its latest version (the seed if new) and queue the
+        interactions a crash left unlearned, before anything new."""
         state = await store.latest_state()
         if state is None:
             state = SpongeState()
@@ -165,7 +149,7 @@ class SonalityAgent:
                     StateCommit(state=state, cause="seed", change="seed personality")
                 )
             except Exception:
-                # Another process sharing the store seeded it first: use what it stored.
+                # Another process seeded it first.
                 state = await store.latest_state()
                 if state is None:
                     raise
@@ -187,13 +171,12 @@ class SonalityAgent:
         return agent
 
     # ------------------------------------------------------------------ shared store
-    async def _catch_up(self, adopt_episodes: bool = False) -> bool:
-        """Adopt the stored latest state if another process committed a newer one.
+    async def catch_up(self, adopt_episodes: bool = False) -> bool:
+        """Shared store: adopt a newer state another process committed (True if one was);
+        a host calls it before reading this one.
 
-        One cheap query (the latest version number); the state is rebuilt only when it
-        moved. Only for a shared store: alone, this agent made every version itself.
-        `adopt_episodes` (the new learner): also take over the episodes still waiting
-        in the store's episode outbox. Returns whether a newer state was adopted.
+        `adopt_episodes`: also write the episodes still in the store's episode outbox,
+        which a process killed after its commit may have left.
         """
         if self._lease is None:
             return False
@@ -208,25 +191,19 @@ class SonalityAgent:
                 self.sponge = state
                 moved = True
         if adopt_episodes and latest > self._episodes_seen:
-            # Memories another process committed and may not have written (it was
-            # killed meanwhile): written here too, an upsert by id, so never twice.
+            # An upsert by id, so an episode written twice is still one.
             self._episodes_seen = latest
             await self.memory.write(await self.store.pending_episodes())
         return moved
 
-    async def catch_up(self) -> None:
-        """Adopt a newer state another process stored (a host's check before deciding
-        on the current state, e.g. whether insights still wait for reflection)."""
-        await self._catch_up()
-
     async def wake_learning(self) -> None:
-        """Look at the shared outbox now (the host's sweep for rows a dead process left)."""
+        """Look at the shared outbox now (for rows a dead process left)."""
         self.learning.put(None)
 
     @contextlib.asynccontextmanager
     async def _changing(self) -> AsyncIterator[None]:
-        """The agent's lock, and with a shared store the community's lease too (waited
-        for: another process may be learning), with the state caught up first."""
+        """The agent's lock, plus with a shared store the community's lease and the
+        latest state."""
         lease = self._lease
         if lease is None:
             async with self._lock:
@@ -242,40 +219,33 @@ class SonalityAgent:
             waited += LEASE_POLL_SECONDS
         try:
             async with self._lock:
-                await self._catch_up()
+                await self.catch_up()
                 yield
         finally:
             await lease.release()
 
     async def drain(self) -> None:
-        """Wait until every queued interaction is post-processed and its memory written,
-        or until learning is held waiting for the model (then what is done is flushed)."""
+        """Wait until queued learning is done (or held for the model) and its memories
+        are written."""
         await self.learning.settled()
         await self.memory.flush()
 
     async def flush_episodes(self) -> None:
-        """Return once every committed episode is in the episode memory."""
         await self.memory.flush()
 
     @property
     def learning_held(self) -> bool:
-        """True while the oldest unlearned interaction waits for the model."""
         return self.learning.held
 
     def resume_learning(self) -> None:
-        """Retry held learning now (a spending limit was raised, a new day began)."""
         self.learning.resume()
 
     @property
     def backlog(self) -> int:
-        """Interactions answered but not yet post-processed."""
         return self.learning.backlog
 
     async def close(self, grace_seconds: float = 10.0) -> None:
-        """Finish queued post-processing and memory writes (each bounded), then stop.
-
-        Anything not finished stays in the store's outboxes and is replayed on next load.
-        """
+        """Finish queued work within the grace; the rest is replayed on next load."""
         self._closed = True
         await self.learning.close(grace_seconds)
         await self.memory.close(grace_seconds)
@@ -288,40 +258,28 @@ class SonalityAgent:
         conversation: Sequence[ChatTurn] | Awaitable[Sequence[ChatTurn]] = (),
         on_text: TextSink | None = None,
     ) -> str:
-        """Answer one message with a single LLM call; learning happens afterwards.
+        """Answer one message with one LLM call and queue it for learning.
 
-        `conversation` is the speaker's recent exchanges, or an awaitable of them: the
-        host's buffer read then overlaps memory retrieval instead of preceding it.
-        `on_text` receives the reply as it streams; the reply is recorded, and learning
-        starts, only once the whole of it has arrived.
-        Raises `LLMError` when the model cannot answer (a stream broken part-way too);
-        nothing is recorded then, so a failed reply leaves the personality untouched.
+        `conversation` may be an awaitable, so the host's read overlaps retrieval.
+        `on_text` gets the reply as it streams. Raises `LLMError` when there is no whole
+        reply; nothing is recorded then.
         """
         if self._closed:
             raise RuntimeError("agent is closed")
         speaker = speaker or ANONYMOUS
         if self._lease is not None and not self._lock.locked():
-            # Another process may have learned since (or a moderator rolled back there).
-            await self._catch_up()
+            await self.catch_up()
         retrieval = self.memory.recall(user_message, self.sponge.hidden_ranges)
         history: Sequence[ChatTurn]
         if inspect.isawaitable(conversation):
             memories, history = await asyncio.gather(retrieval, conversation)
         else:
             memories, history = await retrieval, conversation
-        # Stable first (rules, then the narrative, which changes only by reflection),
-        # then the speaker's earlier turns (cached up to the last one), then this
-        # message with its memories and the traits, which move with every commit.
-        system = build_system_blocks(self.sponge.snapshot)
         traits = structured_traits(self.sponge)
         turn = build_message_turn(user_message, speaker.name, memories, traits)
-        earlier = [t.model_copy(update={"cache": False}) for t in history]
-        if earlier:
-            earlier[-1] = earlier[-1].model_copy(update={"cache": True})
-        messages = _truncate_conversation([*earlier, ChatTurn(role="user", content=turn)])
         result = await self.client.reply(
-            system=system,
-            messages=messages,
+            system=build_system_blocks(self.sponge.snapshot),
+            messages=build_messages(history, turn),
             max_tokens=config.RESPONSE_MAX_TOKENS,
             model=self.model,
             purpose="reply",
@@ -348,11 +306,8 @@ class SonalityAgent:
 
     # ------------------------------------------------------------------ post-processing
     async def _post_process(self, record: InteractionRecord, usage: list[UsageRecord]) -> None:
-        """Seed stages 3-6 for one interaction, committed as one new version.
-
-        `usage` collects the tokens of every LLM call made; the learning queue records
-        them even when the attempt fails.
-        """
+        """Seed stages 3-6 for one interaction, committed as one new version; `usage`
+        collects the tokens spent, recorded even if the attempt fails."""
         state = self.sponge.model_copy(deep=True)
         version = self.sponge.version + 1  # the version this commit creates
         ess = await self._classify_ess(record, views_for_ess(state), usage)
@@ -414,11 +369,9 @@ class SonalityAgent:
     async def _classify_ess(
         self, record: InteractionRecord, views: str, usage: list[UsageRecord]
     ) -> ESSResult:
-        """ESS of the user's words alone.
+        """ESS of the user's words alone, cached per interaction so a retry pays once.
 
-        A malformed answer ends in the safe defaults inside `classify`; the model being
-        unreachable raises `LLMError`, and the learning waits and retries, because a
-        strong argument scored while the provider was down must not count as none.
+        `LLMError` propagates: an outage is retried, never scored as "no argument".
         """
         if self._classified is not None and self._classified[0] == record.id:
             return self._classified[1]
@@ -440,8 +393,7 @@ class SonalityAgent:
     async def _commit(
         self, state: SpongeState, *, episodes: Sequence[Episode] = (), **commit: Any
     ) -> None:
-        """Commit `state` as the next version with its episodes, then make it current and
-        hand the episodes to the episode memory."""
+        """Commit `state` as the next version, make it current, then write its episodes."""
         prepared = await self.memory.prepare(list(episodes))
         state.version = self.sponge.version + 1
         await self.store.commit(StateCommit(state=state, episodes=prepared, **commit))
@@ -462,7 +414,6 @@ class SonalityAgent:
         events: list[AuditEvent],
         episodes: list[Episode],
     ) -> ReflectionOutcome | None:
-        """Periodic (every REFLECTION_EVERY) or event-driven (cumulative shift) reflection."""
         reason = trigger(state)
         if reason is None:
             return None
@@ -476,10 +427,7 @@ class SonalityAgent:
         reason: str,
         episodes: list[Episode],
     ) -> ReflectionOutcome:
-        """Decay, then consolidate insights into the narrative, validated before use.
-
-        New semantic memories are appended to `episodes`, which the caller commits.
-        """
+        """Decay, then rewrite the narrative; new insight memories go into `episodes`."""
         dropped = tuple(state.decay_beliefs(config.BELIEF_DECAY_RATE))
         await self.memory.flush()
         recent = await asyncio.to_thread(
@@ -529,8 +477,7 @@ class SonalityAgent:
 
     # ------------------------------------------------------------------ undoing
     async def rollback(self, version: int, actor: str, reason: str = "") -> SpongeState:
-        """Restore an earlier version as a new version (so a rollback can be undone),
-        putting the memories formed since out of reach (`sonality.rollback.restore`)."""
+        """Restore `version` as a new version, hiding the memories formed since."""
         async with self._changing():
             target = await self.store.state_at(version)
             if target is None or version > self.sponge.version:
@@ -599,17 +546,3 @@ class SonalityAgent:
                 actor=actor,
             )
             return state
-
-
-def _truncate_conversation(turns: list[ChatTurn]) -> list[ChatTurn]:
-    """Drop the oldest turns beyond MAX_CONVERSATION_CHARS; never the current message."""
-    total = sum(len(t.content) for t in turns)
-    start = 0
-    while total > config.MAX_CONVERSATION_CHARS and start < len(turns) - 1:
-        total -= len(turns[start].content)
-        start += 1
-    kept = turns[start:]
-    # The API wants the conversation to open with a user turn.
-    while len(kept) > 1 and kept[0].role != "user":
-        kept = kept[1:]
-    return kept

@@ -1,8 +1,8 @@
-"""How a change is recorded: its audit events, its one-line description and its
-evidence steps, so history, timeline and forget-me read the same facts."""
+"""A change's audit events, one-line description and evidence steps."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from sonality import config
@@ -14,18 +14,7 @@ from sonality.store import AuditEvent, InteractionRecord
 
 
 def recorded_ess(ess: ESSResult) -> RecordedESS:
-    """The ESS result as the evidence log keeps it (see `sonality.evidence`)."""
-    return RecordedESS(
-        score=ess.score,
-        reasoning_type=str(ess.reasoning_type),
-        source_reliability=str(ess.source_reliability),
-        internal_consistency=ess.internal_consistency,
-        novelty=ess.novelty,
-        topics=tuple(ess.topics),
-        summary=ess.summary,
-        opinion_direction=str(ess.opinion_direction),
-        used_defaults=ess.used_defaults,
-    )
+    return RecordedESS(**dataclasses.asdict(ess))
 
 
 def message_step(state: SpongeState, record: InteractionRecord, ess: ESSResult) -> EvidenceStep:
@@ -39,7 +28,6 @@ def message_step(state: SpongeState, record: InteractionRecord, ess: ESSResult) 
 
 
 def decay_step(state: SpongeState) -> EvidenceStep:
-    """The decay a reflection just applied, at the rate reflections use."""
     return EvidenceStep(
         kind=DECAY, interaction=state.interaction_count, rate=config.BELIEF_DECAY_RATE
     )
@@ -51,22 +39,14 @@ def ess_event(
     ess: ESSResult,
     **outcome: Any,
 ) -> AuditEvent:
-    """The classification of one message and what it did (`outcome`: staged, committed,
-    disagreed, insight)."""
+    """One message's classification and what it did (`outcome`)."""
     return AuditEvent(
         kind="ess",
         interaction=state.interaction_count,
         payload={
             "interaction_id": record.id,
             "speaker": record.speaker.id,
-            "score": ess.score,
-            "reasoning_type": str(ess.reasoning_type),
-            "source_reliability": str(ess.source_reliability),
-            "opinion_direction": str(ess.opinion_direction),
-            "novelty": ess.novelty,
-            "topics": list(ess.topics),
-            "summary": ess.summary,
-            "used_defaults": ess.used_defaults,
+            **recorded_ess(ess).model_dump(mode="json", exclude={"internal_consistency"}),
             **outcome,
         },
     )

@@ -1,21 +1,9 @@
-"""Engine constants, each overridable from the environment as the seed API specifies.
+"""Engine constants, read from the environment once at import (seed names).
 
-Values are read once at import (after loading `.env`), so a process has one consistent
-configuration; tests that need other values pass them explicitly where functions
-accept them.
-
-Why reading never fails here: code written against the seed imports this module and
-reads `ESS_THRESHOLD` and friends directly, so a typo in `.env` must not turn every
-import into a traceback. A value that is unparsable, not finite or outside what the
-engine can work with is replaced by the seed default. Checking and *reporting* bad
-values is the host's job: `python -m bot` validates every setting first (refusing a
-bad one in one line) and then hands the validated values over with `configure()`.
-
-Why `configure()` instead of the host assigning attributes: it is the one place that
-knows which constants are tunable and keeps the derived ones (the total retrieval
-count) consistent; an unknown name is a programming error, not a silent new global.
-The engine reads these as `config.NAME` at call time, so a value set before the first
-message is the value used.
+Reading never fails: an unusable value falls back to the seed default, so a typo in
+`.env` cannot break every import. Reporting bad values is the host's job; it then
+installs its validated values with `configure()`. The engine reads `config.NAME` at
+call time.
 """
 
 from __future__ import annotations
@@ -37,7 +25,8 @@ def _env_str(name: str, default: str) -> str:
     return os.environ.get(name, "").strip() or default
 
 
-def _env_float(name: str, default: float, low: float, high: float) -> float:
+def _env_float(name: str, default: float) -> float:
+    low, high = LIMITS[name.removeprefix("SONALITY_")]
     try:
         value = float(_env_str(name, str(default)))
     except ValueError:
@@ -45,12 +34,13 @@ def _env_float(name: str, default: float, low: float, high: float) -> float:
     return value if math.isfinite(value) and low <= value <= high else default
 
 
-def _env_int(name: str, default: int, low: int, high: int | None = None) -> int:
+def _env_int(name: str, default: int) -> int:
+    low, high = LIMITS[name.removeprefix("SONALITY_")]
     try:
         value = int(_env_str(name, str(default)))
     except ValueError:
         return default
-    return value if value >= low and (high is None or value <= high) else default
+    return value if low <= value <= high else default
 
 
 def _env_log_level(name: str, default: str) -> str:
@@ -58,8 +48,7 @@ def _env_log_level(name: str, default: str) -> str:
     return value if value in LOG_LEVELS else default
 
 
-# --- paths (the seed's single-user file layout; the bot keeps versions in SQLite) -------
-# Kept for seed compatibility: the seed's names, read by `SpongeState.save/load` callers.
+# --- paths (the seed's single-user layout; the bot keeps versions in its database) -----
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 # The bot's rule (SONALITY_DATA_DIR, default ./data), so both agree where data lives.
 DATA_DIR = Path(_env_str("SONALITY_DATA_DIR", "data"))
@@ -77,18 +66,27 @@ ESS_MODEL = _env_str("SONALITY_ESS_MODEL", DEFAULT_ESS_MODEL)
 # --- parameters -----------------------------------------------------------------------
 # More memories than this per prompt would crowd out the conversation itself.
 MAX_RETRIEVAL_COUNT = 50
+#: What the engine can work with, for each tunable number (read from SONALITY_<NAME>).
+LIMITS: dict[str, tuple[float, float]] = {
+    "ESS_THRESHOLD": (0.0, 1.0),
+    "BOOTSTRAP_DAMPENING_UNTIL": (0, math.inf),
+    "OPINION_COOLING_PERIOD": (0, math.inf),
+    "SEMANTIC_RETRIEVAL_COUNT": (0, MAX_RETRIEVAL_COUNT),
+    "EPISODIC_RETRIEVAL_COUNT": (0, MAX_RETRIEVAL_COUNT),
+    "REFLECTION_EVERY": (1, math.inf),
+}
 LOG_LEVEL = _env_log_level("SONALITY_LOG_LEVEL", "INFO")
-ESS_THRESHOLD = _env_float("SONALITY_ESS_THRESHOLD", 0.3, 0.0, 1.0)
+ESS_THRESHOLD = _env_float("SONALITY_ESS_THRESHOLD", 0.3)
 SPONGE_MAX_TOKENS = 500
 OPINION_BASE_RATE = 0.1
 BELIEF_DECAY_RATE = 0.15
-BOOTSTRAP_DAMPENING_UNTIL = _env_int("SONALITY_BOOTSTRAP_DAMPENING_UNTIL", 10, 0)
-OPINION_COOLING_PERIOD = _env_int("SONALITY_OPINION_COOLING_PERIOD", 3, 0)
-SEMANTIC_RETRIEVAL_COUNT = _env_int("SONALITY_SEMANTIC_RETRIEVAL_COUNT", 2, 0, MAX_RETRIEVAL_COUNT)
-EPISODIC_RETRIEVAL_COUNT = _env_int("SONALITY_EPISODIC_RETRIEVAL_COUNT", 3, 0, MAX_RETRIEVAL_COUNT)
+BOOTSTRAP_DAMPENING_UNTIL = _env_int("SONALITY_BOOTSTRAP_DAMPENING_UNTIL", 10)
+OPINION_COOLING_PERIOD = _env_int("SONALITY_OPINION_COOLING_PERIOD", 3)
+SEMANTIC_RETRIEVAL_COUNT = _env_int("SONALITY_SEMANTIC_RETRIEVAL_COUNT", 2)
+EPISODIC_RETRIEVAL_COUNT = _env_int("SONALITY_EPISODIC_RETRIEVAL_COUNT", 3)
 EPISODE_RETRIEVAL_COUNT = SEMANTIC_RETRIEVAL_COUNT + EPISODIC_RETRIEVAL_COUNT
 MAX_CONVERSATION_CHARS = 100_000
-REFLECTION_EVERY = _env_int("SONALITY_REFLECTION_EVERY", 20, 1)
+REFLECTION_EVERY = _env_int("SONALITY_REFLECTION_EVERY", 20)
 REFLECTION_SHIFT_THRESHOLD = 0.1
 
 # --- engine internals named by the seed -------------------------------------------------
@@ -110,26 +108,23 @@ def configure(
     episodic_retrieval_count: int | None = None,
     reflection_every: int | None = None,
 ) -> None:
-    """Install values the host has already validated (None keeps the current one).
-
-    It still refuses what the engine cannot work with, all before changing anything,
-    so a host that skipped its own checks gets a ValueError rather than an engine that
-    silently stops learning.
-    """
-    numbers: dict[str, tuple[float | None, float, float]] = {
-        "ESS_THRESHOLD": (ess_threshold, 0.0, 1.0),
-        "BOOTSTRAP_DAMPENING_UNTIL": (bootstrap_dampening_until, 0, math.inf),
-        "OPINION_COOLING_PERIOD": (opinion_cooling_period, 0, math.inf),
-        "SEMANTIC_RETRIEVAL_COUNT": (semantic_retrieval_count, 0, MAX_RETRIEVAL_COUNT),
-        "EPISODIC_RETRIEVAL_COUNT": (episodic_retrieval_count, 0, MAX_RETRIEVAL_COUNT),
-        "REFLECTION_EVERY": (reflection_every, 1, math.inf),
+    """Install values the host validated (None keeps the current one); anything the
+    engine cannot work with raises ValueError before anything changes."""
+    numbers: dict[str, float | None] = {
+        "ESS_THRESHOLD": ess_threshold,
+        "BOOTSTRAP_DAMPENING_UNTIL": bootstrap_dampening_until,
+        "OPINION_COOLING_PERIOD": opinion_cooling_period,
+        "SEMANTIC_RETRIEVAL_COUNT": semantic_retrieval_count,
+        "EPISODIC_RETRIEVAL_COUNT": episodic_retrieval_count,
+        "REFLECTION_EVERY": reflection_every,
     }
-    for name, (value, low, high) in numbers.items():
+    for name, value in numbers.items():
+        low, high = LIMITS[name]
         if value is not None and not (math.isfinite(value) and low <= value <= high):
             raise ValueError(f"{name} must be between {low} and {high}, not {value}")
     if log_level is not None and log_level.upper() not in LOG_LEVELS:
         raise ValueError(f"LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, not {log_level}")
-    values: dict[str, object] = {n: v for n, (v, _, _) in numbers.items() if v is not None}
+    values: dict[str, object] = {n: v for n, v in numbers.items() if v is not None}
     if model:
         values["MODEL"] = model
     if ess_model:

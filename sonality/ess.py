@@ -1,14 +1,8 @@
-"""Evidence Strength Score: how good is the argument in a user's message?
+"""Evidence Strength Score: how well argued is a user's message?
 
-Why a separate, forced tool call: the score gates every change of the personality, so
-it must come back as structured data we can validate, from a call that sees only the
-user's message (never the agent's reply, which would let the model grade its own
-agreement) and frames the task as rating a third party's conversation.
-
-Why we validate instead of trusting the tool schema: models occasionally omit fields
-or return a word where a number belongs. A malformed answer is retried a few times and
-then replaced by safe defaults whose score can never pass the update threshold, so one
-bad classification cannot move a belief.
+A forced tool call that sees only the user's words, in the third person, so the model
+never grades its own agreement. Answers are validated, not trusted: a malformed one is
+retried, then replaced by safe defaults that can never move a belief.
 """
 
 from __future__ import annotations
@@ -19,7 +13,7 @@ import re
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator
 from pydantic.dataclasses import dataclass
 
 from sonality.config import MAX_ESS_RETRIES
@@ -29,20 +23,13 @@ from sonality.store import UsageRecord
 
 log = logging.getLogger(__name__)
 
-# The tool answer is a few short fields; this leaves ample room without inviting essays.
 ESS_MAX_TOKENS = 1024
 MAX_TOPICS = 3
 
 
 def fallback_summary(user_message: str) -> str:
-    """The summary of a message the model gave none for (no rating, or an empty one).
-
-    Why it never quotes the message: summaries outlive the message's text (Chroma keeps
-    them as the episode's document, the audit trail and evidence log keep them), and
-    they are shared with every later prompt that recalls the episode, so a quote would
-    keep the member's words past the retention and out of reach of a forget-me's
-    redaction. The seed's default (the first 120 characters) did exactly that.
-    """
+    """A summary that never quotes the message: summaries outlive its text (memories,
+    audit, evidence log), so a quote would escape retention and forget-me."""
     words = len(user_message.split())
     return f"A message of {words} word{'' if words == 1 else 's'} that could not be summarised."
 
@@ -83,7 +70,7 @@ class SourceReliability(StrEnum):
 
 @dataclass(frozen=True)
 class ESSResult:
-    """One classification. Frozen: it is logged and audited exactly as it was decided."""
+    """One classification, frozen as it was audited."""
 
     score: float
     reasoning_type: ReasoningType
@@ -96,7 +83,7 @@ class ESSResult:
     used_defaults: bool = False
 
 
-# Field meanings are in the prompt's guide; the schema carries only the types and values.
+# Field meanings are in the prompt's guide.
 _ESS_PROPERTIES: dict[str, Any] = {
     "score": {"type": "number"},
     "reasoning_type": {"type": "string", "enum": [m.value for m in ReasoningType]},
@@ -120,30 +107,19 @@ ESS_TOOL: dict[str, Any] = {
     "input_schema": {
         "type": "object",
         "properties": _ESS_PROPERTIES,
-        "required": list(_ESS_PROPERTIES),  # every field
+        "required": list(_ESS_PROPERTIES),
     },
 }
 
 
 def normalize_topic(label: str) -> str:
-    """Turn a free-form label into lowercase snake_case ("Nuclear Energy" -> "nuclear_energy").
-
-    Why: topics key the opinion vectors, so "Nuclear energy", "nuclear-energy" and
-    "nuclear_energy" must land on the same belief. Non-ASCII letters are kept so
-    communities writing in other languages get readable labels.
-    """
+    """Lowercase snake_case, so spellings of one topic key one belief; non-ASCII
+    letters are kept ("Nuclear Energy" -> "nuclear_energy")."""
     return re.sub(r"[\W_]+", "_", label.casefold()).strip("_")
 
 
 class _ToolInput(BaseModel):
-    """What a valid `classify_evidence` answer looks like.
-
-    Numbers, booleans, strings and the topic list are strict (a score of "high" or
-    "0.7" as a string is a malformed answer, not something to guess at); enum values
-    are matched case-insensitively.
-    """
-
-    model_config = ConfigDict(extra="ignore")
+    """A valid answer: strict types (a score of "0.7" is malformed), enums in any case."""
 
     score: float = Field(strict=True)
     reasoning_type: ReasoningType
@@ -178,13 +154,7 @@ class _ToolInput(BaseModel):
 
 
 def safe_default_ess(user_message: str) -> ESSResult:
-    """The classification used when no trustworthy one is available.
-
-    Why these values: a score of 0.0 with a neutral direction can never pass the update
-    threshold, so a failed classification leaves the personality untouched, while the
-    summary (which does not quote the member, see `fallback_summary`) still lets the
-    episode be stored.
-    """
+    """Score 0 and neutral: never passes the threshold, yet the episode is stored."""
     return ESSResult(
         score=0.0,
         reasoning_type=ReasoningType.NO_ARGUMENT,
@@ -229,21 +199,16 @@ async def classify(
     model: str | None = None,
     usage_sink: list[UsageRecord] | None = None,
 ) -> ESSResult:
-    """Score the evidence in `user_message` (and only that message).
+    """Score the evidence in `user_message` alone.
 
-    `sponge_snapshot` is the agent's current views as text, used only to judge novelty
-    (the seed's name; the agent passes its committed beliefs). Makes one forced
-    `classify_evidence` call, plus up to MAX_ESS_RETRIES more when
-    the answer fails validation; after that, returns `safe_default_ess`. Every call's
-    token usage is appended to `usage_sink`. `LLMError` is not caught: whether a
-    provider outage should fall back to defaults is the caller's decision.
+    `sponge_snapshot` is the agent's views, for novelty only. An invalid answer is
+    retried MAX_ESS_RETRIES times, then `safe_default_ess`; `LLMError` propagates.
     """
     prompt = ESS_MESSAGE_PROMPT.format(
         user_message=escape_prompt_text(user_message),
         sponge_snapshot=escape_prompt_text(sponge_snapshot),
     )
-    # The tool schema and the guide never change: together they are the cacheable
-    # prefix (the provider marks it when it reaches the model's minimum).
+    # The schema and the guide never change: a cacheable prefix.
     system = [SystemBlock(text=ESS_SYSTEM_PROMPT + "\n\n" + ESS_GUIDE, cache=True)]
     problems: list[str] = []
 

@@ -1,24 +1,12 @@
 """The learning queue: answered messages post-processed one at a time, in order.
 
-Each interaction was recorded in the store's outbox before its reply left; the queue
-runs the agent's post-processing on it, and the commit that ends it acknowledges the
-outbox row. A crash in between leaves the row pending for the next start.
+A model outage is not the interaction's fault: it is retried in order until the model
+answers, so no evidence is lost or reordered. Other failures count as attempts; the
+store parks a row after `MAX_LEARNING_ATTEMPTS`.
 
-The model being unavailable (an outage, a spending limit) is not the interaction's
-fault: it is retried, in order, until the model answers, so no evidence is lost and no
-later message is learned before it. Any other failure counts as an attempt, and the
-store parks the interaction after `MAX_LEARNING_ATTEMPTS`.
-
-Several processes sharing one store (the store hands out a `LearningLease`): any of
-them may answer a community's messages, but only the holder of the community's lease
-learns, and it learns the store's outbox, in the store's order, not its own queue. A
-queued record is then only a wake-up: the worker takes the lease (or leaves the work to
-the process holding it), brings the state up to the stored latest version, learns
-every pending row, and lets go. After letting go it looks at the outbox once more: a row
-recorded by another process while it held the lease, whose own try failed because of
-it, is picked up then. A process that dies holding the lease loses it with its
-connection; its rows are found by the next wake-up (a new message, or the host's
-periodic sweep of outboxes left waiting).
+With a shared store only the holder of the community's `LearningLease` learns, and it
+learns the store's outbox, not its own queue: a queued record is only a wake-up. After
+letting go it looks once more, for rows another process recorded meanwhile.
 """
 
 from __future__ import annotations
@@ -39,23 +27,18 @@ from sonality.store import (
 
 log = logging.getLogger(__name__)
 
-#: Learning that waits for the model retries after this long, doubling up to the cap
-#: (a provider's own `retry_after`, e.g. a spending limit's midnight, is capped too, so
-#: a raised limit or a recovered provider is noticed within minutes).
+#: Retry delays for learning, doubling up to the cap (which also bounds a provider's
+#: `retry_after`, so a recovery is noticed within minutes).
 LEARNING_RETRY_FIRST = 1.0
 LEARNING_RETRY_CAP = 300.0
 
-#: Post-processes one interaction; fills the list with the usage of its LLM calls.
 Learn = Callable[[InteractionRecord, list[UsageRecord]], Awaitable[None]]
 
-#: Brings the in-memory state up to the stored latest version (with the lease held);
-#: True when another process had committed a newer one.
+#: Adopts a newer stored state; True if there was one.
 CatchUp = Callable[[], Awaitable[bool]]
 
 
 class LearningQueue:
-    """One community's unlearned interactions and the single worker that learns them."""
-
     def __init__(
         self,
         learn: Learn,
@@ -68,22 +51,21 @@ class LearningQueue:
         catch_up: CatchUp | None = None,
     ) -> None:
         self._learn_one = learn
-        self._lock = lock  # the agent's: learning waits for rollbacks and reflections
+        self._lock = lock  # the agent's
         self._store = store
         self._skip = skip
         self.label = label
         self._lease = lease
         self._catch_up = catch_up
-        # Records to learn; with a lease, wake-ups (None: "look at the outbox").
+        # With a lease, entries are only wake-ups.
         self._queue: asyncio.Queue[InteractionRecord | None] = asyncio.Queue()
         self._worker: asyncio.Task[None] | None = None
         self._current: InteractionRecord | None = None
-        # Set while the head of the queue waits for the model; `resume` wakes it.
         self._held = asyncio.Event()
         self._resume = asyncio.Event()
 
     def put(self, record: InteractionRecord | None) -> None:
-        """Queue `record` for learning (shared store: a wake-up; None wakes only)."""
+        """Queue `record` (None: only wake a shared-store worker)."""
         if record is None and self._lease is None:
             return
         self._queue.put_nowait(record)
@@ -112,7 +94,7 @@ class LearningQueue:
         return self._queue.qsize() + (1 if self._current is not None else 0)
 
     async def close(self, grace_seconds: float) -> None:
-        """Learn what is queued (bounded), then stop; the rest is replayed on next load."""
+        """Learn what is queued within the grace, then stop."""
         try:
             await asyncio.wait_for(self._queue.join(), grace_seconds)
         except TimeoutError:
@@ -138,13 +120,12 @@ class LearningQueue:
                 self._queue.task_done()
 
     async def _learn_shared(self, lease: LearningLease) -> None:
-        """Learn the store's outbox if this process gets the lease (see the module doc).
-        Called with one wake-up taken from the queue; marks every wake-up it answered
-        done once the outbox it saw is learned, so `settled` means what it says."""
+        """Learn the outbox if this process gets the lease; the wake-ups it answered are
+        marked done only then, so `settled` means what it says."""
         answered = 1
         try:
             while True:
-                while not self._queue.empty():  # wake-ups so far are all answered by this
+                while not self._queue.empty():  # answered by this round
                     self._queue.get_nowait()
                     answered += 1
                 if not await lease.acquire():
@@ -162,7 +143,7 @@ class LearningQueue:
         except asyncio.CancelledError:
             raise
         except Exception:
-            # The store unreachable: the next wake-up (a message, the sweep) tries again.
+            # The store unreachable: the next wake-up tries again.
             log.exception("%s: learning from the shared outbox failed", self.label)
         finally:
             for _ in range(answered):
@@ -172,10 +153,8 @@ class LearningQueue:
         return [r for r in await self._store.pending_interactions() if not self._skip(r)]
 
     async def _learn_outbox(self) -> set[str]:
-        """Learn pending rows, oldest first, until none is left (rows recorded meanwhile,
-        by any process, included); returns the ids tried."""
-        # Each row once per round: one that failed for good has left the outbox, and one
-        # whose failure could not even be recorded must not be retried in a tight loop.
+        """Learn pending rows, oldest first, until none is left; returns the ids tried.
+        Each row once, so a failure that could not be recorded is no tight loop."""
         tried: set[str] = set()
         while True:
             pending = [r for r in await self._unskipped_pending() if r.id not in tried]
@@ -192,7 +171,7 @@ class LearningQueue:
     async def _learn(self, record: InteractionRecord) -> None:
         delay = LEARNING_RETRY_FIRST
         while True:
-            usage: list[UsageRecord] = []  # filled by each LLM call of the attempt
+            usage: list[UsageRecord] = []
             try:
                 async with self._lock:
                     await self._learn_one(record, usage)
@@ -213,9 +192,7 @@ class LearningQueue:
                 await self._hold(wait)
             except Exception as exc:
                 if self._lease is not None and await self._overtaken(record):
-                    # Another process committed meanwhile (its lock was thought lost):
-                    # not this interaction's fault, so no attempt is counted; if it
-                    # learned this very interaction, there is nothing left to do.
+                    # Another process committed meanwhile: not this interaction's fault.
                     await self._record_spent(usage)
                     if not await self._still_pending(record):
                         return
@@ -237,8 +214,8 @@ class LearningQueue:
             delay = min(delay * 2, LEARNING_RETRY_CAP)
 
     async def _overtaken(self, record: InteractionRecord) -> bool:
-        """Shared store: whether another process learned `record` or stored a newer
-        state than this attempt started from (which is then adopted)."""
+        """Whether another process learned `record` or committed a newer state (then
+        adopted)."""
         try:
             if not await self._still_pending(record):
                 return True

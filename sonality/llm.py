@@ -1,10 +1,5 @@
-"""The small LLM interface the engine depends on.
-
-The engine never talks to a vendor SDK directly: it asks this protocol for a text
-reply or for one forced tool call, and always gets token usage back so the host can
-account for cost per community. `providers.anthropic` implements it with the
-official SDK; tests drive that implementation against a loopback server.
-"""
+"""The LLM interface the engine needs: a text reply or one forced tool call, each
+with its token usage (implemented in `providers`)."""
 
 from __future__ import annotations
 
@@ -15,8 +10,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class Usage(BaseModel):
-    """Token counts of one LLM call, as the provider reports them."""
-
     model_config = ConfigDict(frozen=True)
 
     input_tokens: int = 0
@@ -43,12 +36,8 @@ class SystemBlock(BaseModel):
 
 
 class ChatTurn(BaseModel):
-    """One message of a conversation sent to the model.
-
-    `cache=True` marks the end of a prefix worth caching (a user's earlier turns that
-    the next message will repeat). Like `SystemBlock.cache` it is a hint: the provider
-    decides whether the prefix is long enough for its vendor to cache at all.
-    """
+    """`cache=True` marks the end of a prefix worth caching (a hint, as for
+    `SystemBlock`)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -66,7 +55,7 @@ class TextResult(BaseModel):
 
 
 class ToolResult(BaseModel):
-    """The arguments the model passed to the forced tool (unvalidated: callers check)."""
+    """The forced tool's arguments, unvalidated."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -76,26 +65,20 @@ class ToolResult(BaseModel):
 
 
 class LLMError(RuntimeError):
-    """The LLM could not produce an answer (after the client's own retries).
-
-    `retry_after` (seconds), when known, says when trying again makes sense: learning
-    that needs the model waits that long and retries in order instead of giving up.
-    """
+    """No answer after the client's own retries; `retry_after` (seconds) if known."""
 
     def __init__(self, reason: str, *, retry_after: float | None = None) -> None:
         super().__init__(reason)
         self.retry_after = retry_after
 
 
-#: Receives the text of a streamed reply piece by piece, in order, as it arrives.
+#: Receives a streamed reply piece by piece.
 TextSink = Callable[[str], Awaitable[None]]
 
 R = TypeVar("R", TextResult, ToolResult)
 
 
 class LLMClient(Protocol):
-    """What the engine needs from a language model."""
-
     async def reply(
         self,
         *,
@@ -106,14 +89,8 @@ class LLMClient(Protocol):
         purpose: str = "reply",
         on_text: TextSink | None = None,
     ) -> TextResult:
-        """Return a plain text answer. Raises `LLMError` when none can be had.
-
-        With `on_text` the provider streams: the sink gets each piece of text as it
-        arrives, and the returned result is still the whole reply with its usage. A
-        stream that breaks part-way raises `LLMError`; the pieces already given to the
-        sink are then all there is, and they are not a reply.
-        """
-        ...
+        """A text answer, streamed to `on_text` if given; raises `LLMError` (a broken
+        stream too, whatever the sink already got)."""
 
     async def call_tool(
         self,
@@ -125,5 +102,4 @@ class LLMClient(Protocol):
         model: str | None = None,
         purpose: str = "tool",
     ) -> ToolResult:
-        """Force the model to call `tool` once and return its input. Raises `LLMError`."""
-        ...
+        """Force one call of `tool` and return its input; raises `LLMError`."""

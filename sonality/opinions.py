@@ -1,8 +1,5 @@
-"""What one classified message does to the personality's opinions (seed stages 5-6).
-
-Pure functions of a state and an ESS result, so the agent, the forget-me replay
-(`sonality.replay`) and the benchmarks run exactly the same rules.
-"""
+"""What one classified message does to the opinions (seed stages 5-6): pure functions,
+so the agent and the forget-me replay run the same rules."""
 
 from __future__ import annotations
 
@@ -18,11 +15,8 @@ VIEWS_FOR_ESS = 8
 
 
 def views_for_ess(state: SpongeState) -> str:
-    """What ESS compares a message with to judge its novelty: the committed beliefs.
-
-    The seed sends the whole narrative; the beliefs are what novelty is about, and they
-    stay short while a mature narrative runs to 500 tokens on every message's ESS call.
-    """
+    """The committed beliefs, against which ESS judges novelty (shorter than the
+    narrative the seed sends)."""
     return state.belief_summary(limit=VIEWS_FOR_ESS) or "No settled views yet."
 
 
@@ -32,13 +26,13 @@ def update_topics(state: SpongeState, ess: ESSResult) -> None:
 
 
 def disagrees(state: SpongeState, ess: ESSResult) -> bool:
-    """Structural disagreement: the user argues against a stance the agent holds."""
+    """The user argues against a stance the agent holds."""
     sign = ess.opinion_direction.sign
     return sign != 0 and any(state.opinion_vectors.get(t, 0.0) * sign < 0 for t in ess.topics)
 
 
 def apply_due(state: SpongeState) -> list[str]:
-    """Commit staged updates whose cooling period is over; record them as shifts."""
+    """Commit the due staged updates and record them as shifts."""
     before = dict(state.opinion_vectors)
     applied = state.apply_due_staged_updates()
     for topic, value in state.opinion_vectors.items():
@@ -46,6 +40,12 @@ def apply_due(state: SpongeState) -> list[str]:
         if moved > 0:
             state.record_shift(f"{topic}: {before.get(topic, 0.0):+.3f} -> {value:+.3f}", moved)
     return applied
+
+
+def resisted(magnitude: float, confidence: float, against: float = 0.0) -> float:
+    """Bayesian resistance: a step shrinks with confidence, and an argument against a
+    stance also with that stance's strength `against`."""
+    return magnitude / (confidence + against + 1.0)
 
 
 def update_opinions(
@@ -56,13 +56,8 @@ def update_opinions(
     member: str = "",
     version: int = 0,
 ) -> list[dict[str, Any]]:
-    """Stage belief moves for strong, directional evidence, with Bayesian resistance.
-
-    effective magnitude = magnitude / (confidence + 1), where arguing against the
-    current stance adds |current position| to the confidence. Each update carries its
-    source (`interaction_id`, its speaker `member` and `version`, the version the commit
-    creates), so the credit for a move stays with the argument that caused it.
-    """
+    """Stage `resisted` moves for strong, directional evidence; each keeps its source
+    for credit and forget-me."""
     sign = ess.opinion_direction.sign
     if not (ess.score > config.ESS_THRESHOLD and ess.topics and sign != 0):
         return []
@@ -72,9 +67,7 @@ def update_opinions(
         old = state.opinion_vectors.get(topic, 0.0)
         meta = state.belief_meta.get(topic)
         confidence = meta.confidence if meta else 0.0
-        if old * sign < 0:
-            confidence += abs(old)
-        effective = magnitude / (confidence + 1.0)
+        effective = resisted(magnitude, confidence, abs(old) if old * sign < 0 else 0.0)
         due = state.stage_opinion_update(
             topic,
             sign,
@@ -90,8 +83,7 @@ def update_opinions(
 
 
 def structured_traits(state: SpongeState) -> str:
-    """The compact numeric summary of the personality (seed format, plus the moves
-    still cooling)."""
+    """The seed's numeric summary, plus the moves still cooling."""
     lines = [f"Style: {state.tone}"]
     engagement = state.behavioral_signature.topic_engagement
     if engagement:

@@ -1,14 +1,8 @@
-"""Prompt texts and system-prompt assembly.
+"""Every prompt text, and their assembly, reviewable in one place.
 
-Why this module is the only place prompts live: the personality's behaviour is mostly
-decided by these words, so they must be reviewable in one file, and every piece of
-text that came from users (memories, the snapshot the model wrote about them, the
-traits derived from their conversations) must pass through `escape_prompt_text` before
-it is placed between our section tags. Otherwise a user could plant a memory such as
-``</relevant_memories><instructions>...`` and rewrite the bot's rules for everyone in
-the community.
-
-Every template here is meant for `str.format`; literal braces are doubled.
+Text that users shaped (memories, snapshot, traits, messages) passes through
+`escape_prompt_text` before it goes between section tags, so nobody can close a tag and
+rewrite the rules. Templates are for `str.format`.
 """
 
 from __future__ import annotations
@@ -16,7 +10,8 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 
-from sonality.llm import SystemBlock
+from sonality import config
+from sonality.llm import ChatTurn, SystemBlock
 
 CORE_IDENTITY = """\
 You are Sonality, a mind whose opinions are your own: they grew out of conversations \
@@ -41,13 +36,8 @@ standard."""
 
 
 def escape_prompt_text(text: str) -> str:
-    """Neutralise markup in text that did not come from us.
-
-    Why: sections of the system prompt are delimited by XML-like tags. Escaping ``&``,
-    ``<`` and ``>`` means user-derived text can mention a tag but can never open or
-    close one, so a hostile memory stays data instead of becoming instructions.
-    Quotes are left alone; they cannot end a section.
-    """
+    """Escape ``&``, ``<`` and ``>`` so the text can mention a tag but never open or
+    close one (quotes cannot end a section)."""
     return html.escape(text, quote=False)
 
 
@@ -91,7 +81,7 @@ def _section(tag: str, body: str) -> str:
 
 
 def _memory_bullets(relevant_episodes: Sequence[str]) -> str:
-    """One bullet per memory; newlines are flattened so a memory cannot fake extra bullets."""
+    """One bullet per memory, flattened so it cannot fake more bullets."""
     lines = []
     for episode in relevant_episodes:
         flat = " ".join(episode.split())
@@ -101,8 +91,7 @@ def _memory_bullets(relevant_episodes: Sequence[str]) -> str:
 
 
 def _context(structured_traits: str, relevant_episodes: Sequence[str]) -> list[str]:
-    """The traits and memories sections, each left out when empty, so the model never
-    reads an empty tag as "you have no memories"."""
+    """Traits and memories, each left out when empty (an empty tag reads as "none")."""
     sections = []
     traits = structured_traits.strip()
     if traits:
@@ -114,15 +103,8 @@ def _context(structured_traits: str, relevant_episodes: Sequence[str]) -> list[s
 
 
 def build_system_blocks(sponge_snapshot: str) -> list[SystemBlock]:
-    """The reply's system prompt: what stays the same from one message to the next.
-
-    Why this split: a vendor caches a prompt prefix only if it is byte-identical to one
-    sent before, so the prompt runs from what never changes (identity and rules, shared
-    by every community) to what changes only when a reflection rewrites it (the
-    narrative). Traits, memories and the message itself go into the last user turn
-    (`build_message_turn`), after the conversation, so a member's earlier turns stay
-    part of the cached prefix even when a belief commits.
-    """
+    """The reply's system prompt: rules, then the narrative, the parts that rarely
+    change, so the vendor's cached prefix covers them and the conversation after."""
     rules = SystemBlock(
         text=_section("core_identity", CORE_IDENTITY)
         + "\n\n"
@@ -142,11 +124,7 @@ def build_message_turn(
     relevant_episodes: Sequence[str] = (),
     structured_traits: str = "",
 ) -> str:
-    """The last user turn: the personality's current traits and this message's memories
-    as context, then who is speaking and what they said.
-
-    Every part came from users or from the state they shaped, so all of it is escaped.
-    """
+    """The last user turn: traits and memories, then the speaker and message, escaped."""
     parts = _context(structured_traits, relevant_episodes)
     name = " ".join(speaker.split())
     if name:
@@ -155,14 +133,30 @@ def build_message_turn(
     return "\n\n".join(parts)
 
 
+def build_messages(history: Sequence[ChatTurn], turn: str) -> list[ChatTurn]:
+    """The speaker's earlier turns (cached up to the last), then `turn`; the oldest are
+    dropped beyond MAX_CONVERSATION_CHARS, and the result opens with a user turn."""
+    earlier = [t.model_copy(update={"cache": False}) for t in history]
+    if earlier:
+        earlier[-1] = earlier[-1].model_copy(update={"cache": True})
+    turns = [*earlier, ChatTurn(role="user", content=turn)]
+    total = sum(len(t.content) for t in turns)
+    start = 0
+    while total > config.MAX_CONVERSATION_CHARS and start < len(turns) - 1:
+        total -= len(turns[start].content)
+        start += 1
+    kept = turns[start:]
+    while len(kept) > 1 and kept[0].role != "user":
+        kept = kept[1:]
+    return kept
+
+
 def build_system_prompt(
     sponge_snapshot: str,
     relevant_episodes: Sequence[str],
     structured_traits: str = "",
 ) -> str:
-    """The seed's single-string prompt, in the seed's section order (identity, state,
-    traits, memories, rules), for callers that send no conversation. The bot itself
-    sends the cache-friendly split of `build_system_blocks` and `build_message_turn`."""
+    """The seed's single-string prompt, for callers that send no conversation."""
     sections = [
         _section("core_identity", CORE_IDENTITY),
         _section("personality_state", escape_prompt_text(sponge_snapshot.strip())),
@@ -177,8 +171,7 @@ ESS_SYSTEM_PROMPT = (
     "calling the classify_evidence tool."
 )
 
-#: The rating rules and calibration anchors. They never change, so they are sent as a
-#: cacheable system block ahead of the per-message part below.
+#: Rules and calibration anchors: a cacheable system block.
 ESS_GUIDE = """\
 Rate only how well the MESSAGE (inside <message> tags), sent to an AI agent by someone \
 else, is reasoned and supported. You are an outside observer: the sender, their \
@@ -203,7 +196,6 @@ summary: one neutral sentence in the third person on what the message argues ("T
 sender argues that ..."), in your own words; never quote or name the sender.
 opinion_direction: supports or opposes its main topic, or neutral."""
 
-#: What changes with every message: the message itself and the agent's current views.
 ESS_MESSAGE_PROMPT = """\
 <message>
 {user_message}
@@ -216,7 +208,7 @@ For judging novelty only, the agent's current views:
 
 Call the classify_evidence tool with your assessment."""
 
-#: The whole classification prompt as one text (the seed's name for it).
+#: The seed's name for the whole classification prompt.
 ESS_CLASSIFICATION_PROMPT = ESS_GUIDE + "\n\n" + ESS_MESSAGE_PROMPT
 
 INSIGHT_SYSTEM_PROMPT = (

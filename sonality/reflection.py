@@ -1,10 +1,7 @@
-"""Reflection: when it runs, and how the narrative is rewritten (seed `_maybe_reflect`).
+"""Reflection: when it is due, and the validated rewrite of the narrative.
 
-The caller decays beliefs and gathers recent episode summaries first; `rewrite` asks
-the model for a new narrative, validates it, and turns the pending insights into
-semantic memories. Insights are consumed by every reflection that ran, accepted or
-not: left pending, one rejected rewrite would make every later trigger (the idle job
-among them) pay for the same reflection again.
+Every reflection that ran consumes the pending insights, accepted or not: otherwise one
+rejected rewrite would make every later trigger pay for the same reflection again.
 """
 
 from __future__ import annotations
@@ -29,8 +26,6 @@ RECENT_EPISODES_FOR_REFLECTION = 30
 
 
 class ReflectionOutcome(BaseModel):
-    """What one reflection did, for commands and the audit log."""
-
     model_config = ConfigDict(frozen=True)
 
     ran: bool
@@ -43,15 +38,13 @@ class ReflectionOutcome(BaseModel):
 
 
 def cumulative_shift(state: SpongeState) -> float:
-    """Shift magnitude since the last reflection (shown by `/sonality status`)."""
+    """Shift magnitude since the last reflection."""
     return sum(s.magnitude for s in state.recent_shifts if s.interaction > state.last_reflection_at)
 
 
 def trigger(state: SpongeState) -> str | None:
-    """Why a reflection is due now (periodic or cumulative shift), or None.
-
-    Never before half the periodic interval since the last one.
-    """
+    """Why a reflection is due (periodic or shift), or None; never before half the
+    periodic interval."""
     since = state.interaction_count - state.last_reflection_at
     shift = cumulative_shift(state)
     periodic = since >= config.REFLECTION_EVERY
@@ -63,7 +56,7 @@ def trigger(state: SpongeState) -> str | None:
 
 
 def fit_snapshot(text: str) -> str:
-    """Keep a reflection within SNAPSHOT_CHAR_LIMIT, cutting at a sentence end if needed."""
+    """Cut to SNAPSHOT_CHAR_LIMIT, at a sentence end where possible."""
     if len(text) <= SNAPSHOT_CHAR_LIMIT:
         return text
     cut = text[:SNAPSHOT_CHAR_LIMIT]
@@ -101,12 +94,8 @@ async def rewrite(
     episodes: list[Episode],
     label: str,
 ) -> ReflectionOutcome:
-    """Rewrite `state`'s narrative in place, validated before use.
-
-    The consumed insights are appended to `episodes` as semantic memories, named by
-    `version` (the version this reflection creates): two reflections at one interaction
-    count, one of them after a rollback, must not overwrite each other's memories.
-    """
+    """Rewrite `state`'s narrative in place if valid; the insights become semantic
+    memories in `episodes`, named by `version` so no two reflections collide."""
     old_chars = len(state.snapshot)
     try:
         result = await client.reply(
@@ -120,8 +109,7 @@ async def rewrite(
         log.warning("%s: reflection failed (%s); state kept", label, exc)
         return ReflectionOutcome(ran=False, reason=reason, dropped_beliefs=dropped, error=str(exc))
     usage.append(UsageRecord(purpose="reflection", model=result.model, usage=result.usage))
-    # The prompt showed the narrative escaped; a model that copies its wording may copy
-    # an entity too ("R&amp;D"), which would be escaped again next time.
+    # The prompt showed the narrative escaped; "R&amp;D" must not be escaped again.
     candidate = fit_snapshot(html.unescape(result.text).strip())
     accepted = validate_snapshot(state.snapshot, candidate)
     episodes.extend(

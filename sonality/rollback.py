@@ -10,9 +10,8 @@ class RollbackError(ValueError):
 
 
 def rebase(state: SpongeState, interaction_count: int) -> SpongeState:
-    """A copy of `state` at `interaction_count`: the interaction counter stays monotonic,
-    and interaction-relative fields move by the same offset, so decay gaps and cooling
-    periods are exactly what they were."""
+    """A copy of `state` moved to `interaction_count`, with every interaction-relative
+    field shifted alike, so decay gaps and cooling periods are kept."""
     restored = state.model_copy(deep=True)
     offset = interaction_count - restored.interaction_count
     restored.interaction_count = interaction_count
@@ -28,12 +27,8 @@ def rebase(state: SpongeState, interaction_count: int) -> SpongeState:
 
 
 def restore(target: SpongeState, current: SpongeState) -> SpongeState:
-    """`target` as the version after `current`.
-
-    Memories formed after the restored version are put out of reach with it (`rollback
-    0` forgets them all); restoring a later version brings back what it could recall,
-    since each version keeps its own ranges.
-    """
+    """`target` as the version after `current`, with the memories formed since hidden;
+    restoring a later version again brings back what it could recall."""
     restored = rebase(target, current.interaction_count)
     restored.version = current.version + 1
     if restored.interaction_count > target.interaction_count:

@@ -1,11 +1,8 @@
-"""The persistence interface the engine depends on, one instance per community.
+"""The persistence the engine needs, one instance per community, as an outbox.
 
-Why a protocol: the engine must survive a crash between "reply sent" and "personality
-updated" without knowing what database sits underneath. The contract is an outbox:
-`record_interaction` is durable before the reply leaves, and `commit` writes the new
-state version, its audit events, its token usage and the outbox acknowledgement in one
-transaction. Anything recorded but not committed is handed back by
-`pending_interactions` on the next start and processed exactly once.
+`record_interaction` is durable before the reply leaves; `commit` writes a version with
+everything it caused and acknowledges the outbox row in one transaction, so a crash in
+between is replayed from `pending_interactions` exactly once.
 """
 
 from __future__ import annotations
@@ -26,8 +23,6 @@ def utcnow() -> datetime:
 
 
 class Speaker(BaseModel):
-    """Who said something, in platform-neutral form."""
-
     model_config = ConfigDict(frozen=True)
 
     id: str
@@ -49,8 +44,6 @@ class InteractionRecord(BaseModel):
 
 
 class AuditEvent(BaseModel):
-    """An entry of the audit trail (ESS classification, reflection, rollback, ...)."""
-
     model_config = ConfigDict(frozen=True)
 
     kind: str
@@ -68,13 +61,11 @@ class UsageRecord(BaseModel):
     created_at: datetime = Field(default_factory=utcnow)
 
 
-#: Attempts at learning one interaction that failed for a reason other than the model
-#: being unavailable; after this many the store parks it (status 'failed').
+#: Failed learning attempts (other than model outages) after which the store parks a row.
 MAX_LEARNING_ATTEMPTS = 3
 
-#: Memories a rollback put out of reach: those of interactions `after < n <= upto` that
-#: were created before version `from_version` (later ones, even at the same interaction
-#: count, stay visible).
+#: (after, upto, from_version): memories of interactions after < n <= upto created
+#: before from_version, which a rollback put out of reach.
 HiddenRange = tuple[int, int, int]
 
 EPISODIC = "episodic"
@@ -82,20 +73,9 @@ SEMANTIC = "semantic"
 
 
 class Episode(BaseModel):
-    """One memory as stored in Chroma.
-
-    The document is the ESS summary (for an insight, its text), and the vector is the
-    document's embedding. So every memory, learned live, replayed after a restart or
-    distilled by reflection, lives in one embedding space and is ranked against the same
-    `min_relevance`. The member's raw message is not embedded, though the reply path has
-    its vector at hand: a small evaluation found summaries recall as well
-    (tests/memory/test_retrieval_space.py), insights have nothing else, and a vector of
-    the raw words would outlive them once retention deletes the message (embeddings can
-    be partly inverted), whereas the summary is kept with its vector anyway. (When
-    classification fails, the summary says only that, `sonality.ess.fallback_summary`;
-    releases before 2026-11-24 used the message's first words.) The price is one more
-    embedding per message, in the background.
-    """
+    """One memory. Its document is the ESS summary (an insight's text) and its vector
+    the document's, so episodes and insights share one embedding space (see
+    docs/performance.md for why the raw message is not embedded)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -107,28 +87,24 @@ class Episode(BaseModel):
     summary: str = ""
     interaction: int = 0
     memory_type: str = EPISODIC
-    # The personality version whose commit created it (0: unknown, before versions were
-    # recorded), so a rollback can tell what came before it.
+    # The version whose commit created it (0: unknown), so a rollback can hide it.
     version: int = 0
-    # The document's vector, when computed ahead (the agent does before committing, so
-    # an episode waiting for its batched write is ranked in memory). None: the store
-    # embeds the document when it writes the episode.
+    # The document's vector if computed ahead; None: the store embeds it on write.
     embedding: tuple[float, ...] | None = None
 
 
 class StateCommit(BaseModel):
-    """Everything one state change writes, applied atomically by the store."""
+    """Everything one state change writes, applied atomically."""
 
     state: SpongeState
     cause: str  # "seed" | "interaction" | "reflection" | "rollback" | "decay"
     change: str  # one line for humans: what changed in this version
     events: list[AuditEvent] = Field(default_factory=list)
     usage: list[UsageRecord] = Field(default_factory=list)
-    # Memories to write to Chroma after the commit (write-behind, see `pending_episodes`).
+    # Memories to write after the commit (see `pending_episodes`).
     episodes: list[Episode] = Field(default_factory=list)
     interaction_id: str | None = None  # outbox row acknowledged by this commit
     actor: str | None = None  # who caused it, for moderator actions
-    # What a replay of the opinions needs from this commit (see sonality.evidence).
     evidence: list[EvidenceStep] = Field(default_factory=list)
 
 
@@ -144,16 +120,11 @@ class VersionInfo(BaseModel):
 
 
 class LearningLease(Protocol):
-    """The right to change one community's state, when several processes share a store.
-
-    Whoever holds it learns the community's outbox (every process's answered messages,
-    in the store's order) and runs its other changes; it goes away with the holder's
-    process, so another process can take over what a dead one left.
-    """
+    """The right to change one community's state when processes share a store; it
+    dies with its holder's process."""
 
     async def acquire(self) -> bool:
-        """Take the lease if no other process holds it; never waits."""
-        ...
+        """Take the lease if free; never waits."""
 
     async def release(self) -> None: ...
 
@@ -162,62 +133,37 @@ class StateStore(Protocol):
     """Durable state of one community's personality."""
 
     def learning_lease(self) -> LearningLease | None:
-        """None when this process is the store's only user; else the lease processes
-        take turns on (see `sonality.learning`)."""
-        ...
+        """None when this process is the store's only user."""
 
     async def latest_version(self) -> int | None:
-        """The newest committed version number (cheap: no state is rebuilt)."""
-        ...
+        """The newest committed version number, without rebuilding its state."""
 
-    async def latest_state(self) -> SpongeState | None:
-        """The newest committed state, or None for a community never seen."""
-        ...
+    async def latest_state(self) -> SpongeState | None: ...
 
     async def state_at(self, version: int) -> SpongeState | None: ...
 
     async def versions(self, limit: int = 20, before: int | None = None) -> list[VersionInfo]:
         """Newest first."""
-        ...
 
-    async def record_interaction(self, record: InteractionRecord) -> None:
-        """Durably note an answered message before its reply is delivered."""
-        ...
+    async def record_interaction(self, record: InteractionRecord) -> None: ...
 
     async def pending_interactions(self) -> list[InteractionRecord]:
         """Recorded but not yet committed interactions, oldest first."""
-        ...
 
     async def mark_interaction_failed(
         self, interaction_id: str, error: str, usage: Sequence[UsageRecord] = ()
     ) -> int:
-        """Count a failed post-processing attempt, and the tokens it spent; returns
-        attempts so far.
+        """Count a failed learning attempt and its tokens; returns attempts so far."""
 
-        After too many attempts the store stops returning it as pending.
-        """
-        ...
-
-    async def commit(self, commit: StateCommit) -> None:
-        """Append the new version + events + usage + episodes, ack the outbox row: atomically."""
-        ...
+    async def commit(self, commit: StateCommit) -> None: ...
 
     async def record_usage(self, usage: Sequence[UsageRecord]) -> None:
-        """Record tokens spent outside a commit (a learning attempt that waits for the
-        model and will be retried), so no call vanishes from the community's spend."""
-        ...
+        """Record tokens of an attempt that will be retried."""
 
     async def pending_episodes(self) -> list[Episode]:
-        """Committed episodes not yet confirmed written to the vector store, oldest first.
-
-        Vector-store writes block every reader in the process, so they happen after the
-        commit, batched, when no reply is waiting; until confirmed they stay here and are
-        written again after a crash (the write is an idempotent upsert by id).
-        """
-        ...
+        """Committed episodes not yet confirmed written to memory, oldest first."""
 
     async def mark_episodes_written(self, episode_ids: list[str]) -> None: ...
 
     async def evidence(self) -> list[EvidenceStep]:
-        """The community's evidence log, in commit order (see `sonality.evidence`)."""
-        ...
+        """The evidence log, in commit order."""

@@ -1,14 +1,7 @@
-"""How the agent reaches its memories from the event loop.
-
-`EpisodeMemory` is synchronous, as the seed's Chroma store is. The agent needs a little
-more around it: recall that never fails a reply, episodes written only after their
-version is committed (the store keeps them in its episode outbox until `written` is
-called), and a way to wait for those writes. `AgentMemory` is that contract.
-
-`DirectMemory` here is the seed's behaviour: each commit's episodes are stored at once.
-A host with many communities can hand the agent a faster `AgentMemory` instead (the bot
-uses `chroma_memory.write_behind`), and the agent does not change.
-"""
+"""The agent's memories on the event loop: recall that never fails a reply, episodes
+written after their commit (kept in the store's outbox until `written`), and a wait for
+those writes. `DirectMemory` writes at once, as the seed does; a host may bring a faster
+`AgentMemory` (the bot's is in `chroma_memory.write_behind`)."""
 
 from __future__ import annotations
 
@@ -23,12 +16,11 @@ from sonality.store import Episode, HiddenRange
 
 log = logging.getLogger(__name__)
 
-#: Called with the ids of episodes once they are in the episode memory.
 Written = Callable[[list[str]], Awaitable[None]]
 
 
 def recall_budget() -> tuple[int, int, float]:
-    """Episodic and semantic memories per reply, and the relevance floor (configured)."""
+    """Episodic and semantic memories per reply, and the relevance floor."""
     return (
         config.EPISODIC_RETRIEVAL_COUNT,
         config.SEMANTIC_RETRIEVAL_COUNT,
@@ -38,28 +30,21 @@ def recall_budget() -> tuple[int, int, float]:
 
 @runtime_checkable
 class AgentMemory(Protocol):
-    """One community's episode memory as the agent uses it on its event loop."""
-
     @property
     def episodes(self) -> EpisodeMemory:
-        """The store underneath, for commands and tests that read it directly."""
-        ...
+        """The store underneath."""
 
     async def start(self, pending: Sequence[Episode], written: Written) -> None:
-        """Begin with the episodes committed but not yet written (after a crash)."""
-        ...
+        """Begin with the episodes a crash left unwritten."""
 
     async def recall(self, query: str, hidden: Sequence[HiddenRange]) -> list[str]:
-        """Memories for a reply; an empty list (and a logged reason) when memory fails."""
-        ...
+        """Memories for a reply; none (logged) when memory fails."""
 
     async def prepare(self, episodes: list[Episode]) -> list[Episode]:
-        """The episodes as they should be committed (a host may attach vectors)."""
-        ...
+        """The episodes as they should be committed (perhaps with vectors)."""
 
     async def write(self, episodes: Sequence[Episode]) -> None:
-        """Store committed episodes, now or later; `written` is called once they are."""
-        ...
+        """Store committed episodes, now or later, then call `written`."""
 
     async def flush(self) -> None:
         """Return once every episode handed to `write` is stored."""
@@ -73,11 +58,7 @@ class AgentMemory(Protocol):
 
 
 class DirectMemory:
-    """The seed's way: episodes are stored right after their commit, on a worker thread.
-
-    A write that fails leaves the episodes in the store's outbox; the next start writes
-    them (`start`).
-    """
+    """Episodes stored right after their commit; a failed write is retried at start."""
 
     def __init__(self, episodes: EpisodeMemory, label: str = "community") -> None:
         self._episodes = episodes

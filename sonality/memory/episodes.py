@@ -1,18 +1,8 @@
-"""Episodic and semantic memory, retrieved by meaning and weighted by evidence.
+"""Episodic and semantic memory, recalled by meaning and reranked by evidence.
 
-Each interaction is stored with its ESS summary as the document, and its vector is the
-document's, so one ``min_relevance`` means the same for episodes and insights.
-Retrieval fetches a few more candidates than asked for and reranks them by
-``similarity * (1 + ess_score)``: between two equally relevant memories, the one backed
-by the stronger argument comes first.
-
-The agent depends only on :class:`EpisodeMemory`. :class:`EpisodeStore` here is the
-seed's plain Chroma implementation; the bot uses the faster one in ``chroma_memory``,
-which shares these helpers so both rank and hide memories identically.
-
-Only what recall, hiding and deletion need is kept in Chroma: the summary (document),
-ESS score, memory type, interaction number, personality version and time. The member's
-message and the bot's reply are not, so forgetting a member never has to look there.
+The agent depends only on `EpisodeMemory`. `EpisodeStore` is the seed's plain Chroma
+store; `chroma_memory` has the bot's faster one, which uses the helpers below so both
+rank and hide memories alike. Chroma keeps no member text besides the summary.
 """
 
 from __future__ import annotations
@@ -32,14 +22,13 @@ from chromadb.utils.embedding_functions import DefaultEmbeddingFunction
 from sonality.config import MIN_EPISODE_RELEVANCE
 from sonality.store import EPISODIC, SEMANTIC, Episode, HiddenRange
 
-#: How many index candidates to fetch per requested result before reranking.
+#: Index candidates fetched per requested result, for the rerank.
 CANDIDATE_FACTOR = 3
-#: Retrieval defaults (the seed's), shared by every store's signature.
+#: The seed's retrieval defaults, for every store's signatures.
 N_RESULTS = 5
 EPISODIC_N = 3
 SEMANTIC_N = 2
 MIN_RELEVANCE = MIN_EPISODE_RELEVANCE
-#: Recent summaries listed when no limit is given.
 RECENT_N = 20
 
 __all__ = [
@@ -65,9 +54,7 @@ class EpisodeMemory(Protocol):
     def store_many(self, episodes: Sequence[Episode]) -> None: ...
 
     def delete(self, ids: Sequence[str]) -> None:
-        """Delete the memories with these ids; ids not stored are ignored (forget-me
-        runs it again after a crash)."""
-        ...
+        """Ids not stored are ignored, so a resumed forget-me can run it again."""
 
     def retrieve_typed(
         self,
@@ -98,8 +85,7 @@ class EpisodeMemory(Protocol):
 
 
 class SeedStoreMethods:
-    """The seed's one-episode `store` and batch embedding, for any Chroma-backed store
-    that has `store_many` and an embedding function."""
+    """The seed's one-episode `store`, and batch embedding, over `store_many`."""
 
     _embed: EmbeddingFunction[Documents]
 
@@ -118,8 +104,7 @@ class SeedStoreMethods:
         *,
         episode_id: str | None = None,
     ) -> str:
-        """Store one episode and return its id; storing again under the same
-        ``episode_id`` overwrites it (a replayed interaction never duplicates)."""
+        """Store one episode and return its id; the same `episode_id` overwrites."""
         episode = Episode(
             id=episode_id or uuid.uuid4().hex,
             user_message=user_message,
@@ -134,16 +119,11 @@ class SeedStoreMethods:
         return episode.id
 
     def embed_many(self, texts: Sequence[str]) -> Embeddings:
-        """Vectors for several texts in one model pass (the embedding lane's unit)."""
         return self._embed(list(texts))
 
 
 class EpisodeStore(SeedStoreMethods):
-    """One community's memories in one Chroma collection, ``memory_type`` as metadata.
-
-    ``EpisodeStore(persist_dir)`` works as the seed API describes, with Chroma's default
-    embedding function unless one is given.
-    """
+    """One community's memories in one Chroma collection (the seed's store)."""
 
     def __init__(
         self,
@@ -167,7 +147,6 @@ class EpisodeStore(SeedStoreMethods):
         upsert(self._collection, with_vectors(episodes, self._embed))
 
     def delete(self, ids: Sequence[str]) -> None:
-        """Delete by id; ids not stored are ignored."""
         if ids:
             self._collection.delete(ids=list(ids))
 
@@ -175,8 +154,7 @@ class EpisodeStore(SeedStoreMethods):
         return self._collection.count()
 
     def stored(self, ids: Sequence[str]) -> list[dict[str, Any]]:
-        """The memories with these ids as Chroma holds them (document and metadata, no
-        vector), so a member's data export shows what is really kept."""
+        """These memories as Chroma holds them, for a member's data export."""
         if not ids:
             return []
         return stored_in(self._collection, ids)
@@ -190,8 +168,7 @@ class EpisodeStore(SeedStoreMethods):
         *,
         query_embedding: Embeddings | None = None,
     ) -> list[str]:
-        """Summaries of the most relevant memories, best first; ``where`` filters on
-        metadata, e.g. ``{"interaction": {"$gte": 40}}``."""
+        """Summaries of the most relevant memories, best first."""
         vector = query_embedding if query_embedding is not None else self._embed([query])
         scored, _ = scored_matches(self._collection, vector, n_results, where, min_relevance)
         return best(scored, n_results)
@@ -206,8 +183,7 @@ class EpisodeStore(SeedStoreMethods):
         query_embedding: Embeddings | None = None,
         hidden: Sequence[HiddenRange] = (),
     ) -> list[str]:
-        """Semantic memories (distilled knowledge) first, then episodes, without repeats;
-        memories in a `hidden` range (undone by a rollback) are left out."""
+        """Insights first, then episodes, without repeats or `hidden` memories."""
         vector = query_embedding if query_embedding is not None else self._embed([query])
         hide = outside(hidden)
         found: list[str] = []
@@ -226,7 +202,7 @@ class EpisodeStore(SeedStoreMethods):
     def recent_summaries(
         self, since_interaction: int, limit: int = RECENT_N, hidden: Sequence[HiddenRange] = ()
     ) -> list[str]:
-        """Episode summaries from ``since_interaction`` on, oldest first (for reflection)."""
+        """Episode summaries from `since_interaction` on, oldest first."""
         if limit <= 0:
             return []
         where = {
@@ -244,13 +220,12 @@ class EpisodeStore(SeedStoreMethods):
 
 
 def relevance(similarity: float, ess_score: float) -> float:
-    """The rerank score: cosine similarity, boosted by the strength of the argument."""
+    """Between equally similar memories, the stronger argument ranks first."""
     return similarity * (1.0 + ess_score)
 
 
 def metadata_of(episode: Episode, timestamp: str) -> Metadata:
-    """What Chroma keeps besides the document and vector: only what ranking, ordering
-    and hiding read (no message text, no speaker)."""
+    """Only what ranking, ordering and hiding read."""
     return {
         "ess_score": float(episode.ess_score),
         "memory_type": episode.memory_type,
@@ -261,8 +236,7 @@ def metadata_of(episode: Episode, timestamp: str) -> Metadata:
 
 
 def stored_in(collection: Collection, ids: Sequence[str]) -> list[dict[str, Any]]:
-    """Memories with these ids as `collection` holds them: document and metadata, no
-    vector (what a member's data export shows)."""
+    """Documents and metadata of these ids, without vectors."""
     got = collection.get(ids=list(ids), include=["documents", "metadatas"])
     documents: Sequence[str | None] = got.get("documents") or [None] * len(got["ids"])
     metadatas: Sequence[Mapping[str, Any] | None] = got.get("metadatas") or [None] * len(got["ids"])
@@ -273,7 +247,7 @@ def stored_in(collection: Collection, ids: Sequence[str]) -> list[dict[str, Any]
 
 
 def upsert(collection: Collection, episodes: Sequence[Episode]) -> None:
-    """Upsert episodes that already carry vectors; the id makes a replay overwrite."""
+    """Upsert episodes that carry vectors; a replay overwrites by id."""
     now = datetime.now(UTC).isoformat()
     collection.upsert(
         ids=[e.id for e in episodes],
@@ -290,8 +264,7 @@ def scored_matches(
     where: Mapping[str, Any] | None,
     min_relevance: float,
 ) -> tuple[list[Scored], set[str]]:
-    """Reranked candidates from one collection at or above `min_relevance`, and the ids
-    the index returned (so a waiting episode that just landed is not counted twice)."""
+    """Reranked candidates at or above `min_relevance`, and the ids the index returned."""
     if n_results <= 0:
         return [], set()
     result = collection.query(
@@ -313,7 +286,7 @@ def scored_matches(
 
 
 def best(scored: list[Scored], n_results: int) -> list[str]:
-    """The `n_results` best summaries; ties go to the more similar memory."""
+    """The `n_results` best summaries; ties go to the more similar."""
     scored.sort(key=lambda item: (item[0], item[1]), reverse=True)
     return [summary for _, _, summary in scored[: max(n_results, 0)]]
 
@@ -347,14 +320,12 @@ def outside(hidden: Sequence[HiddenRange]) -> dict[str, Any] | None:
 
 
 def document_of(episode: Episode) -> str:
-    """The stored document: what recall returns for an episode, written or waiting, and
-    the text its vector is computed from."""
+    """What recall returns and the vector is computed from."""
     return episode.summary or episode.user_message[:200]
 
 
 def with_vectors(episodes: Sequence[Episode], embed: EmbeddingFunction[Documents]) -> list[Episode]:
-    """The episodes, each with a vector: those without one (the agent's embedding of
-    them failed, or they were stored directly) get their document's, in one batch."""
+    """The episodes, those without a vector given their document's in one batch."""
     missing = [i for i, e in enumerate(episodes) if e.embedding is None]
     ready = list(episodes)
     if missing:
@@ -365,7 +336,7 @@ def with_vectors(episodes: Sequence[Episode], embed: EmbeddingFunction[Documents
 
 
 def summary_of(meta: Mapping[str, Any], document: str | None) -> str:
-    """The document; memories stored before summaries left metadata kept it there."""
+    """Older memories kept the summary in their metadata."""
     return str(meta.get("summary") or document or "")
 
 

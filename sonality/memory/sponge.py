@@ -1,9 +1,7 @@
-"""The personality state ("sponge"): narrative, opinions, beliefs and their bookkeeping.
+"""The personality state ("sponge"): narrative, opinions and their bookkeeping.
 
-Why it is a plain pydantic model with synchronous, deterministic methods: the state is
-what gets versioned, diffed and rolled back, so every change to it must be reproducible
-from its inputs (apart from the wall-clock timestamp of a recorded shift). All LLM work
-happens elsewhere; this module only does arithmetic on the state.
+Deterministic arithmetic only (no LLM, no clock but shift timestamps), because the state
+is versioned, rolled back and replayed.
 """
 
 from __future__ import annotations
@@ -36,33 +34,25 @@ SEED_SNAPSHOT = (
     "know something I will tell you that too."
 )
 
-# Fields earlier versions of the state carried and later removed. They are dropped on
-# load so an old sponge.json still opens.
+# Fields older states carried; dropped on load.
 LEGACY_FIELDS = ("vibe", "affect_state", "commitments", "personality_ema")
 
-# Confidence saturates at this many pieces of evidence (log2(n + 1) / log2(20) = 1 at n = 19).
+# Confidence reaches 1 at 19 pieces of evidence: log2(n + 1) / log2(20).
 _CONFIDENCE_SATURATION = 20
-# Decay leaves beliefs alone until they have gone this many interactions unreinforced.
 _DECAY_GRACE_INTERACTIONS = 5
-# Each piece of evidence protects this much retention from decay, up to the cap below.
+# Retention floor: this much per piece of evidence, up to the cap.
 _DECAY_FLOOR_PER_EVIDENCE = 0.06
 _DECAY_FLOOR_CAP = 0.6
-# Netted staged deltas smaller than this are float noise and count as "no move".
+# A netted delta this small is float noise: no move.
 _NET_ZERO_TOLERANCE = 1e-12
 
+#: Topics whose engagement is counted: only the top 5 reach a prompt, the rest is room
+#: to climb, and without a bound every version would carry every topic ever seen.
 MAX_TRACKED_TOPICS = 50
-"""Topics whose engagement is counted. Only the top 5 ever reach a prompt (the traits
-line), so the rest is room for a topic to climb: one is dropped only when 49 others
-were each discussed at least as often, so whatever could reach the top 5 stays. Without
-a bound every topic ever seen kept a key, and every stored version carried them all."""
 
 
 def belief_confidence(evidence_count: int) -> float:
-    """Confidence of a belief backed by `evidence_count` pieces of evidence.
-
-    Why logarithmic: the first few pieces of evidence matter most, later ones add less,
-    so established beliefs need proportionally more to become "more certain".
-    """
+    """Logarithmic, so the first pieces of evidence count most."""
     if evidence_count <= 0:
         return 0.0
     return min(1.0, math.log2(evidence_count + 1) / math.log2(_CONFIDENCE_SATURATION))
@@ -73,16 +63,8 @@ def _clamp(value: float, low: float = -1.0, high: float = 1.0) -> float:
 
 
 class MoveSource(BaseModel):
-    """Which member's message produced one staged opinion update.
-
-    Why it is kept per update and survives netting: the version that commits a move is
-    just whichever message happened to close the cooling period (possibly a troll's),
-    so credit, and a member's later request to be forgotten, must follow the message
-    that caused the update. `member` is the engine's opaque speaker key, `version` the
-    personality version whose commit staged the update. The community is the store's.
-    """
-
-    model_config = ConfigDict(extra="ignore")
+    """The message behind one staged update, kept through netting so credit (and a
+    forget-me) follows the cause, not whichever message closed the cooling period."""
 
     interaction_id: str = ""
     member: str = ""
@@ -91,27 +73,20 @@ class MoveSource(BaseModel):
 
 
 class BeliefMeta(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
     confidence: float = 0.0
     evidence_count: int = 1
     last_reinforced: int = 0
     provenance: str = ""
-    # The updates netted into the belief's latest committed move, largest |delta| first
-    # (empty for beliefs committed before sources were recorded).
+    # The sources of the latest committed move, largest |delta| first.
     moved_by: list[MoveSource] = Field(default_factory=list)
 
 
 class BehavioralSignature(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
     disagreement_rate: float = 0.0
     topic_engagement: dict[str, int] = Field(default_factory=dict)
 
 
 class Shift(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
     interaction: int
     timestamp: str
     description: str
@@ -119,14 +94,11 @@ class Shift(BaseModel):
 
 
 class StagedOpinionUpdate(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
     topic: str
     signed_magnitude: float
     staged_at: int
     due_interaction: int
     provenance: str = ""
-    # Who caused it (see MoveSource); empty for updates staged before this was recorded.
     interaction_id: str = ""
     member: str = ""
     version: int = 0
@@ -141,11 +113,10 @@ class StagedOpinionUpdate(BaseModel):
 
 
 class HiddenMemories(BaseModel):
-    """Memories of interactions `after < n <= upto` created before version
-    `from_version`, undone by a rollback: kept in the store (an undo brings them back)
-    but never recalled while this state is current."""
+    """Memories a rollback put out of reach (see `sonality.store.HiddenRange`); kept,
+    so undoing the rollback brings them back."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(frozen=True)
 
     after: int
     upto: int
@@ -153,8 +124,6 @@ class HiddenMemories(BaseModel):
 
 
 class SpongeState(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
     version: int = 0
     interaction_count: int = 0
     snapshot: str = SEED_SNAPSHOT
@@ -166,7 +135,7 @@ class SpongeState(BaseModel):
     pending_insights: list[str] = Field(default_factory=list)
     staged_opinion_updates: list[StagedOpinionUpdate] = Field(default_factory=list)
     last_reflection_at: int = 0
-    # Not in the seed: which memories a rollback put out of reach (see HiddenMemories).
+    # Not in the seed: memories a rollback hid.
     hidden_memories: list[HiddenMemories] = Field(default_factory=list)
 
     @property
@@ -184,13 +153,8 @@ class SpongeState(BaseModel):
         evidence_increment: int = 1,
         moved_by: list[MoveSource] | None = None,
     ) -> None:
-        """Move the stance on `topic` and record the evidence behind it.
-
-        Why `evidence_increment`: a batch of staged updates committed together is still
-        several pieces of evidence, and confidence must reflect that. Any resistance to
-        change (scaling the magnitude by confidence) is the caller's decision; this
-        method applies exactly the step it is given, clamped to [-1, 1].
-        """
+        """Apply exactly this step (clamped to [-1, 1]; resistance is the caller's) and
+        count `evidence_increment` pieces of evidence (a netted batch is several)."""
         old = self.opinion_vectors.get(topic, 0.0)
         self.opinion_vectors[topic] = _clamp(old + direction * magnitude)
 
@@ -217,12 +181,8 @@ class SpongeState(BaseModel):
         member: str = "",
         version: int = 0,
     ) -> int:
-        """Queue a belief change to be committed after `cooling_period` interactions.
-
-        Why stage at all: a change that only looks convincing in the heat of one
-        exchange gets time to be netted against what the next few messages bring,
-        which blunts quick flips under pressure. Returns the due interaction count.
-        """
+        """Queue a change due after `cooling_period` interactions, so a burst of pressure
+        is netted against what follows; returns the due interaction count."""
         due = self.interaction_count + cooling_period
         self.staged_opinion_updates.append(
             StagedOpinionUpdate(
@@ -239,20 +199,11 @@ class SpongeState(BaseModel):
         return due
 
     def apply_due_staged_updates(self) -> list[str]:
-        """Commit every staged update that is due, netted per topic.
+        """Commit the due updates, netted per topic so opposite arguments cancel.
 
-        Why net: two arguments in opposite directions during one cooling period should
-        partly cancel rather than whipsaw the stance. Each topic's net delta is applied
-        once, with the number of netted updates as the evidence increment and the
-        newest non-empty provenance. Every netted update's source (member, message,
-        causing version) is kept in the belief's `moved_by`, largest |delta| first.
-
-        Choice for an exact zero net: the stance is left where it is (the evidence
-        cancelled out), but the evidence is still counted, because having heard strong
-        arguments on both sides is still evidence about the topic, and it keeps the
-        belief reinforced so decay does not drop it.
-
-        Returns one short summary per topic, e.g. ``"nuclear_energy +0.020 (2 updates)"``.
+        A zero net leaves the stance but still counts the evidence (both sides were
+        heard) and so reinforces the belief. Returns e.g. "nuclear_energy +0.020
+        (2 updates)" per topic.
         """
         due = [
             u for u in self.staged_opinion_updates if u.due_interaction <= self.interaction_count
@@ -290,16 +241,10 @@ class SpongeState(BaseModel):
     def decay_beliefs(
         self, decay_rate: float = BELIEF_DECAY_RATE, min_confidence: float = 0.05
     ) -> list[str]:
-        """Let beliefs that have not been reinforced for a while lose confidence.
+        """Power-law decay of unreinforced beliefs, floored by their evidence.
 
-        Why power-law with a floor: forgetting is fast at first and then slows, and a
-        belief built on a lot of evidence should never fade completely just because a
-        topic went quiet. Confidence is recomputed from the evidence count rather than
-        multiplied into the current value, so running decay twice at the same
-        interaction count changes nothing the second time.
-
-        Beliefs whose confidence falls below `min_confidence` are removed entirely
-        (stance and metadata). Returns the removed topics.
+        Recomputed from the evidence count, so decaying twice at one interaction count
+        is the same as once. Beliefs below `min_confidence` are removed; returns them.
         """
         dropped: list[str] = []
         for topic, meta in list(self.belief_meta.items()):
@@ -316,7 +261,7 @@ class SpongeState(BaseModel):
         return dropped
 
     def belief_summary(self, limit: int | None = None) -> str:
-        """Beliefs as text lines, strongest stance first, for reflection prompts and logs."""
+        """Beliefs as text lines, strongest stance first."""
         topics = sorted(self.opinion_vectors, key=lambda t: (-abs(self.opinion_vectors[t]), t))
         if limit is not None:
             topics = topics[:limit]
@@ -335,11 +280,7 @@ class SpongeState(BaseModel):
     # --- behaviour tracking --------------------------------------------------------------
 
     def record_shift(self, description: str, magnitude: float) -> None:
-        """Remember a change of mind; only the newest MAX_RECENT_SHIFTS are kept.
-
-        Why bounded: shifts feed the event-driven reflection trigger and the reflection
-        prompt, both of which only care about the recent past.
-        """
+        """Remember a change of mind; only the newest MAX_RECENT_SHIFTS are kept."""
         self.recent_shifts.append(
             Shift(
                 interaction=self.interaction_count,
@@ -352,19 +293,14 @@ class SpongeState(BaseModel):
             self.recent_shifts = self.recent_shifts[-MAX_RECENT_SHIFTS:]
 
     def track_topic(self, topic: str) -> None:
-        """Count one more interaction touching `topic`, keeping only the
-        MAX_TRACKED_TOPICS most engaged (see `prune_engagement`)."""
+        """Count `topic` once more, keeping the MAX_TRACKED_TOPICS most engaged."""
         engagement = self.behavioral_signature.topic_engagement
         engagement[topic] = engagement.get(topic, 0) + 1
         prune_engagement(engagement, MAX_TRACKED_TOPICS, keep=topic)
 
     def track_disagreement(self, disagreed: bool) -> None:
-        """Fold one interaction into the cumulative mean disagreement rate.
-
-        Why a running mean over `interaction_count`: it needs no history, and the
-        caller increments the count before tracking, so the count is the sample size.
-        A count of 0 is treated as the first sample.
-        """
+        """Running mean over `interaction_count` (the caller has already counted this
+        interaction)."""
         n = max(self.interaction_count, 1)
         sig = self.behavioral_signature
         sig.disagreement_rate += ((1.0 if disagreed else 0.0) - sig.disagreement_rate) / n
@@ -372,13 +308,8 @@ class SpongeState(BaseModel):
     # --- persistence ---------------------------------------------------------------------
 
     def save(self, path: Path, history_dir: Path) -> None:
-        """Write the state to `path`, archiving the file it replaces first.
-
-        The previous file is copied to ``history_dir/sponge_v{N}.json`` where N is the
-        version recorded inside that file (not ours), so the archive names match their
-        contents. The new file is written to a temporary file in the same directory and
-        moved into place with `os.replace`, so a crash never leaves a half-written state.
-        """
+        """Write atomically to `path`, first archiving the old file as
+        ``history_dir/sponge_v{N}.json`` with N read from that file."""
         path = Path(path)
         history_dir = Path(history_dir)
         if path.exists():
@@ -399,7 +330,7 @@ class SpongeState(BaseModel):
 
     @classmethod
     def load(cls, path: Path) -> SpongeState:
-        """Read the state from `path`; a missing file means a brand-new personality."""
+        """A missing file means a new personality."""
         path = Path(path)
         if not path.exists():
             return cls()
@@ -407,12 +338,8 @@ class SpongeState(BaseModel):
 
     @classmethod
     def from_json(cls, data: str | bytes) -> SpongeState:
-        """Parse a stored state, migrating fields that older versions used to have.
-
-        Why explicit migration on top of ``extra="ignore"``: it documents which fields
-        are known to be obsolete and logs them, while truly unknown fields (for example
-        from a newer release) are ignored silently.
-        """
+        """Parse a stored state; known obsolete fields are dropped with a log line,
+        unknown ones silently."""
         raw: Any = json.loads(data)
         if not isinstance(raw, Mapping):
             raise ValueError("a stored sponge state must be a JSON object")
@@ -426,15 +353,8 @@ class SpongeState(BaseModel):
 
 
 def prune_engagement(engagement: dict[str, int], limit: int, keep: str | None = None) -> list[str]:
-    """Drop the least engaged topics until at most `limit` remain; returns the dropped.
-
-    Least engaged is the smallest count; among equal counts the topic first seen longest
-    ago goes first (the dict keeps first-seen order, and the stored versions keep it), so
-    a stream of one-off topics replaces the oldest one-offs rather than each other, and
-    a replay of the same messages prunes exactly the same topics. `keep`, the topic just
-    counted, is never dropped: a new topic starts at 1 and would otherwise go at once.
-    Keys are deleted in place, so the survivors keep their order.
-    """
+    """Drop the least engaged topics, oldest first among equals (dict order), until
+    `limit` remain; returns them. `keep`, the topic just counted, always stays."""
     excess = len(engagement) - limit
     if excess <= 0:
         return []
@@ -449,12 +369,10 @@ def prune_engagement(engagement: dict[str, int], limit: int, keep: str | None = 
 
 
 def _archive_name(path: Path) -> str:
-    """File name for archiving the state currently stored at `path`."""
     try:
         version = json.loads(path.read_bytes()).get("version", 0)
         return f"sponge_v{int(version)}.json"
     except (ValueError, TypeError, AttributeError, OSError):
-        # Unreadable file: keep it anyway under a name that cannot clash with real versions.
         log.warning("sponge archive: %s has no readable version; archiving as unreadable", path)
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
         return f"sponge_unreadable_{stamp}.json"

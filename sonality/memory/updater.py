@@ -1,12 +1,5 @@
-"""How much an interaction may move a belief, whether a new snapshot is acceptable, and
-what an exchange reveals about the personality's character.
-
-Why these three live together: they are the guards between an LLM's output and the
-persisted personality. The magnitude formula keeps steps small (and smaller still while
-the personality is young), snapshot validation refuses reflections that would lose most
-of the existing narrative, and insight extraction turns a strong exchange into one
-sentence that waits for the next reflection instead of rewriting the snapshot at once.
-"""
+"""The guards between model output and the stored personality: step size, snapshot
+validation, and one-sentence insights that wait for reflection."""
 
 from __future__ import annotations
 
@@ -26,33 +19,22 @@ NOVELTY_FLOOR = 0.1
 BOOTSTRAP_DAMPENING = 0.5
 INSIGHT_INPUT_CHARS = 300
 INSIGHT_MAX_TOKENS = 200
-# An insight is one sentence; anything longer than this is cut so a runaway answer
-# cannot bloat the pending-insight list.
+# A runaway "sentence" is cut.
 INSIGHT_MAX_CHARS = 500
 
 
 def compute_magnitude(ess: ESSResult, sponge: SpongeState) -> float:
-    """Size of the belief step an interaction earns (before any confidence resistance).
-
-    Why each factor: the base rate keeps single steps small; the score makes better
-    arguments move more; novelty (floored at 0.1) stops repeated arguments from
-    counting for nothing while still favouring new ones; halving during the first
-    interactions keeps the earliest speakers from shaping the personality too much.
-    """
-    # Read at call time: the host may have configured it after this module was imported.
+    """The step an interaction earns before resistance: small, larger for better and
+    newer arguments, halved while the personality is young so early speakers do not
+    shape it too much."""
     young = sponge.interaction_count < config.BOOTSTRAP_DAMPENING_UNTIL
     dampening = BOOTSTRAP_DAMPENING if young else 1.0
     return OPINION_BASE_RATE * ess.score * max(ess.novelty, NOVELTY_FLOOR) * dampening
 
 
 def validate_snapshot(old: str, new: str) -> bool:
-    """Accept a reflected snapshot only if it kept most of the old one.
-
-    Why: rewriting a narrative again and again tends to shed detail until it is
-    generic. A new snapshot under 30 characters, or shorter than 60% of the old one,
-    is rejected and the old snapshot stays. Surrounding whitespace does not count
-    toward either length. With no old snapshot only the minimum length applies.
-    """
+    """Refuse a snapshot that shed detail: under 30 characters or 60% of the old one
+    (whitespace-stripped)."""
     old_len = len(old.strip())
     new_len = len(new.strip())
     if new_len < MIN_SNAPSHOT_CHARS:
@@ -80,12 +62,8 @@ async def extract_insight(
     model: str | None = None,
     usage_sink: list[UsageRecord] | None = None,
 ) -> str | None:
-    """Ask for one sentence about the personality's character shown in this exchange.
-
-    Returns None when the model finds nothing worth noting. Both sides of the exchange
-    are cut to 300 characters (enough to see the style, cheap to send) and escaped.
-    `LLMError` propagates; the agent decides what a failed extraction means.
-    """
+    """One sentence on the character this exchange shows, or None; `LLMError`
+    propagates."""
     prompt = INSIGHT_PROMPT.format(
         user_message=escape_prompt_text(user_message[:INSIGHT_INPUT_CHARS]),
         agent_response=escape_prompt_text(agent_response[:INSIGHT_INPUT_CHARS]),

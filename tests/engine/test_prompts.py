@@ -7,12 +7,15 @@ import string
 
 import pytest
 
+from sonality import config
+from sonality.llm import ChatTurn
 from sonality.prompts import (
     CORE_IDENTITY,
     ESS_CLASSIFICATION_PROMPT,
     INSIGHT_PROMPT,
     REFLECTION_PROMPT,
     build_message_turn,
+    build_messages,
     build_system_blocks,
     build_system_prompt,
     escape_prompt_text,
@@ -141,3 +144,27 @@ def test_insight_and_reflection_prompt_intent():
     assert REFLECTION_PROMPT.index("Keep what is still true") < REFLECTION_PROMPT.index(
         "Fold in the observations"
     )
+
+
+def test_messages_cache_the_earlier_turns_and_drop_the_oldest_beyond_the_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Only the last earlier turn carries the cache mark; past the character limit the
+    oldest turns go (never the new one), and what is left opens with a user turn."""
+    history = [
+        ChatTurn(role="user", content="u1" * 10, cache=True),
+        ChatTurn(role="assistant", content="a1" * 10),
+        ChatTurn(role="user", content="u2" * 10),
+        ChatTurn(role="assistant", content="a2" * 10),
+    ]
+    whole = build_messages(history, "now")
+    assert [t.content for t in whole] == [t.content for t in history] + ["now"]
+    assert [t.cache for t in whole] == [False, False, False, True, False]
+
+    # Room for the last three turns: u1 goes for the limit, a1 because a user must open.
+    monkeypatch.setattr(config, "MAX_CONVERSATION_CHARS", 40 + 20 + len("now"))
+    kept = build_messages(history, "now")
+    assert [t.content for t in kept] == ["u2" * 10, "a2" * 10, "now"]
+
+    monkeypatch.setattr(config, "MAX_CONVERSATION_CHARS", 1)
+    assert [t.content for t in build_messages(history, "now")] == ["now"]
