@@ -30,6 +30,7 @@ MAIN_SETTINGS: tuple[tuple[str, str], ...] = (
     ("SONALITY_REFLECTION_EVERY", "reflect every N interactions"),
     ("SONALITY_TIMEZONE", "IANA time zone of the nightly run and the day"),
     ("SONALITY_NIGHTLY_HOUR", "hour of the nightly reflection"),
+    ("SONALITY_NIGHTLY_TIME", "or its time, HH:MM (instead of the hour)"),
     ("SONALITY_RATE_LIMIT_MESSAGES", "per member and window (Discord, Slack)"),
     ("SONALITY_DAILY_BUDGET_USD", "daily spending limit per community"),
     ("SONALITY_LOG_LEVEL", "DEBUG, INFO, WARNING, ERROR or CRITICAL"),

@@ -49,9 +49,11 @@ class ReflectionScheduler:
         self.runtime = runtime
         self.clock = clock
         self.tz = ZoneInfo(settings.timezone)
+        at = settings.nightly_at
         self.nightly_trigger = CronTrigger(
-            hour=settings.nightly_hour,
-            minute=0,
+            hour=at.hour,
+            minute=at.minute,
+            second=at.second,
             timezone=self.tz,
             jitter=settings.nightly_jitter_seconds or None,
         )
@@ -73,6 +75,7 @@ class ReflectionScheduler:
         scheduler.start()
         self._scheduler = scheduler
         self._publish_next()
+        log.info("next nightly reflection: %s", _utc(self.runtime.next_nightly))
 
     def shutdown(self) -> None:
         if self._scheduler is not None and self._scheduler.running:
@@ -101,9 +104,13 @@ class ReflectionScheduler:
             if not mine:
                 log.info("nightly reflection: another process runs it")
             else:
-                for community_id in await self.runtime.db.communities_needing_nightly():
+                due = await self.runtime.db.communities_needing_nightly()
+                for community_id in due:
                     if await self._reflect(community_id, "nightly", now):
                         done.append(community_id)
+                log.info(
+                    "nightly reflection: %d of %d community(ies) reflected", len(done), len(due)
+                )
         self._publish_next()
         return done
 
@@ -263,3 +270,7 @@ class ReflectionScheduler:
             return False
         finally:
             self._running.discard(community_id)
+
+
+def _utc(at: datetime | None) -> str:
+    return "none" if at is None else at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")

@@ -8,12 +8,15 @@ in one line (`bot/startup.py`) and then hands the engine what passed.
 
 from __future__ import annotations
 
+import re
+from datetime import time
 from pathlib import Path
 from typing import Literal, Self
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from providers import DEFAULT_MODELS, Provider
@@ -130,6 +133,9 @@ class Settings(BaseSettings):
 
     # --- scheduler -------------------------------------------------------------------
     nightly_hour: int = Field(default=4, ge=0, le=23, alias="SONALITY_NIGHTLY_HOUR")
+    # The nightly run to the minute (HH:MM) or second (HH:MM:SS), in SONALITY_TIMEZONE;
+    # set it instead of SONALITY_NIGHTLY_HOUR (`nightly_at` is what the scheduler uses).
+    nightly_time: time | None = Field(default=None, alias="SONALITY_NIGHTLY_TIME")
     timezone: str = Field(default="UTC", alias="SONALITY_TIMEZONE")
     nightly_jitter_seconds: int = Field(default=900, ge=0, alias="SONALITY_NIGHTLY_JITTER_SECONDS")
     idle_reflect_minutes: float = Field(default=30.0, gt=0, alias="SONALITY_IDLE_REFLECT_MINUTES")
@@ -194,6 +200,36 @@ class Settings(BaseSettings):
         except (ZoneInfoNotFoundError, ValueError):
             raise ValueError("must be an IANA time zone such as UTC or Europe/Berlin") from None
         return value
+
+    @field_validator("nightly_time", mode="before")
+    @classmethod
+    def _time_of_day(cls, value: object) -> object:
+        # Only the two spellings an admin writes: pydantic's own time parsing would also
+        # take seconds since midnight, fractions and UTC offsets, which the time zone
+        # setting already covers and a typo could hit by accident.
+        if value is None or isinstance(value, time):
+            return value
+        found = re.fullmatch(r"(\d{1,2}):(\d{2})(?::(\d{2}))?", str(value).strip())
+        if found is not None:
+            hour, minute, second = (int(part or 0) for part in found.groups())
+            if hour <= 23 and minute <= 59 and second <= 59:
+                return time(hour, minute, second)
+        raise ValueError("must be a time of day as HH:MM or HH:MM:SS, such as 04:30")
+
+    @model_validator(mode="after")
+    def _one_nightly_time(self) -> Self:
+        if self.nightly_time is not None and "nightly_hour" in self.model_fields_set:
+            raise PydanticCustomError(
+                "nightly_time_twice",
+                "SONALITY_NIGHTLY_TIME and SONALITY_NIGHTLY_HOUR are both set; keep one "
+                "(SONALITY_NIGHTLY_TIME=04:30 says hour and minute)",
+            )
+        return self
+
+    @property
+    def nightly_at(self) -> time:
+        """When the nightly reflection runs, in `timezone` (before jitter)."""
+        return self.nightly_time or time(self.nightly_hour)
 
     @field_validator("chroma_url")
     @classmethod

@@ -151,11 +151,17 @@ class TwoBotStack:
         return f"1700000{self._ts:03d}.000100"
 
     async def mention(
-        self, bot: BotProcess, text: str, *, event_id: str | None = None, user: str = "U1"
+        self,
+        bot: BotProcess,
+        text: str,
+        *,
+        event_id: str | None = None,
+        user: str = "U1",
+        team: str = TEAM,
     ) -> str:
         """Post an @mention to `bot`; returns its ts (the reply's thread)."""
         ts = self.next_ts()
-        body = mention_event(event_id=event_id or f"Ev{ts}", team=TEAM, ts=ts, text=text, user=user)
+        body = mention_event(event_id=event_id or f"Ev{ts}", team=team, ts=ts, text=text, user=user)
         status, _, _ = await post_signed(self.http, bot.url, SECRET, json_body=body)
         assert status == 200
         return ts
@@ -322,6 +328,138 @@ async def test_a_process_killed_mid_learning_leaves_its_work_to_the_other_once(
     assert (await two_bots.stop())[1] == 0, two_bots.bots[1].err.lines[-10:]
 
 
+NIGHTLY_SKIPPED = "nightly reflection: another process runs it"
+NIGHTLY_RAN = "community(ies) reflected"  # "nightly reflection: 3 of 3 community(ies) ..."
+
+
+async def nightly_outcome(bot: BotProcess) -> str:
+    """The line `bot` logs when its nightly job has ended, whichever way it went."""
+    return await bot.out.wait_for(
+        lambda line: NIGHTLY_SKIPPED in line or NIGHTLY_RAN in line, "a nightly outcome"
+    )
+
+
+async def talk_in(
+    stack: TwoBotStack, db: Database, bots: list[BotProcess], teams: list[str]
+) -> None:
+    """One answered and learned @mention in each workspace, spread over `bots`."""
+    for i, team in enumerate(teams):
+        ts = await stack.mention(
+            bots[i % len(bots)],
+            f"<@UBOT> a randomised trial in {team} says tutoring helps",
+            team=team,
+        )
+        await stack.answered(ts)
+    for team in teams:
+        await until_learned(db, community=f"slack:{team}")
+
+
+@dataclass
+class NightlyPair:
+    bots: list[BotProcess]
+    since: datetime  # when they were started: what they reflect is created after
+    asked: int  # model requests before they were started
+
+
+async def start_both_for_nightly(
+    stack: TwoBotStack, db: Database, teams: list[str], ahead: float
+) -> NightlyPair:
+    """Start both processes with the nightly run `ahead` seconds from now, to the second,
+    and return them once both have scheduled it for then.
+
+    A process that came up after that second plans tomorrow's run instead, and the
+    punctual one runs the job alone: then, once that run has ended, every workspace
+    talks again (so every community is due again), both stop, and both start again
+    further ahead. A slow start costs time, never a wrong result."""
+    for _ in range(3):
+        due = await db.communities_needing_nightly()
+        assert due == [f"slack:{team}" for team in teams], due
+        since, asked = datetime.now(UTC), len(stack.anthropic.requests)
+        fire = (since + timedelta(seconds=ahead)).replace(microsecond=0)
+        setting = {"SONALITY_NIGHTLY_TIME": f"{fire:%H:%M:%S}"}
+        bots = list(await asyncio.gather(stack.start("a", **setting), stack.start("b", **setting)))
+        planned = f"next nightly reflection: {fire:%Y-%m-%d %H:%M:%S} UTC"
+        punctual = [
+            bot
+            for bot in bots
+            if (
+                await bot.out.wait_for(lambda line: "next nightly reflection: " in line, "a plan")
+            ).endswith(planned)
+        ]
+        if len(punctual) == len(bots):
+            return NightlyPair(bots, since, asked)
+        for bot in punctual:
+            await nightly_outcome(bot)
+        await talk_in(stack, db, bots, teams)
+        assert await stack.stop() == [0] * len(stack.bots), "a late start must stop cleanly"
+        ahead *= 2
+    raise AssertionError(f"the processes never started {ahead / 2:.0f}s ahead of the run")
+
+
+async def test_two_processes_reflect_each_community_once_at_the_nightly_time(
+    two_bots: TwoBotStack,
+) -> None:
+    """Two `python -m bot` processes on one database, both with the nightly run at the
+    same second: each community that talked is reflected once, by one of them; the other
+    says it skipped the run, and both go on serving."""
+    teams = ["T1", "T2", "T3"]
+    communities = [f"slack:{team}" for team in teams]
+    loop = asyncio.get_running_loop()
+    db = await Database.open_url(two_bots.database_url)
+    try:
+        # Talk first, with the nightly run half a day away.
+        far = {"SONALITY_NIGHTLY_TIME": f"{datetime.now(UTC) + timedelta(hours=12):%H:%M}"}
+        began = loop.time()
+        bots = await asyncio.gather(two_bots.start("a", **far), two_bots.start("b", **far))
+        start_seconds = loop.time() - began
+        await talk_in(two_bots, db, list(bots), teams)
+        assert await two_bots.stop() == [0, 0]
+
+        # The model is slow (the checks at start do not call it): a nightly run lasts
+        # seconds, so two processes that both ran the job would overlap.
+        two_bots.anthropic.latency = 0.5
+        pair = await start_both_for_nightly(two_bots, db, teams, max(15.0, 2 * start_seconds))
+        outcomes = [await nightly_outcome(bot) for bot in pair.bots]
+
+        # Both jobs have ended: what the database holds now is the whole result.
+        for community in communities:
+            store = db.community(community)
+            nightly = [
+                e
+                for e in await store.audit_events(kind="reflection")
+                if e.payload.get("trigger") == "nightly" and e.created_at >= pair.since
+            ]
+            assert len(nightly) == 1, (community, nightly)
+            reflected = [
+                v
+                for v in await store.versions(limit=100)
+                if v.cause == "reflection" and v.created_at >= pair.since
+            ]
+            assert len(reflected) == 1, (community, reflected)
+        reflections = [
+            r
+            for r in two_bots.anthropic.requests[pair.asked :]
+            if "current_self_description" in r.user_text
+        ]
+        assert len(reflections) == len(communities)
+        assert await db.communities_needing_nightly() == []
+    finally:
+        await db.close()
+    # One process says it ran the job, the other that it skipped it.
+    ran = [line for line in outcomes if NIGHTLY_RAN in line]
+    skipped = [line for line in outcomes if NIGHTLY_SKIPPED in line]
+    assert len(ran) == 1 and len(skipped) == 1, outcomes
+    assert ran[0].endswith(f"nightly reflection: 3 of 3 {NIGHTLY_RAN}"), ran
+    # Both go on serving, then stop cleanly.
+    two_bots.anthropic.latency = 0.0
+    for bot in pair.bots:
+        assert bot.proc.returncode is None
+        await two_bots.answered(await two_bots.mention(bot, "<@UBOT> still there?"))
+    assert await two_bots.stop() == [0] * len(two_bots.bots), [
+        bot.out.lines[-10:] for bot in two_bots.bots
+    ]
+
+
 @contextlib.asynccontextmanager
 async def two_runtimes(
     tmp_path: Path,
@@ -355,8 +493,9 @@ async def test_the_nightly_job_of_two_runtimes_runs_once(
     anthropic_server: AnthropicFake,
     llm: Any,
 ) -> None:
-    """Both nightly jobs start at the same moment (a cron time cannot be waited for in a
-    test), and the community is reflected once."""
+    """Both nightly jobs start at the same moment, and the community is reflected once.
+    The quick, in-process twin of the test above: the two jobs are started together by
+    hand, so their overlap does not depend on two schedulers' timing."""
     async with two_runtimes(tmp_path, postgres_server, chroma_server, llm) as (one, two):
         await say(one, "hello from the first process", community=A)
         await say(two, "and hello from the second", community=A)

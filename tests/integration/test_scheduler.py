@@ -90,6 +90,18 @@ async def test_nightly_trigger_honours_hour_and_timezone(tmp_path, llm):
             scheduler.shutdown()
 
 
+async def test_nightly_time_sets_the_minute_and_second(tmp_path, llm):
+    settings = make_settings(
+        tmp_path / "data", SONALITY_NIGHTLY_TIME="04:30:15", SONALITY_TIMEZONE="Europe/Helsinki"
+    )
+    async with open_runtime(settings, llm=llm) as runtime:
+        scheduler = ReflectionScheduler(runtime)
+        assert scheduler.next_nightly(T0) == datetime(2026, 11, 24, 2, 30, 15, tzinfo=UTC)
+        # Before that time of the same day: that day.
+        early = datetime(2026, 11, 24, 2, 30, 14, tzinfo=UTC)
+        assert scheduler.next_nightly(early) == datetime(2026, 11, 24, 2, 30, 15, tzinfo=UTC)
+
+
 async def test_housekeeping_forgets_expired_conversation(runtime, anthropic_server):
     await say(runtime, "remember my tea", community=A)
     now = datetime.now(UTC)

@@ -48,6 +48,8 @@ def stderr_lines(proc: subprocess.CompletedProcess[str]) -> list[str]:
         ("SONALITY_DATA_DIR", "/proc/x", "cannot be created"),
         ("SONALITY_MEMORY_PROCESS", "maybe", "true or false"),
         ("SONALITY_LLM_PROVIDER", "gemini", "anthropic, openai"),
+        ("SONALITY_NIGHTLY_TIME", "24:00", "HH:MM or HH:MM:SS"),
+        ("SONALITY_NIGHTLY_TIME", "4pm", "HH:MM or HH:MM:SS"),
     ],
 )
 def test_a_bad_setting_is_one_line_and_exit_code_2(
@@ -61,6 +63,20 @@ def test_a_bad_setting_is_one_line_and_exit_code_2(
     assert lines[0].startswith(f"error: {variable}={value} is not allowed: ")
     assert allowed in lines[0]
     assert not (tmp_path / "data").exists(), "nothing is written before the checks pass"
+
+
+def test_the_nightly_hour_and_time_together_are_refused(tmp_path: Path) -> None:
+    """Two answers to "when": the bot does not guess which one was meant."""
+    proc = run_bot_process(
+        tmp_path,
+        ANTHROPIC_API_KEY=FAKE_API_KEY,
+        SONALITY_NIGHTLY_HOUR="3",
+        SONALITY_NIGHTLY_TIME="04:30",
+    )
+    assert proc.returncode == 2, proc.stderr
+    [line] = stderr_lines(proc)
+    assert "SONALITY_NIGHTLY_TIME and SONALITY_NIGHTLY_HOUR are both set" in line
+    assert not (tmp_path / "data").exists()
 
 
 def test_a_data_dir_that_is_a_file_is_refused(tmp_path: Path) -> None:
