@@ -300,15 +300,16 @@ class SonalityAgent:
         if self._closed:
             raise RuntimeError("agent is closed")
         speaker = speaker or ANONYMOUS
+        hidden = self.sponge.hidden_ranges
+        waits: list[Awaitable[Any]] = [self.memory.recall(user_message, hidden)]
+        waits.append(conversation if inspect.isawaitable(conversation) else _ready(conversation))
         if self._lease is not None and not self._lock.locked():
             # Another process may have learned since (or a moderator rolled back there).
-            await self._catch_up()
-        retrieval = self.memory.recall(user_message, self.sponge.hidden_ranges)
-        history: Sequence[ChatTurn]
-        if inspect.isawaitable(conversation):
-            memories, history = await asyncio.gather(retrieval, conversation)
-        else:
-            memories, history = await retrieval, conversation
+            # The check overlaps retrieval; a rollback adopted by it is recalled anew.
+            waits.append(self._catch_up())
+        memories, history, *_ = await asyncio.gather(*waits)
+        if self.sponge.hidden_ranges != hidden:
+            memories = await self.memory.recall(user_message, self.sponge.hidden_ranges)
         # Stable first (rules, then the narrative, which changes only by reflection),
         # then the speaker's earlier turns (cached up to the last one), then this
         # message with its memories and the traits, which move with every commit.
@@ -599,6 +600,10 @@ class SonalityAgent:
                 actor=actor,
             )
             return state
+
+
+async def _ready(turns: Sequence[ChatTurn]) -> Sequence[ChatTurn]:
+    return turns
 
 
 def _truncate_conversation(turns: list[ChatTurn]) -> list[ChatTurn]:
