@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -49,9 +50,12 @@ from sonality.store import Episode, HiddenRange
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+U = TypeVar("U")
 
 #: How long one request may take before it fails (connect, send, wait, read).
 DEFAULT_TIMEOUT_SECONDS = 10.0
+#: Threads for the second of two queries a reply makes at once (see ServerChroma.both).
+QUERY_THREADS = 4
 
 
 class ServerUnreachable(Exception):
@@ -109,6 +113,7 @@ class ServerChroma:
         _bound_waits(self._client, timeout)
         self._lock = threading.Lock()
         self._open: dict[str, Collection] = {}
+        self._side = ThreadPoolExecutor(QUERY_THREADS, thread_name_prefix="chroma-query")
 
     @staticmethod
     def _ensure_database(host: str, port: int, ssl: bool, database: str) -> None:
@@ -151,6 +156,18 @@ class ServerChroma:
         with self._lock:
             return self._open.setdefault(name, opened)
 
+    def both(self, first: Callable[[], T], second: Callable[[], U]) -> tuple[T, U]:
+        """At once: each is a round trip to the server, and httpx waits on its socket
+        without holding the GIL, so a community with insights pays for one wait, not
+        two, before its reply."""
+        future = self._side.submit(first)
+        try:
+            later = second()
+        except BaseException:
+            wait([future])
+            raise
+        return future.result(), later
+
     def forget(self, names: Sequence[str]) -> None:
         """Drop the cached handles of these collections (see ServerEpisodeStore._call)."""
         with self._lock:
@@ -170,6 +187,7 @@ class ServerChroma:
         return dropped
 
     def close(self) -> None:
+        self._side.shutdown(wait=True)
         self._client.close()  # type: ignore[attr-defined]  # the concrete Client has it
 
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -138,3 +140,30 @@ def test_a_hung_server_fails_calls_instead_of_holding_them_and_a_restart_loses_n
             assert memory.store_for("discord:9", embedding_function).retrieve(QUERY) == [NUCLEAR]
         finally:
             memory.close()
+
+
+def test_a_community_with_insights_asks_for_both_kinds_of_memory_at_once(
+    chroma_server: ChromaServer,
+    embedding_function: FastMiniLML6V2,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each query is a round trip to the server: the reply waits for one, not two. Both
+    queries meet at a barrier, which only two at once can pass."""
+    from chromadb.api.models.Collection import Collection
+
+    memory = ServerMemory(chroma_server.url, database=chroma_server.fresh_database())
+    try:
+        store = memory.store_for("discord:both", embedding_function)
+        insight = "Atomic energy worries people more than its record warrants"
+        store.store_many([_episode("e1", NUCLEAR), _episode("s1", insight, SEMANTIC)])
+        barrier = threading.Barrier(2, timeout=30)  # broken, not hung, if they never meet
+        original = Collection.query
+
+        def meeting(self: Collection, *args: Any, **kwargs: Any) -> Any:
+            barrier.wait()
+            return original(self, *args, **kwargs)
+
+        monkeypatch.setattr(Collection, "query", meeting)
+        assert store.retrieve_typed(QUERY) == [insight, NUCLEAR]  # insights first, as ever
+    finally:
+        memory.close()
