@@ -114,6 +114,7 @@ class ServerChroma:
         self._lock = threading.Lock()
         self._open: dict[str, Collection] = {}
         self._side = ThreadPoolExecutor(QUERY_THREADS, thread_name_prefix="chroma-query")
+        self._side_free = threading.BoundedSemaphore(QUERY_THREADS)
 
     @staticmethod
     def _ensure_database(host: str, port: int, ssl: bool, database: str) -> None:
@@ -159,8 +160,16 @@ class ServerChroma:
     def both(self, first: Callable[[], T], second: Callable[[], U]) -> tuple[T, U]:
         """At once: each is a round trip to the server, and httpx waits on its socket
         without holding the GIL, so a community with insights pays for one wait, not
-        two, before its reply."""
-        future = self._side.submit(first)
+        two, before its reply. With every side thread busy (many replies at once) the
+        two run one after the other here, rather than queue behind other replies."""
+        if not self._side_free.acquire(blocking=False):
+            return first(), second()
+        try:
+            future = self._side.submit(first)
+        except BaseException:
+            self._side_free.release()
+            raise
+        future.add_done_callback(lambda _: self._side_free.release())
         try:
             later = second()
         except BaseException:

@@ -167,3 +167,22 @@ def test_a_community_with_insights_asks_for_both_kinds_of_memory_at_once(
         assert store.retrieve_typed(QUERY) == [insight, NUCLEAR]  # insights first, as ever
     finally:
         memory.close()
+
+
+def test_with_every_side_thread_busy_the_two_queries_run_one_after_the_other(
+    chroma_server: ChromaServer,
+) -> None:
+    """Many replies at once: a query never queues behind other replies' side queries."""
+    from chroma_memory.server import QUERY_THREADS
+
+    chroma = ServerChroma(chroma_server.url, database=chroma_server.fresh_database())
+    try:
+        assert chroma.both(threading.current_thread, threading.current_thread)[0] is not (
+            threading.current_thread()
+        )
+        for _ in range(QUERY_THREADS):  # every side thread taken by other replies
+            assert chroma._side_free.acquire(blocking=False)
+        first, second = chroma.both(threading.current_thread, threading.current_thread)
+        assert first is second is threading.current_thread()
+    finally:
+        chroma.close()
