@@ -218,13 +218,14 @@ class BudgetLedger:
 
     # ------------------------------------------------------------------ spend
     async def status(self, community_id: str) -> BudgetStatus:
-        entry = await self._entry(community_id)
-        limit = await self.limit(community_id)
+        return await self._status(community_id, await self._entry(community_id))
+
+    async def _status(self, community_id: str, entry: _Day) -> BudgetStatus:
         return BudgetStatus(
             day=entry.day,
             spent_usd=entry.spent_usd,
             usage=entry.usage,
-            limit=limit,
+            limit=await self.limit(community_id),
             refused_calls=entry.refused_calls,
         )
 
@@ -245,12 +246,16 @@ class BudgetLedger:
             )
 
     async def record(self, community_id: str, model: str, usage: Usage) -> float:
-        """Count one finished call; returns what it cost (USD)."""
+        """Count one finished call; returns what it cost (USD).
+
+        No look at the other processes' spend here: counting needs none, and this runs
+        between a reply's model call and its sending. The next check takes it in.
+        """
         cost = cost_usd(model, usage, self.prices)
-        entry = await self._entry(community_id)
+        entry = await self._entry(community_id, sync=False)
         entry.spent_usd += cost
         entry.usage = entry.usage + usage
-        self._maybe_warn(community_id, await self.status(community_id))
+        self._maybe_warn(community_id, await self._status(community_id, entry))
         return cost
 
     def refused_today(self, community_id: str) -> int:
@@ -304,9 +309,10 @@ class BudgetLedger:
             extra={"community": community_id},
         )
 
-    async def _entry(self, community_id: str) -> _Day:
+    async def _entry(self, community_id: str, *, sync: bool = True) -> _Day:
         """Today's figures; the first time a community is seen they come from the
-        database (calls made before a restart still count)."""
+        database (calls made before a restart still count). `sync`: with a shared
+        database, take in the stored figures if they are due (see `_sync`)."""
         today = self.today()
         entry = self._days.get(community_id)
         if entry is None:
@@ -328,7 +334,11 @@ class BudgetLedger:
             entry = _Day(day=today)
             self._days[community_id] = entry
             self._rolled.add(community_id)
-        elif self.shared and time_module.monotonic() - entry.synced_at >= SHARED_SYNC_SECONDS:
+        elif (
+            sync
+            and self.shared
+            and time_module.monotonic() - entry.synced_at >= SHARED_SYNC_SECONDS
+        ):
             await self._sync(community_id, entry)
         return entry
 

@@ -374,23 +374,33 @@ class EpisodeStore(SeedStoreMethods):
         where = outside(hidden)
         with self.chroma.use():
             collection = self._semantic(create=False)
-            semantic = self._ranked(
-                vector,
-                semantic_n,
-                min_relevance,
-                [(collection, where)] if collection is not None else [],
-                [e for e in unwritten if e.memory_type == SEMANTIC],
-                hidden,
-            )
-            episodic = self._ranked(
-                vector,
-                episodic_n,
-                min_relevance,
-                [(self._episodic(), where)],
-                [e for e in unwritten if e.memory_type != SEMANTIC],
-                hidden,
-            )
-        return list(dict.fromkeys([*semantic, *episodic]))
+            episodic_sources = [(self._episodic(), where)]
+
+            def semantic() -> list[str]:
+                return self._ranked(
+                    vector,
+                    semantic_n,
+                    min_relevance,
+                    [(collection, where)] if collection is not None else [],
+                    [e for e in unwritten if e.memory_type == SEMANTIC],
+                    hidden,
+                )
+
+            def episodic() -> list[str]:
+                return self._ranked(
+                    vector,
+                    episodic_n,
+                    min_relevance,
+                    episodic_sources,
+                    [e for e in unwritten if e.memory_type != SEMANTIC],
+                    hidden,
+                )
+
+            if collection is not None and semantic_n > 0 and episodic_n > 0:
+                found = self.chroma.both(semantic, episodic)
+            else:  # at most one query: nothing to overlap
+                found = semantic(), episodic()
+        return list(dict.fromkeys([*found[0], *found[1]]))
 
     def recent_summaries(
         self, since_interaction: int, limit: int = RECENT_N, hidden: Sequence[HiddenRange] = ()

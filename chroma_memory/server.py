@@ -31,6 +31,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -50,9 +51,12 @@ from sonality.store import Episode, HiddenRange
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+U = TypeVar("U")
 
 #: How long one request may take before it fails (connect, send, wait, read).
 DEFAULT_TIMEOUT_SECONDS = 10.0
+#: Threads for the second of two queries a reply makes at once (see ServerChroma.both).
+QUERY_THREADS = 4
 
 #: What the server answers (an InternalError) when a read reaches a collection whose
 #: vector index it cannot load yet, seen moments after a write (chroma-core/chroma#4212).
@@ -116,6 +120,8 @@ class ServerChroma:
         _bound_waits(self._client, timeout)
         self._lock = threading.Lock()
         self._open: dict[str, Collection] = {}
+        self._side = ThreadPoolExecutor(QUERY_THREADS, thread_name_prefix="chroma-query")
+        self._side_free = threading.BoundedSemaphore(QUERY_THREADS)
 
     @staticmethod
     def _ensure_database(host: str, port: int, ssl: bool, database: str) -> None:
@@ -158,6 +164,26 @@ class ServerChroma:
         with self._lock:
             return self._open.setdefault(name, opened)
 
+    def both(self, first: Callable[[], T], second: Callable[[], U]) -> tuple[T, U]:
+        """At once: each is a round trip to the server, and httpx waits on its socket
+        without holding the GIL, so a community with insights pays for one wait, not
+        two, before its reply. With every side thread busy (many replies at once) the
+        two run one after the other here, rather than queue behind other replies."""
+        if not self._side_free.acquire(blocking=False):
+            return first(), second()
+        try:
+            future = self._side.submit(first)
+        except BaseException:
+            self._side_free.release()
+            raise
+        future.add_done_callback(lambda _: self._side_free.release())
+        try:
+            later = second()
+        except BaseException:
+            wait([future])
+            raise
+        return future.result(), later
+
     def forget(self, names: Sequence[str]) -> None:
         """Drop the cached handles of these collections (see ServerEpisodeStore._call)."""
         with self._lock:
@@ -177,6 +203,7 @@ class ServerChroma:
         return dropped
 
     def close(self) -> None:
+        self._side.shutdown(wait=True)
         self._client.close()  # type: ignore[attr-defined]  # the concrete Client has it
 
 

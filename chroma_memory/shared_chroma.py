@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from chromadb.api import ClientAPI
 from chromadb.api.models.Collection import Collection
@@ -40,6 +40,8 @@ from chromadb.errors import NotFoundError
 from chroma_memory.embedding import close_chroma_client, make_chroma_client
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+U = TypeVar("U")
 
 
 class ChromaHandle(Protocol):
@@ -56,6 +58,10 @@ class ChromaHandle(Protocol):
     ) -> Collection | None: ...
 
     def drop(self, names: Sequence[str]) -> int: ...
+
+    def both(self, first: Callable[[], T], second: Callable[[], U]) -> tuple[T, U]:
+        """Two independent reads (a reply's semantic and episodic queries)."""
+        ...
 
 
 class SharedChroma:
@@ -108,6 +114,11 @@ class SharedChroma:
                 if self._reopen_due and self._active == 0:
                     self._reopen_locked()
                 self._cond.notify_all()
+
+    def both(self, first: Callable[[], T], second: Callable[[], U]) -> tuple[T, U]:
+        """One after the other: the embedded bindings hold the GIL while they work, so
+        running the two at once would gain nothing."""
+        return first(), second()
 
     def collection(
         self, name: str, *, create: bool, opener: Callable[[ClientAPI, str, bool], Collection]

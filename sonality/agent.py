@@ -267,14 +267,16 @@ class SonalityAgent:
         if self._closed:
             raise RuntimeError("agent is closed")
         speaker = speaker or ANONYMOUS
+        hidden = self.sponge.hidden_ranges
+        waits: list[Awaitable[Any]] = [self.memory.recall(user_message, hidden)]
+        waits.append(conversation if inspect.isawaitable(conversation) else _ready(conversation))
         if self._lease is not None and not self._lock.locked():
-            await self.catch_up()
-        retrieval = self.memory.recall(user_message, self.sponge.hidden_ranges)
-        history: Sequence[ChatTurn]
-        if inspect.isawaitable(conversation):
-            memories, history = await asyncio.gather(retrieval, conversation)
-        else:
-            memories, history = await retrieval, conversation
+            # Another process may have learned since (or a moderator rolled back there).
+            # The check overlaps retrieval; a rollback adopted by it is recalled anew.
+            waits.append(self.catch_up())
+        memories, history, *_ = await asyncio.gather(*waits)
+        if self.sponge.hidden_ranges != hidden:
+            memories = await self.memory.recall(user_message, self.sponge.hidden_ranges)
         traits = structured_traits(self.sponge)
         turn = build_message_turn(user_message, speaker.name, memories, traits)
         result = await self.client.reply(
@@ -546,3 +548,7 @@ class SonalityAgent:
                 actor=actor,
             )
             return state
+
+
+async def _ready(turns: Sequence[ChatTurn]) -> Sequence[ChatTurn]:
+    return turns

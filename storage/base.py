@@ -672,13 +672,18 @@ def advance_time(
     """Move one of a community's times forward to `at`, creating its row if missing.
 
     Never backwards: a late writer can't hide newer activity or a newer reflection.
+    One statement (an upsert), as it runs inside the write a reply waits for.
     """
-    ensure_community(conn, community_id, at)
+    if not community_id:
+        raise StorageError("community_id must not be empty")
     stamp = to_db_time(at)
     execute(
         conn,
-        f"UPDATE communities SET {column} = ? WHERE id = ? AND ({column} IS NULL OR {column} < ?)",
-        (stamp, community_id, stamp),
+        f"INSERT INTO communities (id, platform, name, created_at, {column}) "
+        "VALUES (?, ?, '', ?, ?) "
+        f"ON CONFLICT (id) DO UPDATE SET {column} = excluded.{column} "
+        f"WHERE communities.{column} IS NULL OR communities.{column} < excluded.{column}",
+        (community_id, platform_of(community_id), stamp, stamp),
     )
 
 

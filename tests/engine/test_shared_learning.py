@@ -247,3 +247,78 @@ async def test_on_sqlite_there_is_no_lease(tmp_path: object) -> None:
         assert db.community(COMMUNITY).learning_lease() is None
         async with db.job_run("nightly") as mine:
             assert mine
+
+
+class HiddenSeen(RecordingMemory):
+    """Notes the hidden ranges each recall was asked to leave out."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hidden: list[list[Any]] = []
+
+    def retrieve_typed(self, *args: Any, **kwargs: Any) -> list[str]:
+        self.hidden.append(list(kwargs.get("hidden") or []))
+        return []
+
+
+async def test_a_reply_after_a_rollback_elsewhere_leaves_out_the_memories_it_hid(
+    two: tuple[Database, Database],
+) -> None:
+    """The reply path's look at the stored latest state overlaps retrieval; a rollback
+    it adopts still hides the undone memories from that very reply."""
+    db_a, db_b = two
+    memory = HiddenSeen()
+    a = await SonalityAgent.load(
+        client=ScriptedLLM(), store=db_a.community(COMMUNITY), episodes=memory, label=COMMUNITY
+    )
+    b = await load(db_b, ScriptedLLM())
+    try:
+        for i in range(4):
+            await a.respond(f"message {i}", Speaker(id="U1", name="Ann"))
+        await settle(db_a, a)
+        assert a.sponge.hidden_ranges == []
+        restored = await b.rollback(2, actor="mod")
+        assert restored.hidden_ranges  # what was learned after v2 is out of reach
+        await a.respond("after the rollback", Speaker(id="U1", name="Ann"))
+        assert memory.hidden[-1] == restored.hidden_ranges
+        await settle(db_a, a, b)
+    finally:
+        await a.close(grace_seconds=5)
+        await b.close(grace_seconds=5)
+
+
+async def test_the_reply_path_looks_for_a_newer_state_while_it_retrieves(
+    two: tuple[Database, Database], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One PostgreSQL read less in front of the model call: the version check and the
+    memory retrieval are in flight together (each yields a few times and notes whether
+    the other was running meanwhile)."""
+    db_a, _ = two
+    a = await load(db_a, ScriptedLLM())
+    running: set[str] = set()
+    overlapped: set[str] = set()
+
+    def in_flight(name: str, call: Any) -> Any:
+        async def wrapped(*args: Any, **kwargs: Any) -> Any:
+            running.add(name)
+            try:
+                for _ in range(5):
+                    if running - {name}:
+                        overlapped.add(name)
+                    await asyncio.sleep(0)
+                return await call(*args, **kwargs)
+            finally:
+                running.discard(name)
+
+        return wrapped
+
+    try:
+        await a.respond("hello", Speaker(id="U1", name="Ann"))
+        await settle(db_a, a)
+        monkeypatch.setattr(a.store, "latest_version", in_flight("version", a.store.latest_version))
+        monkeypatch.setattr(a.memory, "recall", in_flight("recall", a.memory.recall))
+        await a.respond("again", Speaker(id="U1", name="Ann"))
+        assert overlapped == {"version", "recall"}
+        await settle(db_a, a)
+    finally:
+        await a.close(grace_seconds=5)

@@ -18,11 +18,15 @@ from typing import Any
 
 import pytest
 
+from bot import budget
 from bot.app import open_runtime
-from bot.budget import BudgetExceeded
+from bot.budget import BudgetExceeded, BudgetLedger
 from bot.messages import BUDGET_REACHED, IncomingMessage, Reply, ReplyKind, User
 from bot.runtime import Runtime
 from bot.scheduler import ReflectionScheduler
+from providers.pricing import ModelPrice
+from sonality.llm import Usage
+from storage import Database
 from tests.fakes.anthropic_server import AnthropicFake
 from tests.integration.conftest import (
     ALICE,
@@ -35,6 +39,7 @@ from tests.integration.conftest import (
     make_settings,
     say,
 )
+from tests.pg import PostgresServer
 
 REPLY_MODEL = "claude-sonnet-4-6"
 EVIDENCE_MODEL = "claude-haiku-4-5"
@@ -357,3 +362,33 @@ async def test_a_refused_call_waits_until_local_midnight_even_on_a_daylight_savi
         assert refused.value.retry_after == 23 * 3600
         assert kind(await send(rt, "cost1 hello")) is ReplyKind.NOTICE
         assert anthropic_server.requests == []
+
+
+async def test_counting_a_call_waits_for_no_read_of_a_shared_database(
+    postgres_server: PostgresServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Counting runs between a reply's model call and its sending, so with several
+    processes on one PostgreSQL database it does not wait to take in their stored
+    spend; the next check before a call still does."""
+    monkeypatch.setattr(budget, "SHARED_SYNC_SECONDS", 0.0)  # a look is always due
+    db = await Database.open_url(postgres_server.new_database())
+    try:
+        prices = {REPLY_MODEL: ModelPrice(input=0, output=1_000_000, cache_write=0, cache_read=0)}
+        ledger = BudgetLedger(db, default_limit_usd=5, prices=prices)
+        await ledger.check(A.id)  # today's figures and the limit, loaded
+        reads: list[str] = []
+        for name in ("usage_days", "budget_override"):
+            original = getattr(db, name)
+
+            async def counted(*args: Any, _original: Any = original, _name: str = name) -> Any:
+                reads.append(_name)
+                return await _original(*args)
+
+            monkeypatch.setattr(db, name, counted)
+        await ledger.record(A.id, REPLY_MODEL, Usage(output_tokens=2))
+        assert reads == []
+        assert (await ledger.status(A.id)).spent_usd == 2  # counted all the same
+        await ledger.check(A.id)
+        assert "usage_days" in reads
+    finally:
+        await db.close()

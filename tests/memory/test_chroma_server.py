@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -206,6 +208,33 @@ def test_a_query_the_server_cannot_read_yet_is_tried_again_and_recalls(
         memory.close()
 
 
+def test_a_community_with_insights_asks_for_both_kinds_of_memory_at_once(
+    chroma_server: ChromaServer,
+    embedding_function: FastMiniLML6V2,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each query is a round trip to the server: the reply waits for one, not two. Both
+    queries meet at a barrier, which only two at once can pass."""
+    from chromadb.api.models.Collection import Collection
+
+    memory = ServerMemory(chroma_server.url, database=chroma_server.fresh_database())
+    try:
+        store = memory.store_for("discord:both", embedding_function)
+        insight = "Atomic energy worries people more than its record warrants"
+        store.store_many([_episode("e1", NUCLEAR), _episode("s1", insight, SEMANTIC)])
+        barrier = threading.Barrier(2, timeout=30)  # broken, not hung, if they never meet
+        original = Collection.query
+
+        def meeting(self: Collection, *args: Any, **kwargs: Any) -> Any:
+            barrier.wait()
+            return original(self, *args, **kwargs)
+
+        monkeypatch.setattr(Collection, "query", meeting)
+        assert store.retrieve_typed(QUERY) == [insight, NUCLEAR]  # insights first, as ever
+    finally:
+        memory.close()
+
+
 @pytest.mark.usefixtures("no_pauses")
 def test_any_other_server_error_on_a_query_is_not_tried_again(
     chroma_server: ChromaServer, embedding_function: FastMiniLML6V2
@@ -221,3 +250,22 @@ def test_any_other_server_error_on_a_query_is_not_tried_again(
         assert store.retrieve_typed(QUERY) == [NUCLEAR]
     finally:
         memory.close()
+
+
+def test_with_every_side_thread_busy_the_two_queries_run_one_after_the_other(
+    chroma_server: ChromaServer,
+) -> None:
+    """Many replies at once: a query never queues behind other replies' side queries."""
+    from chroma_memory.server import QUERY_THREADS
+
+    chroma = ServerChroma(chroma_server.url, database=chroma_server.fresh_database())
+    try:
+        assert chroma.both(threading.current_thread, threading.current_thread)[0] is not (
+            threading.current_thread()
+        )
+        for _ in range(QUERY_THREADS):  # every side thread taken by other replies
+            assert chroma._side_free.acquire(blocking=False)
+        first, second = chroma.both(threading.current_thread, threading.current_thread)
+        assert first is second is threading.current_thread()
+    finally:
+        chroma.close()

@@ -19,7 +19,7 @@ import pytest
 from sonality.llm import Usage
 from sonality.store import AuditEvent, UsageRecord
 from storage import Database, StorageError, VersionConflictError
-from storage.base import PostgresEngine
+from storage.base import Conn, PostgresEngine
 
 from .conftest import Backend, at, commit_of, episode, record
 
@@ -64,6 +64,31 @@ def rich_commit(version: int, interaction_id: str | None, tag: str = "") -> Any:
     )
     commit.episodes.extend(episode(f"{tag}e{version}-{n}") for n in range(3))
     return commit
+
+
+async def test_recording_an_interaction_is_a_few_statements(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The write a reply waits for before it is sent; on PostgreSQL every statement is
+    a network round trip: the community's activity time (created if missing), the row
+    and the reply's tokens, behind the write-scope lock there."""
+    store = db.community("discord:new")
+    statements: list[str] = []
+    original = Conn.cursor
+
+    def counting(self: Conn, sql: str, params: Any = ()) -> Any:
+        statements.append(sql)
+        return original(self, sql, params)
+
+    monkeypatch.setattr(Conn, "cursor", counting)
+    await store.record_interaction(record("i1", minutes=1))
+    assert len(statements) == (4 if db.dialect.postgres else 3), statements
+    monkeypatch.undo()
+    info = await db.community_info("discord:new")
+    assert info is not None and (info.platform, info.last_activity_at) == ("discord", at(1))
+    await store.record_interaction(record("i0", minutes=0))  # older: the time stays
+    info = await db.community_info("discord:new")
+    assert info is not None and info.last_activity_at == at(1)
 
 
 async def test_main_operations_take_exactly_one_round_trip(db: Database, trips: RoundTrips) -> None:
