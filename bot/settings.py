@@ -8,10 +8,11 @@ in one line (`bot/startup.py`) and then hands the engine what passed.
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import time
 from pathlib import Path
-from typing import Literal, Self
+from typing import Any, Literal, Self
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -22,6 +23,17 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from providers import DEFAULT_MODELS, Provider
 from providers.pricing import ModelPrice
 from sonality import config as engine_config
+
+
+def _engine(name: str) -> Any:
+    """The field of an engine tunable: its default and bounds are the engine's own."""
+    low, high = engine_config.LIMITS[name]
+    return Field(
+        default=engine_config.DEFAULTS[name],
+        ge=low,
+        le=None if math.isinf(high) else high,
+        alias=f"SONALITY_{name}",
+    )
 
 
 class Settings(BaseSettings):
@@ -56,24 +68,12 @@ class Settings(BaseSettings):
     llm_timeout_seconds: float = Field(default=60.0, gt=0, alias="SONALITY_LLM_TIMEOUT_SECONDS")
 
     # --- engine (handed to `sonality.config` at start) ---------------------------------
-    ess_threshold: float = Field(default=0.3, ge=0, le=1, alias="SONALITY_ESS_THRESHOLD")
-    bootstrap_dampening_until: int = Field(
-        default=10, ge=0, alias="SONALITY_BOOTSTRAP_DAMPENING_UNTIL"
-    )
-    opinion_cooling_period: int = Field(default=3, ge=0, alias="SONALITY_OPINION_COOLING_PERIOD")
-    semantic_retrieval_count: int = Field(
-        default=2,
-        ge=0,
-        le=engine_config.MAX_RETRIEVAL_COUNT,
-        alias="SONALITY_SEMANTIC_RETRIEVAL_COUNT",
-    )
-    episodic_retrieval_count: int = Field(
-        default=3,
-        ge=0,
-        le=engine_config.MAX_RETRIEVAL_COUNT,
-        alias="SONALITY_EPISODIC_RETRIEVAL_COUNT",
-    )
-    reflection_every: int = Field(default=20, ge=1, alias="SONALITY_REFLECTION_EVERY")
+    ess_threshold: float = _engine("ESS_THRESHOLD")
+    bootstrap_dampening_until: int = _engine("BOOTSTRAP_DAMPENING_UNTIL")
+    opinion_cooling_period: int = _engine("OPINION_COOLING_PERIOD")
+    semantic_retrieval_count: int = _engine("SEMANTIC_RETRIEVAL_COUNT")
+    episodic_retrieval_count: int = _engine("EPISODIC_RETRIEVAL_COUNT")
+    reflection_every: int = _engine("REFLECTION_EVERY")
 
     # --- storage ---------------------------------------------------------------
     data_dir: Path = Field(default=Path("data"), alias="SONALITY_DATA_DIR")

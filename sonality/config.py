@@ -25,7 +25,8 @@ def _env_str(name: str, default: str) -> str:
     return os.environ.get(name, "").strip() or default
 
 
-def _env_float(name: str, default: float) -> float:
+def _env_float(name: str) -> float:
+    default = DEFAULTS[name.removeprefix("SONALITY_")]
     low, high = LIMITS[name.removeprefix("SONALITY_")]
     try:
         value = float(_env_str(name, str(default)))
@@ -34,7 +35,8 @@ def _env_float(name: str, default: float) -> float:
     return value if math.isfinite(value) and low <= value <= high else default
 
 
-def _env_int(name: str, default: int) -> int:
+def _env_int(name: str) -> int:
+    default = int(DEFAULTS[name.removeprefix("SONALITY_")])
     low, high = LIMITS[name.removeprefix("SONALITY_")]
     try:
         value = int(_env_str(name, str(default)))
@@ -67,6 +69,16 @@ ESS_MODEL = _env_str("SONALITY_ESS_MODEL", DEFAULT_ESS_MODEL)
 # More memories than this per prompt would crowd out the conversation itself.
 MAX_RETRIEVAL_COUNT = 50
 #: What the engine can work with, for each tunable number (read from SONALITY_<NAME>).
+# The tunables a host may set: default, then the bounds the engine works within. The bot's
+# settings take both from here.
+DEFAULTS: dict[str, float] = {
+    "ESS_THRESHOLD": 0.3,
+    "BOOTSTRAP_DAMPENING_UNTIL": 10,
+    "OPINION_COOLING_PERIOD": 3,
+    "SEMANTIC_RETRIEVAL_COUNT": 2,
+    "EPISODIC_RETRIEVAL_COUNT": 3,
+    "REFLECTION_EVERY": 20,
+}
 LIMITS: dict[str, tuple[float, float]] = {
     "ESS_THRESHOLD": (0.0, 1.0),
     "BOOTSTRAP_DAMPENING_UNTIL": (0, math.inf),
@@ -76,17 +88,17 @@ LIMITS: dict[str, tuple[float, float]] = {
     "REFLECTION_EVERY": (1, math.inf),
 }
 LOG_LEVEL = _env_log_level("SONALITY_LOG_LEVEL", "INFO")
-ESS_THRESHOLD = _env_float("SONALITY_ESS_THRESHOLD", 0.3)
+ESS_THRESHOLD = _env_float("SONALITY_ESS_THRESHOLD")
 SPONGE_MAX_TOKENS = 500
 OPINION_BASE_RATE = 0.1
 BELIEF_DECAY_RATE = 0.15
-BOOTSTRAP_DAMPENING_UNTIL = _env_int("SONALITY_BOOTSTRAP_DAMPENING_UNTIL", 10)
-OPINION_COOLING_PERIOD = _env_int("SONALITY_OPINION_COOLING_PERIOD", 3)
-SEMANTIC_RETRIEVAL_COUNT = _env_int("SONALITY_SEMANTIC_RETRIEVAL_COUNT", 2)
-EPISODIC_RETRIEVAL_COUNT = _env_int("SONALITY_EPISODIC_RETRIEVAL_COUNT", 3)
+BOOTSTRAP_DAMPENING_UNTIL = _env_int("SONALITY_BOOTSTRAP_DAMPENING_UNTIL")
+OPINION_COOLING_PERIOD = _env_int("SONALITY_OPINION_COOLING_PERIOD")
+SEMANTIC_RETRIEVAL_COUNT = _env_int("SONALITY_SEMANTIC_RETRIEVAL_COUNT")
+EPISODIC_RETRIEVAL_COUNT = _env_int("SONALITY_EPISODIC_RETRIEVAL_COUNT")
 EPISODE_RETRIEVAL_COUNT = SEMANTIC_RETRIEVAL_COUNT + EPISODIC_RETRIEVAL_COUNT
 MAX_CONVERSATION_CHARS = 100_000
-REFLECTION_EVERY = _env_int("SONALITY_REFLECTION_EVERY", 20)
+REFLECTION_EVERY = _env_int("SONALITY_REFLECTION_EVERY")
 REFLECTION_SHIFT_THRESHOLD = 0.1
 
 # --- engine internals named by the seed -------------------------------------------------
