@@ -143,7 +143,7 @@ class WriteBehindMemory:
         await self.priority.wait_quiet()
         try:
             vectors = await asyncio.gather(
-                *(self.lane.embed(document_of(episodes[i])) for i in missing)
+                *(self.lane.embed(document_of(episodes[i]), background=True) for i in missing)
             )
         except Exception:
             log.warning(

@@ -130,3 +130,77 @@ def test_batched_vectors_match_single_ones(embedding_function: FastMiniLML6V2) -
     together = embedding_function(texts)
     for text, vector in zip(texts, together, strict=True):
         assert is_own_vector(embedding_function, text, vector)
+
+
+async def test_replies_texts_go_first_and_learning_keeps_a_share(
+    embedding_function: FastMiniLML6V2,
+) -> None:
+    """Summaries queued for learning must not hold up a reply's text, nor be starved by
+    a stream of replies: a quarter of each pass (here one text of four) stays theirs."""
+    gated = GatedEmbedding(embedding_function)
+    lane = EmbeddingLane(gated, max_batch=4)
+    learning = [f"summary {i}: {text}" for i, text in enumerate([*TEXTS, TEXTS[0]])]
+    replies = [f"message {i}: {text}" for i, text in enumerate(TEXTS[:4])]
+    try:
+        first = asyncio.create_task(lane.embed("held"))
+        await asyncio.to_thread(gated.started.wait, 10)
+        waiting = [asyncio.create_task(lane.embed(t, background=True)) for t in learning]
+        waiting += [asyncio.create_task(lane.embed(t)) for t in replies]
+        await asyncio.sleep(0)
+        gated.release.set()
+        vectors = await asyncio.gather(first, *waiting)
+    finally:
+        gated.release.set()
+        lane.close()
+    assert gated.batches[1:] == [
+        [*replies[:3], learning[0]],
+        [replies[3], *learning[1:4]],
+        learning[4:],
+    ]
+    for text, vector in zip([*learning, *replies], vectors[1:], strict=True):
+        assert is_own_vector(embedding_function, text, vector)
+
+
+async def test_the_next_pass_starts_while_the_event_loop_is_busy(
+    embedding_function: FastMiniLML6V2,
+) -> None:
+    """The lane's thread takes the next batch itself: a busy event loop (here: blocked
+    outright) must not leave it idle with texts waiting."""
+    second_pass = threading.Event()
+
+    def embed(texts: list[str]) -> Sequence[Any]:
+        if gated.batches:
+            second_pass.set()
+        return gated(texts)
+
+    gated = GatedEmbedding(embedding_function)
+    lane = EmbeddingLane(embed)
+    try:
+        first = asyncio.create_task(lane.embed("held"))
+        await asyncio.to_thread(gated.started.wait, 10)
+        queued = asyncio.create_task(lane.embed(TEXTS[0]))
+        await asyncio.sleep(0)
+        gated.release.set()
+        started_with_the_loop_blocked = second_pass.wait(10)  # blocks this loop on purpose
+        vectors = await asyncio.gather(first, queued)
+    finally:
+        gated.release.set()
+        lane.close()
+    assert started_with_the_loop_blocked
+    assert gated.batches == [["held"], [TEXTS[0]]]
+    assert is_own_vector(embedding_function, TEXTS[0], vectors[1])
+
+
+async def test_closing_cancels_the_texts_still_waiting(
+    embedding_function: FastMiniLML6V2,
+) -> None:
+    async with held_lane(embedding_function, "held") as (gated, lane):
+        waiting = asyncio.create_task(lane.embed(TEXTS[0]))
+        await asyncio.sleep(0)
+        lane.close()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        with pytest.raises(RuntimeError, match="closed"):
+            await lane.embed(TEXTS[1])
+        gated.release.set()
+    assert gated.batches == [["held"]]
