@@ -156,6 +156,12 @@ class EpisodeGuard:
             await self._db._run_write(work, scope=cid)
 
 
+EVIDENCE_COLUMNS = {"kind", "version", "interaction_id", "member"}
+"""An evidence step's fields that are columns of its row: `step_json` leaves them out,
+with every field at its default, since the log is kept for good (rows written before
+kept them; the columns win)."""
+
+
 class CommunityStore:
     """Durable state of one community; implements `sonality.store.StateStore`."""
 
@@ -296,7 +302,7 @@ class CommunityStore:
                 step.kind,
                 step.interaction_id,
                 step.member,
-                step.model_copy(update={"version": state.version}).model_dump_json(),
+                step.model_dump_json(exclude=EVIDENCE_COLUMNS, exclude_defaults=True),
             )
             for step in commit.evidence
         ]
@@ -411,16 +417,22 @@ class CommunityStore:
     async def evidence(self) -> list[EvidenceStep]:
         """The evidence log in commit order (what `sonality.replay` replays)."""
         rows = await self._db._fetchall(
-            "SELECT version, step_json FROM evidence_log WHERE community_id = ? ORDER BY seq",
+            "SELECT version, kind, interaction_id, member, step_json FROM evidence_log "
+            "WHERE community_id = ? ORDER BY seq",
             [self.community_id],
         )
-        steps = []
-        for version, step_json in rows:
-            step = EvidenceStep.model_validate_json(step_json)
-            if step.version != version:  # written without it (the store adds it now)
-                step = step.model_copy(update={"version": int(version)})
-            steps.append(step)
-        return steps
+        return [
+            EvidenceStep.model_validate(
+                {
+                    **from_json(str(step_json)),
+                    "version": int(version),
+                    "kind": str(kind),
+                    "interaction_id": str(interaction_id),
+                    "member": str(member),
+                }
+            )
+            for version, kind, interaction_id, member, step_json in rows
+        ]
 
     # --- outbox --------------------------------------------------------------------------
 

@@ -124,13 +124,13 @@ async def test_no_table_keeps_a_members_words_past_the_message_retention(
         "audit_events",
         "evidence_log",
     }
-    [(ess_json,)] = backend.sql("SELECT step_json FROM evidence_log WHERE interaction_id = 'i-old'")
     [(episode_json,)] = backend.sql(
         "SELECT episode_json FROM episode_outbox WHERE episode_id = 'i-old'"
     )
     # What a replay and the memory write need stays: the rating and the summary.
-    step = EvidenceStep.model_validate_json(str(ess_json))
+    [step] = [s for s in await db.community(CID).evidence() if s.interaction_id == "i-old"]
     assert step.ess is not None and step.ess.used_defaults and step.member == "U1"
+    assert step.ess.summary == ""  # it quoted the member: erased with the message
     assert json.loads(str(episode_json))["summary"] == "The sender talks about tea."
     # A second run has nothing left to do; the history is whole.
     assert (await db.apply_retention(now + timedelta(days=31), POLICY)).total == 0

@@ -1,0 +1,58 @@
+"""The evidence log is kept for good, so its rows hold each fact once."""
+
+from __future__ import annotations
+
+import json
+
+from sonality.evidence import DECAY, MESSAGE, ROLLBACK, EvidenceStep, RecordedESS
+from storage import Database
+
+from .conftest import Backend, commit_of
+
+CID = "discord:1"
+
+RATED = RecordedESS(
+    score=0.7312345678901234,
+    reasoning_type="empirical_data",
+    source_reliability="peer_reviewed",
+    internal_consistency=True,
+    novelty=0.4,
+    topics=("energy", "nuclear"),
+    summary="The sender cites a study on reactor safety.",
+    opinion_direction="supports",
+)
+
+
+async def test_steps_read_back_equal_and_their_json_leaves_out_the_columns(
+    db: Database, backend: Backend
+) -> None:
+    store = db.community(CID)
+    await store.commit(commit_of(0))
+    steps = [
+        EvidenceStep(kind=MESSAGE, interaction=1, interaction_id="i1", member="U1", ess=RATED),
+        EvidenceStep(kind=DECAY, interaction=1, rate=0.15),
+        EvidenceStep(kind=ROLLBACK, interaction=1, target_version=0),
+    ]
+    for version, step in enumerate(steps, start=1):
+        commit = commit_of(version).model_copy(update={"evidence": [step]})
+        await store.commit(commit)
+
+    read = await store.evidence()
+    assert read == [s.model_copy(update={"version": v}) for v, s in enumerate(steps, start=1)]
+    rows = [json.loads(str(r[0])) for r in backend.sql("SELECT step_json FROM evidence_log")]
+    for row in rows:
+        assert not {"kind", "version", "interaction_id", "member"} & set(row)
+    assert "used_defaults" not in rows[0]["ess"]  # a default, left out
+    assert rows[1] == {"interaction": 1, "rate": 0.15}
+
+
+async def test_a_row_written_whole_by_an_earlier_release_still_reads(
+    db: Database, backend: Backend
+) -> None:
+    store = db.community(CID)
+    await store.commit(commit_of(0))
+    step = EvidenceStep(kind=MESSAGE, interaction=1, interaction_id="i1", member="U1", ess=RATED)
+    await store.commit(commit_of(1).model_copy(update={"evidence": [step]}))
+    whole = step.model_copy(update={"version": 1}).model_dump_json()
+    backend.run("UPDATE evidence_log SET step_json = ?", (whole,))
+    assert await store.evidence() == [step.model_copy(update={"version": 1})]
