@@ -30,10 +30,8 @@ import asyncio
 import contextlib
 import gc
 import json
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -88,21 +86,15 @@ def postgres_server(figure: str) -> Iterator[PostgresServer]:
     """A real PostgreSQL 16 (pgserver's binaries, started as the tests start it) for one
     figure, in a temporary directory of its own, outside the figures' scratch
     directory: as root the server runs as nobody, who must be able to reach it."""
-    from tests.pg import PostgresServer, _bin_dir
+    from tests.pg import _bin_dir, running_postgres
 
     bindir = _bin_dir()
     if bindir is None:
         raise SystemExit(
             f"figure {figure} needs pgserver's PostgreSQL binaries: pip install pgserver"
         )
-    base = Path(tempfile.mkdtemp(prefix=f"sonality-{figure}-pg-"))
-    server = PostgresServer(base, bindir)
-    try:
-        server.start()
+    with running_postgres(bindir, f"sonality-{figure}-pg-") as server:
         yield server
-    finally:
-        server.stop()
-        shutil.rmtree(base, ignore_errors=True)
 
 
 # ---------------------------------------------------------------------- child phases

@@ -131,14 +131,10 @@ class PostgresServer:
             self.admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-@pytest.fixture(scope="session")
-def postgres_server() -> Iterator[PostgresServer]:
-    bindir = _bin_dir()
-    if bindir is None:
-        pytest.fail("pgserver is not installed: `pip install -e .[dev]` installs it")
-    if os.geteuid() == 0 and shutil.which("setpriv") is None:
-        pytest.fail("the tests run as root and setpriv (util-linux) is missing")
-    base = Path(tempfile.mkdtemp(prefix="sonality-pg-"))
+@contextlib.contextmanager
+def running_postgres(bindir: Path, prefix: str) -> Iterator[PostgresServer]:
+    """A started server in a new temporary directory, stopped and removed afterwards."""
+    base = Path(tempfile.mkdtemp(prefix=prefix))
     server = PostgresServer(base, bindir)
     try:
         server.start()
@@ -146,3 +142,14 @@ def postgres_server() -> Iterator[PostgresServer]:
     finally:
         server.stop()
         shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    bindir = _bin_dir()
+    if bindir is None:
+        pytest.fail("pgserver is not installed: `pip install -e .[dev]` installs it")
+    if os.geteuid() == 0 and shutil.which("setpriv") is None:
+        pytest.fail("the tests run as root and setpriv (util-linux) is missing")
+    with running_postgres(bindir, "sonality-pg-") as server:
+        yield server
