@@ -17,6 +17,7 @@ and `latest_state` rebuild the full state, so callers never see the difference.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from sonality.evidence import EvidenceStep
 from sonality.llm import Usage
@@ -161,6 +162,49 @@ EVIDENCE_COLUMNS = {"kind", "version", "interaction_id", "member"}
 with every field at its default, since the log is kept for good (rows written before
 kept them; the columns win)."""
 
+USUAL_ESS: dict[str, Any] = {
+    "reasoning_type": "no_argument",
+    "source_reliability": "not_applicable",
+    "internal_consistency": True,
+    "novelty": 0.0,
+    "opinion_direction": "neutral",
+}
+"""What the ESS says of most messages (chat): `step_json` leaves out a field with this
+value and reading puts it back. Fixed for good: rows written with it depend on it."""
+
+
+def step_row(step: EvidenceStep) -> str:
+    """`step_json` for `step`: none of its columns, defaults or usual ESS values, and no
+    ``interaction`` when it equals the commit's version (the common case)."""
+    data = from_json(step.model_dump_json(exclude=EVIDENCE_COLUMNS, exclude_defaults=True))
+    if data.get("interaction") == step.version:
+        del data["interaction"]
+    ess = data.get("ess")
+    if ess is not None:
+        for key, usual in USUAL_ESS.items():
+            if key in ess and ess[key] == usual and type(ess[key]) is type(usual):
+                del ess[key]
+    return to_json(data)
+
+
+def step_from_row(
+    version: int, kind: str, interaction_id: str, member: str, text: str
+) -> EvidenceStep:
+    """The step `step_row` stored (or a row written whole before it: its values win)."""
+    data = from_json(text)
+    data.setdefault("interaction", version)
+    if isinstance(data.get("ess"), dict):
+        data["ess"] = {**USUAL_ESS, **data["ess"]}
+    return EvidenceStep.model_validate(
+        {
+            **data,
+            "version": version,
+            "kind": kind,
+            "interaction_id": interaction_id,
+            "member": member,
+        }
+    )
+
 
 class CommunityStore:
     """Durable state of one community; implements `sonality.store.StateStore`."""
@@ -302,7 +346,7 @@ class CommunityStore:
                 step.kind,
                 step.interaction_id,
                 step.member,
-                step.model_dump_json(exclude=EVIDENCE_COLUMNS, exclude_defaults=True),
+                step_row(step.model_copy(update={"version": state.version})),
             )
             for step in commit.evidence
         ]
@@ -422,16 +466,8 @@ class CommunityStore:
             [self.community_id],
         )
         return [
-            EvidenceStep.model_validate(
-                {
-                    **from_json(str(step_json)),
-                    "version": int(version),
-                    "kind": str(kind),
-                    "interaction_id": str(interaction_id),
-                    "member": str(member),
-                }
-            )
-            for version, kind, interaction_id, member, step_json in rows
+            step_from_row(int(version), str(kind), str(interaction_id), str(member), str(text))
+            for version, kind, interaction_id, member, text in rows
         ]
 
     # --- outbox --------------------------------------------------------------------------

@@ -56,3 +56,40 @@ async def test_a_row_written_whole_by_an_earlier_release_still_reads(
     whole = step.model_copy(update={"version": 1}).model_dump_json()
     backend.run("UPDATE evidence_log SET step_json = ?", (whole,))
     assert await store.evidence() == [step.model_copy(update={"version": 1})]
+
+
+async def test_a_chat_step_stores_only_what_differs_from_the_usual_chat_answer(
+    db: Database, backend: Backend
+) -> None:
+    """Most messages are chat: their row holds the score, topics and summary only, and
+    reads back whole; an unusual value in a usual field is kept."""
+    store = db.community(CID)
+    await store.commit(commit_of(0))
+    chat = RecordedESS(
+        score=0.02,
+        reasoning_type="no_argument",
+        source_reliability="not_applicable",
+        internal_consistency=True,
+        novelty=0.0,
+        topics=("small_talk",),
+        summary="Do you like puzzles?",
+        opinion_direction="neutral",
+    )
+    odd = chat.model_copy(update={"internal_consistency": False, "novelty": 0.5})
+    steps = [
+        EvidenceStep(kind=MESSAGE, interaction=1, interaction_id="i1", member="U1", ess=chat),
+        EvidenceStep(kind=MESSAGE, interaction=7, interaction_id="i2", member="U2", ess=odd),
+    ]
+    for version, step in enumerate(steps, start=1):
+        await store.commit(commit_of(version).model_copy(update={"evidence": [step]}))
+
+    assert await store.evidence() == [
+        s.model_copy(update={"version": v}) for v, s in enumerate(steps, start=1)
+    ]
+    rows = [json.loads(str(r[0])) for r in backend.sql("SELECT step_json FROM evidence_log")]
+    assert rows[0] == {
+        "ess": {"score": 0.02, "topics": ["small_talk"], "summary": "Do you like puzzles?"}
+    }
+    assert rows[1]["interaction"] == 7  # not the version (2), so kept
+    assert rows[1]["ess"]["internal_consistency"] is False
+    assert rows[1]["ess"]["novelty"] == 0.5
