@@ -162,6 +162,10 @@ EVIDENCE_COLUMNS = {"kind", "version", "interaction_id", "member"}
 with every field at its default, since the log is kept for good (rows written before
 kept them; the columns win)."""
 
+OUTBOX_OMITS = {"agent_response", "topics"}
+"""Episode fields the episode outbox leaves out: no memory store keeps them, so the
+bot's reply text would only wait there until the memory is written."""
+
 USUAL_ESS: dict[str, Any] = {
     "reasoning_type": "no_argument",
     "source_reliability": "not_applicable",
@@ -338,7 +342,10 @@ class CommunityStore:
             )
             for event in commit.events
         ]
-        episodes = [(cid, e.id, cid, e.model_dump_json(), stamp) for e in commit.episodes]
+        episodes = [
+            (cid, e.id, cid, e.model_dump_json(exclude=OUTBOX_OMITS), stamp)
+            for e in commit.episodes
+        ]
         evidence = [
             (
                 cid,

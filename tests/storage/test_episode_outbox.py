@@ -32,6 +32,25 @@ async def test_committed_episodes_are_pending_until_marked_written(backend: Back
     await db.close()
 
 
+async def test_the_outbox_keeps_no_reply_text(db: Database, backend: Backend) -> None:
+    """No memory store keeps the bot's reply or the topics, so the outbox does not
+    either; what the memory write reads comes back whole."""
+    store = db.community("discord:1")
+    commit = commit_of(0)
+    commit.episodes.append(
+        episode("a").model_copy(
+            update={"agent_response": "the bot's reply", "topics": ("tea",), "summary": "S"}
+        )
+    )
+    await store.commit(commit)
+    [(stored,)] = backend.sql("SELECT episode_json FROM episode_outbox")
+    assert "the bot's reply" not in str(stored) and "tea" not in str(stored)
+    [pending] = await store.pending_episodes()
+    assert (pending.agent_response, pending.topics) == ("", ())
+    kept = pending.model_dump(exclude={"agent_response", "topics"})
+    assert kept == commit.episodes[0].model_dump(exclude={"agent_response", "topics"})
+
+
 async def test_a_rejected_commit_queues_no_episode(db: Database) -> None:
     store = db.community("discord:1")
     await store.commit(commit_of(0))
