@@ -17,10 +17,10 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sonality.store import utcnow
 
@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from storage import Database
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 class Verdict(Enum):
@@ -82,10 +84,12 @@ asked again (one warning per outage, not one per message)."""
 class SharedRateLimiter:
     """The same verdicts as `RateLimiter`, from a count every process shares.
 
-    The count is a fixed window per member, started by their first message and raised
-    by one atomic statement per message (`Database.flood_hit`): the first `limit`
-    messages of a window are allowed, the next one is warned, the rest dropped until
-    the window is over. Every message is also counted by the in-process `local`
+    The count is a window per member, started by their first message and raised by one
+    atomic statement per message (`Database.flood_hit`), plus the share of the window
+    before that still falls inside the last `window` seconds (`FloodCount.recent`, at
+    most `limit` of them: dropped messages never counted in-process either). Up to
+    `limit` is allowed, the message that goes over is warned, the rest dropped while
+    the count stays over. Every message is also counted by the in-process `local`
     limiter (microseconds), so when the database fails the fallback already knows this
     process's share of the flood.
     """
@@ -103,7 +107,7 @@ class SharedRateLimiter:
         self._clock = clock
         self._monotonic = monotonic
         self._local_until = 0.0  # monotonic time before which the database is not asked
-        self._pending: set[asyncio.Task[int]] = set()
+        self._pending: set[asyncio.Future[Any]] = set()
 
     @property
     def limit(self) -> int:
@@ -113,9 +117,20 @@ class SharedRateLimiter:
         local = self.local.check(community_id, user_id)
         if self._monotonic() < self._local_until:
             return local
-        task = asyncio.create_task(
-            self.db.flood_hit(community_id, user_id, self._clock(), self.window)
-        )
+        at = self._clock()
+        count = await self._ask(self.db.flood_hit(community_id, user_id, at, self.window))
+        if count is None:
+            return local
+        if count.recent(at, self.window, carried_at_most=self.limit) <= self.limit:
+            return Verdict.ALLOW
+        warn = await self._ask(self.db.flood_warn(community_id, user_id, at, self.window))
+        if warn is None:
+            return local
+        return Verdict.WARN if warn else Verdict.DROP
+
+    async def _ask(self, request: Awaitable[T]) -> T | None:
+        """The database's answer, or None (after falling back) if it fails or is slow."""
+        task = asyncio.ensure_future(request)
         try:
             done, _ = await asyncio.wait({task}, timeout=SHARED_TIMEOUT_SECONDS)
         except asyncio.CancelledError:
@@ -124,18 +139,16 @@ class SharedRateLimiter:
         if not done:
             self._park(task)
             self._fall_back(f"no answer in {SHARED_TIMEOUT_SECONDS:g} s")
-            return local
+            return None
         try:
-            hits = task.result()
+            answer = task.result()
         except Exception as exc:
             self._fall_back(str(exc) or type(exc).__name__)
-            return local
+            return None
         if self._local_until:
             self._local_until = 0.0
             log.warning("the shared flood count answers again; using it")
-        if hits <= self.limit:
-            return Verdict.ALLOW
-        return Verdict.WARN if hits == self.limit + 1 else Verdict.DROP
+        return answer
 
     def _fall_back(self, why: str) -> None:
         if not self._local_until:
@@ -148,13 +161,13 @@ class SharedRateLimiter:
             )
         self._local_until = self._monotonic() + RETRY_SHARED_SECONDS
 
-    def _park(self, task: asyncio.Task[int]) -> None:
+    def _park(self, task: asyncio.Future[Any]) -> None:
         """Let a count nobody waits for any more finish on its own (a statement already
         sent is not cut off); its outcome no longer matters."""
         self._pending.add(task)
         task.add_done_callback(self._forget_task)
 
-    def _forget_task(self, task: asyncio.Task[int]) -> None:
+    def _forget_task(self, task: asyncio.Future[Any]) -> None:
         self._pending.discard(task)
         if not task.cancelled():
             task.exception()  # retrieved: a late failure was already reported as a timeout

@@ -528,6 +528,24 @@ _V8_FLOOD: list[Statement] = [
     "CREATE INDEX flood_windows_by_start ON flood_windows (window_start)",
 ]
 
+_V9_FLOOD_SLIDING: list[Statement] = [
+    # The flood row keeps the window before the current one (storage/flood.py), so a
+    # member cannot send the limit at the end of one window and again at the start of
+    # the next. `last_hit` (the member's latest message) also serves the prune: a row
+    # whose last message is a window old counts nothing any more. Rows from before this
+    # step take their window's start as their last message (they live a minute).
+    "ALTER TABLE flood_windows ADD COLUMN last_hit TEXT NOT NULL DEFAULT ''",
+    "UPDATE flood_windows SET last_hit = window_start",
+    "ALTER TABLE flood_windows ADD COLUMN previous_hits INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE flood_windows ADD COLUMN previous_first TEXT",
+    "ALTER TABLE flood_windows ADD COLUMN previous_last TEXT",
+    # When the member was last told to slow down, so one notice per window is given
+    # across processes (storage/flood.py, `flood_warn`).
+    "ALTER TABLE flood_windows ADD COLUMN warned_at TEXT",
+    "DROP INDEX flood_windows_by_start",
+    "CREATE INDEX flood_windows_by_last_hit ON flood_windows (last_hit)",
+]
+
 MIGRATIONS: list[list[Statement]] = [
     _V1,
     _V2,
@@ -537,6 +555,7 @@ MIGRATIONS: list[list[Statement]] = [
     _V6_EVIDENCE,
     _V7_FORGET,
     _V8_FLOOD,
+    _V9_FLOOD_SLIDING,
 ]
 """Index i holds the statements that take the schema from version i to i + 1."""
 

@@ -94,6 +94,30 @@ async def test_two_processes_count_one_members_flood_together(pg_url: str) -> No
         await second.close()
 
 
+async def test_a_flood_across_a_window_boundary_gets_no_fresh_limit(pg_url: str) -> None:
+    """One message, then the rest of the limit just before the window ends, then more
+    right after: with fixed windows the member got the whole limit again. Two
+    processes, one notice."""
+    clock = Clock()
+    first, second = await Database.open_url(pg_url), await Database.open_url(pg_url)
+    try:
+        one, two = limiter(first, clock), limiter(second, clock)
+        assert await one.check(CID, MEMBER) is Verdict.ALLOW
+        clock.now = T0 + timedelta(seconds=9.5)
+        assert await two.check(CID, MEMBER) is Verdict.ALLOW
+        clock.now = T0 + timedelta(seconds=10)  # a new window; the first message expired
+        verdicts = [await (one if i % 2 else two).check(CID, MEMBER) for i in range(4)]
+        assert verdicts == [Verdict.ALLOW, Verdict.WARN, Verdict.DROP, Verdict.DROP]
+        # Once the previous window's messages are a window old, the member is free again.
+        clock.now = T0 + timedelta(seconds=19.5)
+        assert await one.check(CID, MEMBER) is Verdict.DROP  # four in this window
+        clock.now = T0 + timedelta(seconds=20)
+        assert await two.check(CID, MEMBER) is Verdict.ALLOW
+    finally:
+        await first.close()
+        await second.close()
+
+
 async def test_a_database_that_hangs_or_fails_falls_back_to_the_process_count(
     pg_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
