@@ -28,6 +28,8 @@ from sonality.agent import SonalityAgent
 from sonality.memory.sponge import SpongeState
 from storage.export import (
     MemberRows,
+    StoredEvidence,
+    StoredFloodCount,
     StoredMessage,
     StoredModeratorAction,
     StoredRating,
@@ -35,7 +37,7 @@ from storage.export import (
 )
 from storage.people import StagedEntry
 
-FORMAT = "sonality-member-data/1"
+FORMAT = "sonality-member-data/2"
 NOT_PER_MEMBER = (
     "Daily token totals, the personality's versions and its self-description are kept per "
     "community, not per member, so they are not listed here. Opinion updates your "
@@ -100,9 +102,11 @@ class MemberExport(BaseModel):
     episodes: tuple[dict[str, Any], ...]
     unwritten_episodes: tuple[dict[str, Any], ...]
     ratings: tuple[StoredRating, ...]
+    evidence: tuple[StoredEvidence, ...] = ()
     opinion_updates: tuple[OpinionUpdate, ...]
     credited_moves: tuple[CreditedMove, ...] = ()
     moderator_actions: tuple[StoredModeratorAction, ...]
+    flood_count: StoredFloodCount | None = None
     reply_usage: UsageTotal
     not_per_member: str = NOT_PER_MEMBER
 
@@ -149,8 +153,10 @@ def build_export(
             e for e in rows.unwritten_episodes if str(e.get("id")) not in written
         ),
         ratings=rows.ratings,
+        evidence=rows.evidence,
         opinion_updates=tuple(updates),
         moderator_actions=rows.moderator_actions,
+        flood_count=rows.flood,
         reply_usage=usage,
     )
 
@@ -170,6 +176,7 @@ async def run_my_data(db: Any, agent: SonalityAgent, request: CommandRequest) ->
     memories = len(export.episodes) + len(export.unwritten_episodes)
     counts = (
         f"{len(export.messages)} message(s), {memories} memory(ies), "
+        f"{len(export.evidence)} evidence record(s), "
         f"{len(export.opinion_updates)} opinion update(s), "
         f"{len(export.moderator_actions)} moderator action(s)"
     )

@@ -9,7 +9,10 @@ The tables read, and why each: ``interactions`` (their messages, the replies and
 tokens each reply cost), ``conversation_turns`` (the short-term buffer of their recent
 exchanges), ``episode_outbox`` (episodes of their messages not yet written to
 Chroma), ``audit_events`` of kind "ess" whose speaker is them (how each message was
-rated and which opinion updates it staged) and ``moderator_actions`` they took. Token
+rated and which opinion updates it staged), ``evidence_log`` (the same ratings kept for
+good, with their one-line summaries, for the forget-me replay: the audit trail's copy
+expires), ``moderator_actions`` they took and, on PostgreSQL, their ``flood_windows``
+count (found by its hash of community and member). Token
 usage per day (``usage_daily``) is per community, not per member, so it is not theirs;
 the per-message usage is.
 """
@@ -21,7 +24,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from storage.base import Conn, SqlBase, fetchall, from_db_time, from_json
+from sonality.evidence import EvidenceStep
+from storage.base import Conn, SqlBase, fetchall, fetchone, from_db_time, from_json
+from storage.community import step_from_row
+from storage.flood import member_key
 
 #: SQLite's default limit on `?` parameters in one statement is 999 on older builds.
 _IDS_PER_QUERY = 500
@@ -64,6 +70,32 @@ class StoredRating(BaseModel):
     payload: dict[str, Any]
 
 
+class StoredEvidence(BaseModel):
+    """One of the member's messages as the evidence log keeps it, for good."""
+
+    model_config = ConfigDict(frozen=True)
+
+    version: int
+    interaction: int
+    interaction_id: str
+    score: float
+    reasoning_type: str
+    opinion_direction: str
+    topics: tuple[str, ...]
+    summary: str
+
+
+class StoredFloodCount(BaseModel):
+    """The shared flood-control row (PostgreSQL), gone a window after the last message."""
+
+    model_config = ConfigDict(frozen=True)
+
+    window_start: datetime
+    messages: int
+    last_message: datetime
+    previous_window_messages: int
+
+
 class StoredModeratorAction(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -83,7 +115,9 @@ class MemberRows(BaseModel):
     conversation_turns: tuple[StoredTurn, ...] = ()
     unwritten_episodes: tuple[dict[str, Any], ...] = ()
     ratings: tuple[StoredRating, ...] = ()
+    evidence: tuple[StoredEvidence, ...] = ()
     moderator_actions: tuple[StoredModeratorAction, ...] = ()
+    flood: StoredFloodCount | None = None
 
     @property
     def interaction_ids(self) -> list[str]:
@@ -157,6 +191,21 @@ class ExportStore(SqlBase):
                     (community_id, member_id),
                 )
             )
+            evidence = tuple(
+                _evidence(step_from_row(int(r[0]), str(r[1]), str(r[2]), str(r[3]), str(r[4])))
+                for r in fetchall(
+                    conn,
+                    "SELECT version, kind, interaction_id, member, step_json FROM evidence_log "
+                    "WHERE community_id = ? AND member = ? AND kind = 'message' ORDER BY seq",
+                    (community_id, member_id),
+                )
+            )
+            flood = fetchone(
+                conn,
+                "SELECT window_start, hits, last_hit, previous_hits FROM flood_windows "
+                "WHERE community_id = ? AND member_key = ?",
+                (community_id, member_key(community_id, member_id)),
+            )
             actions = tuple(
                 StoredModeratorAction(
                     action=str(r[0]),
@@ -177,10 +226,33 @@ class ExportStore(SqlBase):
                 conversation_turns=turns,
                 unwritten_episodes=tuple(episodes),
                 ratings=ratings,
+                evidence=evidence,
                 moderator_actions=actions,
+                flood=None
+                if flood is None
+                else StoredFloodCount(
+                    window_start=from_db_time(flood[0]),
+                    messages=int(flood[1]),
+                    last_message=from_db_time(flood[2]),
+                    previous_window_messages=int(flood[3]),
+                ),
             )
 
         return await self._run_read(work)
+
+
+def _evidence(step: EvidenceStep) -> StoredEvidence:
+    ess = step.ess
+    return StoredEvidence(
+        version=step.version,
+        interaction=step.interaction,
+        interaction_id=step.interaction_id,
+        score=0.0 if ess is None else ess.score,
+        reasoning_type="" if ess is None else ess.reasoning_type,
+        opinion_direction="" if ess is None else ess.opinion_direction,
+        topics=() if ess is None else ess.topics,
+        summary="" if ess is None else ess.summary,
+    )
 
 
 def _dict(raw: object) -> dict[str, Any]:

@@ -65,6 +65,10 @@ def check_export(raw: bytes, member_id: str) -> dict[str, Any]:
     memories = [e["id"] for e in data["episodes"]] + [e["id"] for e in data["unwritten_episodes"]]
     assert message["interaction_id"] in memories
     assert any(MINE in t["content"] for t in data["conversation_turns"] if t["role"] == "user")
+    # The evidence log's copy of the rating, kept after the audit trail's expires.
+    [evidence] = [e for e in data["evidence"] if e["interaction_id"] == message["interaction_id"]]
+    assert evidence["summary"] == RATING["summary"] and evidence["score"] == pytest.approx(0.85)
+    assert evidence["topics"] == RATING["topics"]
     return data
 
 
@@ -97,7 +101,7 @@ async def test_the_export_holds_the_callers_rows_and_chroma_episodes(
     assert move["topic"] == "canary_zebra_crossings" and move["stance_now"] > 0
     assert move["interaction_id"] == data["messages"][0]["interaction_id"]
     assert data["reply_usage"]["replies"] == 2 and data["reply_usage"]["output_tokens"] > 0
-    assert "2 message(s)" in result.text
+    assert "2 message(s)" in result.text and "2 evidence record(s)" in result.text
 
     # Bob's own export is his alone.
     theirs = await command(runtime, "my-data", user=BOB, moderator=False)

@@ -93,3 +93,27 @@ async def test_a_chat_step_stores_only_what_differs_from_the_usual_chat_answer(
     assert rows[1]["interaction"] == 7  # not the version (2), so kept
     assert rows[1]["ess"]["internal_consistency"] is False
     assert rows[1]["ess"]["novelty"] == 0.5
+
+
+async def test_the_members_data_lists_their_evidence_after_the_audit_trail_is_gone(
+    db: Database, backend: Backend
+) -> None:
+    store = db.community(CID)
+    await store.commit(commit_of(0))
+    steps = [
+        EvidenceStep(kind=MESSAGE, interaction=1, interaction_id="i1", member="U1", ess=RATED),
+        EvidenceStep(kind=MESSAGE, interaction=2, interaction_id="i2", member="U2", ess=RATED),
+        EvidenceStep(kind=DECAY, interaction=2, rate=0.15),
+    ]
+    for version, step in enumerate(steps, start=1):
+        await store.commit(commit_of(version).model_copy(update={"evidence": [step]}))
+    backend.run("DELETE FROM audit_events")  # as audit retention does after a year
+    rows = await db.member_rows(CID, "U1")
+    assert rows.ratings == ()
+    [kept] = rows.evidence
+    assert (kept.interaction_id, kept.version, kept.summary) == ("i1", 1, RATED.summary)
+    assert (kept.score, kept.topics, kept.opinion_direction) == (
+        RATED.score,
+        RATED.topics,
+        "supports",
+    )

@@ -170,3 +170,13 @@ async def test_one_notice_per_window_and_housekeeping_uses_the_last_message(
     assert await db.prune_flood(at(100 * SECOND) - WINDOW) == 0
     assert await db.prune_flood(at(110 * SECOND) - WINDOW) == 1
     assert stored(backend) == []
+
+
+async def test_the_members_data_lists_their_flood_row_only(db: Database) -> None:
+    await db.flood_hit(CID, MEMBER, at(0), WINDOW)
+    await db.flood_hit(CID, MEMBER, at(10 * SECOND), WINDOW)
+    await db.flood_hit(CID, OTHER, at(0), WINDOW)
+    flood = (await db.member_rows(CID, MEMBER)).flood
+    assert flood is not None
+    assert (flood.messages, flood.window_start, flood.last_message) == (2, at(0), at(10 * SECOND))
+    assert (await db.member_rows("slack:T2", MEMBER)).flood is None
