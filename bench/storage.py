@@ -21,7 +21,8 @@ Two ways to drive it:
 * **fast path** (100,000 messages): the engine's own state arithmetic
   (`sonality.opinions`: `update_topics`, `apply_due`, `update_opinions`; the reflection's
   decay) applied to the state without a model, committed through the real
-  `CommunityStore` (record, then commit with the ESS audit event, usage and episode),
+  `CommunityStore` (record, then commit with the ESS audit event, usage, episode and
+  evidence-log steps),
   and the episodes written through the real `EpisodeStore` with vectors from the real
   embedding model (each distinct document embedded once). Chroma is written in batches
   of 500 (the bot's write-behind memory writes up to 20) to save time; the episode
@@ -54,6 +55,7 @@ from chroma_memory.embedding import default_embedding_function
 from chroma_memory.episodes import EpisodeStore
 from providers.anthropic import AnthropicLLM
 from sonality import config
+from sonality.changes import decay_step, message_step
 from sonality.ess import ESSResult, OpinionDirection, ReasoningType, SourceReliability
 from sonality.llm import Usage
 from sonality.memory.sponge import SpongeState
@@ -385,7 +387,9 @@ class Simulation:
                 },
             )
         ]
-        self.reflect_if_due(state, events, episodes, usage)
+        evidence = [message_step(state, record, ess)]
+        if self.reflect_if_due(state, events, episodes, usage):
+            evidence.append(decay_step(state))
         state.version = self.state.version + 1
         await self.store.commit(
             StateCommit(
@@ -396,6 +400,7 @@ class Simulation:
                 usage=usage,
                 episodes=episodes,
                 interaction_id=record.id,
+                evidence=evidence,
             )
         )
         self.state = state
@@ -407,15 +412,16 @@ class Simulation:
         events: list[AuditEvent],
         episodes: list[Episode],
         usage: list[UsageRecord],
-    ) -> None:
-        """`_maybe_reflect` with the fake's answer: the narrative comes back unchanged."""
+    ) -> bool:
+        """`_maybe_reflect` with the fake's answer: the narrative comes back unchanged;
+        True if it ran (and decayed the beliefs)."""
         since = state.interaction_count - state.last_reflection_at
         shift = sum(
             s.magnitude for s in state.recent_shifts if s.interaction > state.last_reflection_at
         )
         due = since >= config.REFLECTION_EVERY or shift > config.REFLECTION_SHIFT_THRESHOLD
         if not due or since < config.REFLECTION_EVERY // 2:
-            return
+            return False
         dropped = state.decay_beliefs(config.BELIEF_DECAY_RATE)
         episodes.extend(
             Episode(
@@ -454,6 +460,7 @@ class Simulation:
                 },
             )
         )
+        return True
 
     async def write(self, episodes: Sequence[Episode], force: bool = False) -> None:
         self.unwritten.extend(episodes)
