@@ -23,21 +23,25 @@ RATED = RecordedESS(
 )
 
 
+async def log_steps(db: Database, steps: list[EvidenceStep]) -> None:
+    """Seed, then commit each step as versions 1, 2, ..."""
+    store = db.community(CID)
+    await store.commit(commit_of(0))
+    for version, step in enumerate(steps, start=1):
+        await store.commit(commit_of(version).model_copy(update={"evidence": [step]}))
+
+
 async def test_steps_read_back_equal_and_their_json_leaves_out_the_columns(
     db: Database, backend: Backend
 ) -> None:
-    store = db.community(CID)
-    await store.commit(commit_of(0))
     steps = [
         EvidenceStep(kind=MESSAGE, interaction=1, interaction_id="i1", member="U1", ess=RATED),
         EvidenceStep(kind=DECAY, interaction=1, rate=0.15),
         EvidenceStep(kind=ROLLBACK, interaction=1, target_version=0),
     ]
-    for version, step in enumerate(steps, start=1):
-        commit = commit_of(version).model_copy(update={"evidence": [step]})
-        await store.commit(commit)
+    await log_steps(db, steps)
 
-    read = await store.evidence()
+    read = await db.community(CID).evidence()
     assert read == [s.model_copy(update={"version": v}) for v, s in enumerate(steps, start=1)]
     rows = [json.loads(str(r[0])) for r in backend.sql("SELECT step_json FROM evidence_log")]
     for row in rows:
@@ -63,8 +67,6 @@ async def test_a_chat_step_stores_only_what_differs_from_the_usual_chat_answer(
 ) -> None:
     """Most messages are chat: their row holds the score, topics and summary only, and
     reads back whole; an unusual value in a usual field is kept."""
-    store = db.community(CID)
-    await store.commit(commit_of(0))
     chat = RecordedESS(
         score=0.02,
         reasoning_type="no_argument",
@@ -80,10 +82,9 @@ async def test_a_chat_step_stores_only_what_differs_from_the_usual_chat_answer(
         EvidenceStep(kind=MESSAGE, interaction=1, interaction_id="i1", member="U1", ess=chat),
         EvidenceStep(kind=MESSAGE, interaction=7, interaction_id="i2", member="U2", ess=odd),
     ]
-    for version, step in enumerate(steps, start=1):
-        await store.commit(commit_of(version).model_copy(update={"evidence": [step]}))
+    await log_steps(db, steps)
 
-    assert await store.evidence() == [
+    assert await db.community(CID).evidence() == [
         s.model_copy(update={"version": v}) for v, s in enumerate(steps, start=1)
     ]
     rows = [json.loads(str(r[0])) for r in backend.sql("SELECT step_json FROM evidence_log")]
@@ -98,15 +99,14 @@ async def test_a_chat_step_stores_only_what_differs_from_the_usual_chat_answer(
 async def test_the_members_data_lists_their_evidence_after_the_audit_trail_is_gone(
     db: Database, backend: Backend
 ) -> None:
-    store = db.community(CID)
-    await store.commit(commit_of(0))
-    steps = [
-        EvidenceStep(kind=MESSAGE, interaction=1, interaction_id="i1", member="U1", ess=RATED),
-        EvidenceStep(kind=MESSAGE, interaction=2, interaction_id="i2", member="U2", ess=RATED),
-        EvidenceStep(kind=DECAY, interaction=2, rate=0.15),
-    ]
-    for version, step in enumerate(steps, start=1):
-        await store.commit(commit_of(version).model_copy(update={"evidence": [step]}))
+    await log_steps(
+        db,
+        [
+            EvidenceStep(kind=MESSAGE, interaction=1, interaction_id="i1", member="U1", ess=RATED),
+            EvidenceStep(kind=MESSAGE, interaction=2, interaction_id="i2", member="U2", ess=RATED),
+            EvidenceStep(kind=DECAY, interaction=2, rate=0.15),
+        ],
+    )
     backend.run("DELETE FROM audit_events")  # as audit retention does after a year
     rows = await db.member_rows(CID, "U1")
     assert rows.ratings == ()
