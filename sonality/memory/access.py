@@ -48,11 +48,9 @@ class AgentMemory(Protocol):
 
     async def flush(self) -> None:
         """Return once every episode handed to `write` is stored."""
-        ...
 
     async def forget(self, ids: Collection[str]) -> None:
         """Delete memories by id, including any still waiting to be written."""
-        ...
 
     async def close(self, grace_seconds: float) -> None: ...
 
