@@ -129,13 +129,9 @@ def configure(
             raise ValueError(f"{name} must be between {low} and {high}, not {value}")
     if log_level is not None and log_level.upper() not in LOG_LEVELS:
         raise ValueError(f"LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, not {log_level}")
-    values: dict[str, object] = {n: v for n, v in numbers.items() if v is not None}
-    if model:
-        values["MODEL"] = model
-    if ess_model:
-        values["ESS_MODEL"] = ess_model
-    if log_level is not None:
-        values["LOG_LEVEL"] = log_level.upper()
-    globals().update(values)
+    # A blank model keeps the current one; a blank log level was refused above.
+    texts = {"MODEL": model, "ESS_MODEL": ess_model, "LOG_LEVEL": (log_level or "").upper()}
+    globals().update({n: v for n, v in numbers.items() if v is not None})
+    globals().update({n: v for n, v in texts.items() if v})
     global EPISODE_RETRIEVAL_COUNT
     EPISODE_RETRIEVAL_COUNT = SEMANTIC_RETRIEVAL_COUNT + EPISODIC_RETRIEVAL_COUNT
