@@ -58,10 +58,6 @@ def belief_confidence(evidence_count: int) -> float:
     return min(1.0, math.log2(evidence_count + 1) / math.log2(_CONFIDENCE_SATURATION))
 
 
-def _clamp(value: float, low: float = -1.0, high: float = 1.0) -> float:
-    return max(low, min(high, value))
-
-
 class MoveSource(BaseModel):
     """The message behind one staged update, kept through netting so credit (and a
     forget-me) follows the cause, not whichever message closed the cooling period."""
@@ -156,7 +152,7 @@ class SpongeState(BaseModel):
         """Apply exactly this step (clamped to [-1, 1]; resistance is the caller's) and
         count `evidence_increment` pieces of evidence (a netted batch is several)."""
         old = self.opinion_vectors.get(topic, 0.0)
-        self.opinion_vectors[topic] = _clamp(old + direction * magnitude)
+        self.opinion_vectors[topic] = max(-1.0, min(1.0, old + direction * magnitude))
 
         meta = self.belief_meta.setdefault(topic, BeliefMeta(evidence_count=0))
         meta.evidence_count += evidence_increment
