@@ -144,9 +144,7 @@ def build_messages(history: Sequence[ChatTurn], turn: str) -> list[ChatTurn]:
 
 
 def build_system_prompt(
-    sponge_snapshot: str,
-    relevant_episodes: Sequence[str],
-    structured_traits: str = "",
+    sponge_snapshot: str, relevant_episodes: Sequence[str], structured_traits: str = ""
 ) -> str:
     """The seed's single-string prompt, for callers that send no conversation."""
     sections = [
