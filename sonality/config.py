@@ -115,9 +115,14 @@ def configure(
 ) -> None:
     """Install values the host validated (None keeps the current one); anything the
     engine cannot work with raises ValueError before anything changes."""
-    # Each tunable's parameter is its name in lower case.
-    given = locals()
-    numbers: dict[str, float | None] = {name: given[name.lower()] for name in DEFAULTS}
+    numbers: dict[str, float | None] = {
+        "ESS_THRESHOLD": ess_threshold,
+        "BOOTSTRAP_DAMPENING_UNTIL": bootstrap_dampening_until,
+        "OPINION_COOLING_PERIOD": opinion_cooling_period,
+        "SEMANTIC_RETRIEVAL_COUNT": semantic_retrieval_count,
+        "EPISODIC_RETRIEVAL_COUNT": episodic_retrieval_count,
+        "REFLECTION_EVERY": reflection_every,
+    }
     for name, value in numbers.items():
         low, high = LIMITS[name]
         if value is not None and not (math.isfinite(value) and low <= value <= high):
