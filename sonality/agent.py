@@ -78,7 +78,6 @@ class SonalityAgent:
 
     # The seed's step names, for code written against its API.
     _update_topics = staticmethod(update_topics)
-    _apply_due = staticmethod(apply_due)
     _update_opinions = staticmethod(update_opinions)
     _build_structured_traits = staticmethod(structured_traits)
 
@@ -178,10 +177,7 @@ class SonalityAgent:
         `adopt_episodes`: also write the episodes still in the store's episode outbox,
         which a process killed after its commit may have left.
         """
-        if self._lease is None:
-            return False
-        latest = await self.store.latest_version()
-        if latest is None:
+        if self._lease is None or (latest := await self.store.latest_version()) is None:
             return False
         moved = False
         if latest > self.sponge.version:
@@ -336,17 +332,8 @@ class SonalityAgent:
         insight = await self._extract_insight(ess, record, usage)
         if insight:
             state.pending_insights.append(insight)
-        events = [
-            ess_event(
-                state,
-                record,
-                ess,
-                staged=staged,
-                committed=committed,
-                disagreed=disagreed,
-                insight=insight,
-            )
-        ]
+        did = {"staged": staged, "committed": committed, "disagreed": disagreed, "insight": insight}
+        events = [ess_event(state, record, ess, **did)]
         outcome = await self._maybe_reflect(state, usage, events, episodes)
         evidence = [message_step(state, record, ess)]
         if outcome is not None:  # every reflection starts with the decay step
@@ -503,11 +490,9 @@ class SonalityAgent:
             return restored
 
     async def forget_episodes(self, member: str, ids: Collection[str]) -> None:
-        """Delete a forgotten member's memories (the episodes of their interactions, by
-        id), those still waiting to be written included, and skip their unlearned
-        messages from now on. Deleting ids not stored does nothing, so a forget-me
-        resumed after a crash can run it again. The episode outbox rows go with the
-        member's rows in the store (`erase_member`)."""
+        """Delete a forgotten member's memories by id (unwritten ones too) and skip their
+        unlearned messages. Ids not stored are ignored, so a resumed forget-me can run it
+        again; their episode outbox rows go with the store's `erase_member`."""
         self._forgotten.add(member)
         await self.memory.forget(ids)
 
@@ -527,9 +512,8 @@ class SonalityAgent:
         before a forget-me, the log (which no longer holds the forgotten member's
         messages) gives the restored opinions without their influence.
         """
-        if member is not None:
-            self._forgotten.add(member)
         without = () if member is None else (member,)
+        self._forgotten.update(without)
         async with self._changing():
             steps = await self.store.evidence()
             state, moved = forgotten(steps, self.sponge, without, drop_insights)

@@ -34,10 +34,7 @@ def decay_step(state: SpongeState) -> EvidenceStep:
 
 
 def ess_event(
-    state: SpongeState,
-    record: InteractionRecord,
-    ess: ESSResult,
-    **outcome: Any,
+    state: SpongeState, record: InteractionRecord, ess: ESSResult, **outcome: Any
 ) -> AuditEvent:
     """One message's classification and what it did (`outcome`)."""
     return AuditEvent(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
+from typing import TypeVar
 
 from dotenv import find_dotenv, load_dotenv
 
@@ -18,6 +19,7 @@ from dotenv import find_dotenv, load_dotenv
 load_dotenv(find_dotenv(usecwd=True))
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+N = TypeVar("N", int, float)
 
 
 def _env_str(name: str, default: str) -> str:
@@ -25,24 +27,16 @@ def _env_str(name: str, default: str) -> str:
     return os.environ.get(name, "").strip() or default
 
 
-def _env_float(name: str) -> float:
-    default = DEFAULTS[name.removeprefix("SONALITY_")]
+def _env_number(name: str, kind: type[N]) -> N:
+    default = kind(DEFAULTS[name.removeprefix("SONALITY_")])
     low, high = LIMITS[name.removeprefix("SONALITY_")]
     try:
-        value = float(_env_str(name, str(default)))
+        value = kind(_env_str(name, str(default)))
     except ValueError:
         return default
-    return value if math.isfinite(value) and low <= value <= high else default
-
-
-def _env_int(name: str) -> int:
-    default = int(DEFAULTS[name.removeprefix("SONALITY_")])
-    low, high = LIMITS[name.removeprefix("SONALITY_")]
-    try:
-        value = int(_env_str(name, str(default)))
-    except ValueError:
-        return default
-    return value if low <= value <= high else default
+    # An int is finite (and may be too large for `math.isfinite`).
+    finite = isinstance(value, int) or math.isfinite(value)
+    return value if finite and low <= value <= high else default
 
 
 def _env_log_level(name: str, default: str) -> str:
@@ -68,9 +62,8 @@ ESS_MODEL = _env_str("SONALITY_ESS_MODEL", DEFAULT_ESS_MODEL)
 # --- parameters -----------------------------------------------------------------------
 # More memories than this per prompt would crowd out the conversation itself.
 MAX_RETRIEVAL_COUNT = 50
-#: What the engine can work with, for each tunable number (read from SONALITY_<NAME>).
-# The tunables a host may set: default, then the bounds the engine works within. The bot's
-# settings take both from here.
+#: The tunables a host may set (read from SONALITY_<NAME>): default, then the bounds the
+#: engine works within. The bot's settings take both from here.
 DEFAULTS: dict[str, float] = {
     "ESS_THRESHOLD": 0.3,
     "BOOTSTRAP_DAMPENING_UNTIL": 10,
@@ -88,17 +81,17 @@ LIMITS: dict[str, tuple[float, float]] = {
     "REFLECTION_EVERY": (1, math.inf),
 }
 LOG_LEVEL = _env_log_level("SONALITY_LOG_LEVEL", "INFO")
-ESS_THRESHOLD = _env_float("SONALITY_ESS_THRESHOLD")
+ESS_THRESHOLD = _env_number("SONALITY_ESS_THRESHOLD", float)
 SPONGE_MAX_TOKENS = 500
 OPINION_BASE_RATE = 0.1
 BELIEF_DECAY_RATE = 0.15
-BOOTSTRAP_DAMPENING_UNTIL = _env_int("SONALITY_BOOTSTRAP_DAMPENING_UNTIL")
-OPINION_COOLING_PERIOD = _env_int("SONALITY_OPINION_COOLING_PERIOD")
-SEMANTIC_RETRIEVAL_COUNT = _env_int("SONALITY_SEMANTIC_RETRIEVAL_COUNT")
-EPISODIC_RETRIEVAL_COUNT = _env_int("SONALITY_EPISODIC_RETRIEVAL_COUNT")
+BOOTSTRAP_DAMPENING_UNTIL = _env_number("SONALITY_BOOTSTRAP_DAMPENING_UNTIL", int)
+OPINION_COOLING_PERIOD = _env_number("SONALITY_OPINION_COOLING_PERIOD", int)
+SEMANTIC_RETRIEVAL_COUNT = _env_number("SONALITY_SEMANTIC_RETRIEVAL_COUNT", int)
+EPISODIC_RETRIEVAL_COUNT = _env_number("SONALITY_EPISODIC_RETRIEVAL_COUNT", int)
 EPISODE_RETRIEVAL_COUNT = SEMANTIC_RETRIEVAL_COUNT + EPISODIC_RETRIEVAL_COUNT
 MAX_CONVERSATION_CHARS = 100_000
-REFLECTION_EVERY = _env_int("SONALITY_REFLECTION_EVERY")
+REFLECTION_EVERY = _env_number("SONALITY_REFLECTION_EVERY", int)
 REFLECTION_SHIFT_THRESHOLD = 0.1
 
 # --- engine internals named by the seed -------------------------------------------------
@@ -136,13 +129,9 @@ def configure(
             raise ValueError(f"{name} must be between {low} and {high}, not {value}")
     if log_level is not None and log_level.upper() not in LOG_LEVELS:
         raise ValueError(f"LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, not {log_level}")
-    values: dict[str, object] = {n: v for n, v in numbers.items() if v is not None}
-    if model:
-        values["MODEL"] = model
-    if ess_model:
-        values["ESS_MODEL"] = ess_model
-    if log_level is not None:
-        values["LOG_LEVEL"] = log_level.upper()
-    globals().update(values)
+    # A blank model keeps the current one; a blank log level was refused above.
+    texts = {"MODEL": model, "ESS_MODEL": ess_model, "LOG_LEVEL": (log_level or "").upper()}
+    globals().update({n: v for n, v in numbers.items() if v is not None})
+    globals().update({n: v for n, v in texts.items() if v})
     global EPISODE_RETRIEVAL_COUNT
     EPISODE_RETRIEVAL_COUNT = SEMANTIC_RETRIEVAL_COUNT + EPISODIC_RETRIEVAL_COUNT

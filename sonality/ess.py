@@ -52,11 +52,7 @@ class OpinionDirection(StrEnum):
     @property
     def sign(self) -> float:
         """+1.0 / -1.0 / 0.0, the factor an opinion update multiplies its magnitude by."""
-        if self is OpinionDirection.SUPPORTS:
-            return 1.0
-        if self is OpinionDirection.OPPOSES:
-            return -1.0
-        return 0.0
+        return {OpinionDirection.SUPPORTS: 1.0, OpinionDirection.OPPOSES: -1.0}.get(self, 0.0)
 
 
 class SourceReliability(StrEnum):
@@ -87,18 +83,12 @@ class ESSResult:
 _ESS_PROPERTIES: dict[str, Any] = {
     "score": {"type": "number"},
     "reasoning_type": {"type": "string", "enum": [m.value for m in ReasoningType]},
-    "source_reliability": {
-        "type": "string",
-        "enum": [m.value for m in SourceReliability],
-    },
+    "source_reliability": {"type": "string", "enum": [m.value for m in SourceReliability]},
     "internal_consistency": {"type": "boolean"},
     "novelty": {"type": "number"},
     "topics": {"type": "array", "items": {"type": "string"}},
     "summary": {"type": "string"},
-    "opinion_direction": {
-        "type": "string",
-        "enum": [m.value for m in OpinionDirection],
-    },
+    "opinion_direction": {"type": "string", "enum": [m.value for m in OpinionDirection]},
 }
 
 ESS_TOOL: dict[str, Any] = {
@@ -145,12 +135,7 @@ class _ToolInput(BaseModel):
     @field_validator("topics")
     @classmethod
     def _clean_topics(cls, value: list[str]) -> list[str]:
-        cleaned: list[str] = []
-        for label in value:
-            topic = normalize_topic(label)
-            if topic and topic not in cleaned:
-                cleaned.append(topic)
-        return cleaned[:MAX_TOPICS]
+        return [t for t in dict.fromkeys(map(normalize_topic, value)) if t][:MAX_TOPICS]
 
 
 def safe_default_ess(user_message: str) -> ESSResult:
@@ -170,24 +155,17 @@ def safe_default_ess(user_message: str) -> ESSResult:
 
 def _describe_errors(error: ValidationError) -> str:
     """Field names and error kinds only: the offending values may echo user text."""
-    parts = []
-    for item in error.errors():
-        field = ".".join(str(p) for p in item["loc"]) or "input"
-        parts.append(f"{field}: {item['type']}")
-    return "; ".join(parts)
+    return "; ".join(
+        f"{'.'.join(str(p) for p in item['loc']) or 'input'}: {item['type']}"
+        for item in error.errors()
+    )
 
 
 def _to_result(data: _ToolInput, user_message: str) -> ESSResult:
-    summary = " ".join(data.summary.split()) or fallback_summary(user_message)
     return ESSResult(
-        score=data.score,
-        reasoning_type=data.reasoning_type,
-        source_reliability=data.source_reliability,
-        internal_consistency=data.internal_consistency,
-        novelty=data.novelty,
+        **data.model_dump(exclude={"topics", "summary"}),
         topics=tuple(data.topics),
-        summary=summary,
-        opinion_direction=data.opinion_direction,
+        summary=" ".join(data.summary.split()) or fallback_summary(user_message),
     )
 
 

@@ -140,8 +140,6 @@ class LearningQueue:
                     await lease.release()
                 if all(r.id in tried for r in await self._unskipped_pending()):
                     return
-        except asyncio.CancelledError:
-            raise
         except Exception:
             # The store unreachable: the next wake-up tries again.
             log.exception("%s: learning from the shared outbox failed", self.label)
@@ -176,8 +174,6 @@ class LearningQueue:
                 async with self._lock:
                     await self._learn_one(record, usage)
                 return
-            except asyncio.CancelledError:
-                raise
             except LLMError as exc:
                 wait = exc.retry_after if exc.retry_after is not None else delay
                 wait = min(max(wait, LEARNING_RETRY_FIRST), LEARNING_RETRY_CAP)

@@ -18,12 +18,7 @@ class Usage(BaseModel):
     cache_write_tokens: int = 0
 
     def __add__(self, other: Usage) -> Usage:
-        return Usage(
-            input_tokens=self.input_tokens + other.input_tokens,
-            output_tokens=self.output_tokens + other.output_tokens,
-            cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
-            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
-        )
+        return Usage(**{f: getattr(self, f) + getattr(other, f) for f in Usage.model_fields})
 
 
 class SystemBlock(BaseModel):

@@ -82,24 +82,18 @@ def _section(tag: str, body: str) -> str:
 
 def _memory_bullets(relevant_episodes: Sequence[str]) -> str:
     """One bullet per memory, flattened so it cannot fake more bullets."""
-    lines = []
-    for episode in relevant_episodes:
-        flat = " ".join(episode.split())
-        if flat:
-            lines.append(f"- {escape_prompt_text(flat)}")
-    return "\n".join(lines)
+    flat = (" ".join(episode.split()) for episode in relevant_episodes)
+    return "\n".join(f"- {escape_prompt_text(line)}" for line in flat if line)
 
 
 def _context(structured_traits: str, relevant_episodes: Sequence[str]) -> list[str]:
     """Traits and memories, each left out when empty (an empty tag reads as "none")."""
-    sections = []
-    traits = structured_traits.strip()
-    if traits:
-        sections.append(_section("personality_traits", escape_prompt_text(traits)))
-    bullets = _memory_bullets(relevant_episodes)
-    if bullets:
-        sections.append(_section("relevant_memories", bullets))
-    return sections
+    traits = escape_prompt_text(structured_traits.strip())
+    sections = (
+        ("personality_traits", traits),
+        ("relevant_memories", _memory_bullets(relevant_episodes)),
+    )
+    return [_section(tag, body) for tag, body in sections if body]
 
 
 def build_system_blocks(sponge_snapshot: str) -> list[SystemBlock]:
@@ -136,25 +130,21 @@ def build_message_turn(
 def build_messages(history: Sequence[ChatTurn], turn: str) -> list[ChatTurn]:
     """The speaker's earlier turns (cached up to the last), then `turn`; the oldest are
     dropped beyond MAX_CONVERSATION_CHARS, and the result opens with a user turn."""
-    earlier = [t.model_copy(update={"cache": False}) for t in history]
-    if earlier:
-        earlier[-1] = earlier[-1].model_copy(update={"cache": True})
+    last = len(history) - 1
+    earlier = [t.model_copy(update={"cache": i == last}) for i, t in enumerate(history)]
     turns = [*earlier, ChatTurn(role="user", content=turn)]
     total = sum(len(t.content) for t in turns)
     start = 0
     while total > config.MAX_CONVERSATION_CHARS and start < len(turns) - 1:
         total -= len(turns[start].content)
         start += 1
-    kept = turns[start:]
-    while len(kept) > 1 and kept[0].role != "user":
-        kept = kept[1:]
-    return kept
+    while start < len(turns) - 1 and turns[start].role != "user":
+        start += 1
+    return turns[start:]
 
 
 def build_system_prompt(
-    sponge_snapshot: str,
-    relevant_episodes: Sequence[str],
-    structured_traits: str = "",
+    sponge_snapshot: str, relevant_episodes: Sequence[str], structured_traits: str = ""
 ) -> str:
     """The seed's single-string prompt, for callers that send no conversation."""
     sections = [

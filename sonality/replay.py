@@ -38,11 +38,7 @@ def apply_message(state: SpongeState, step: EvidenceStep) -> None:
     if any(u.due_interaction <= state.interaction_count for u in state.staged_opinion_updates):
         apply_due(state)
     update_opinions(
-        state,
-        ess,
-        interaction_id=step.interaction_id,
-        member=step.member,
-        version=step.version,
+        state, ess, interaction_id=step.interaction_id, member=step.member, version=step.version
     )
     state.track_disagreement(disagreed)
 

@@ -48,11 +48,9 @@ class AgentMemory(Protocol):
 
     async def flush(self) -> None:
         """Return once every episode handed to `write` is stored."""
-        ...
 
     async def forget(self, ids: Collection[str]) -> None:
         """Delete memories by id, including any still waiting to be written."""
-        ...
 
     async def close(self, grace_seconds: float) -> None: ...
 
@@ -61,13 +59,9 @@ class DirectMemory:
     """Episodes stored right after their commit; a failed write is retried at start."""
 
     def __init__(self, episodes: EpisodeMemory, label: str = "community") -> None:
-        self._episodes = episodes
+        self.episodes = episodes
         self.label = label
         self._written: Written | None = None
-
-    @property
-    def episodes(self) -> EpisodeMemory:
-        return self._episodes
 
     async def start(self, pending: Sequence[Episode], written: Written) -> None:
         self._written = written
@@ -76,7 +70,7 @@ class DirectMemory:
     async def recall(self, query: str, hidden: Sequence[HiddenRange]) -> list[str]:
         try:
             return await asyncio.to_thread(
-                self._episodes.retrieve_typed, query, *recall_budget(), hidden=hidden
+                self.episodes.retrieve_typed, query, *recall_budget(), hidden=hidden
             )
         except Exception:
             log.exception("%s: memory retrieval failed; answering without memories", self.label)
@@ -89,7 +83,7 @@ class DirectMemory:
         if not episodes:
             return
         try:
-            await asyncio.to_thread(self._episodes.store_many, list(episodes))
+            await asyncio.to_thread(self.episodes.store_many, list(episodes))
             if self._written is not None:
                 await self._written([e.id for e in episodes])
         except Exception:
@@ -100,7 +94,7 @@ class DirectMemory:
 
     async def forget(self, ids: Collection[str]) -> None:
         if ids:
-            await asyncio.to_thread(self._episodes.delete, sorted(ids))
+            await asyncio.to_thread(self.episodes.delete, sorted(ids))
 
     async def close(self, grace_seconds: float) -> None:
         return None

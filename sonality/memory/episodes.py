@@ -189,13 +189,8 @@ class EpisodeStore(SeedStoreMethods):
         found: list[str] = []
         for memory_type, n in ((SEMANTIC, semantic_n), (EPISODIC, episodic_n)):
             where: dict[str, Any] = {"memory_type": memory_type}
-            scored, _ = scored_matches(
-                self._collection,
-                vector,
-                n,
-                {"$and": [where, hide]} if hide else where,
-                min_relevance,
-            )
+            where = {"$and": [where, hide]} if hide else where
+            scored, _ = scored_matches(self._collection, vector, n, where, min_relevance)
             found += best(scored, n)
         return list(dict.fromkeys(found))
 

@@ -58,10 +58,6 @@ def belief_confidence(evidence_count: int) -> float:
     return min(1.0, math.log2(evidence_count + 1) / math.log2(_CONFIDENCE_SATURATION))
 
 
-def _clamp(value: float, low: float = -1.0, high: float = 1.0) -> float:
-    return max(low, min(high, value))
-
-
 class MoveSource(BaseModel):
     """The message behind one staged update, kept through netting so credit (and a
     forget-me) follows the cause, not whichever message closed the cooling period."""
@@ -156,14 +152,10 @@ class SpongeState(BaseModel):
         """Apply exactly this step (clamped to [-1, 1]; resistance is the caller's) and
         count `evidence_increment` pieces of evidence (a netted batch is several)."""
         old = self.opinion_vectors.get(topic, 0.0)
-        self.opinion_vectors[topic] = _clamp(old + direction * magnitude)
+        self.opinion_vectors[topic] = max(-1.0, min(1.0, old + direction * magnitude))
 
-        meta = self.belief_meta.get(topic)
-        if meta is None:
-            meta = BeliefMeta(evidence_count=evidence_increment)
-            self.belief_meta[topic] = meta
-        else:
-            meta.evidence_count += evidence_increment
+        meta = self.belief_meta.setdefault(topic, BeliefMeta(evidence_count=0))
+        meta.evidence_count += evidence_increment
         meta.confidence = belief_confidence(meta.evidence_count)
         meta.last_reinforced = self.interaction_count
         meta.provenance = provenance
@@ -205,13 +197,12 @@ class SpongeState(BaseModel):
         heard) and so reinforces the belief. Returns e.g. "nuclear_energy +0.020
         (2 updates)" per topic.
         """
-        due = [
-            u for u in self.staged_opinion_updates if u.due_interaction <= self.interaction_count
-        ]
+        now = self.interaction_count
+        due = [u for u in self.staged_opinion_updates if u.due_interaction <= now]
         if not due:
             return []
         self.staged_opinion_updates = [
-            u for u in self.staged_opinion_updates if u.due_interaction > self.interaction_count
+            u for u in self.staged_opinion_updates if u.due_interaction > now
         ]
 
         by_topic: dict[str, list[StagedOpinionUpdate]] = {}
@@ -226,14 +217,7 @@ class SpongeState(BaseModel):
             provenance = next((u.provenance for u in reversed(updates) if u.provenance), "")
             direction = 0.0 if net == 0.0 else math.copysign(1.0, net)
             sources = sorted((u.source() for u in updates), key=lambda m: -abs(m.delta))
-            self.update_opinion(
-                topic,
-                direction,
-                abs(net),
-                provenance=provenance,
-                evidence_increment=len(updates),
-                moved_by=sources,
-            )
+            self.update_opinion(topic, direction, abs(net), provenance, len(updates), sources)
             noun = "update" if len(updates) == 1 else "updates"
             summaries.append(f"{topic} {net:+.3f} ({len(updates)} {noun})")
         return summaries
@@ -263,18 +247,12 @@ class SpongeState(BaseModel):
     def belief_summary(self, limit: int | None = None) -> str:
         """Beliefs as text lines, strongest stance first."""
         topics = sorted(self.opinion_vectors, key=lambda t: (-abs(self.opinion_vectors[t]), t))
-        if limit is not None:
-            topics = topics[:limit]
         lines = []
-        for topic in topics:
-            meta = self.belief_meta.get(topic)
-            if meta is None:
-                lines.append(f"{topic}: {self.opinion_vectors[topic]:+.2f}")
-            else:
-                lines.append(
-                    f"{topic}: {self.opinion_vectors[topic]:+.2f} "
-                    f"(confidence {meta.confidence:.2f}, evidence {meta.evidence_count})"
-                )
+        for topic in topics[:limit]:
+            line = f"{topic}: {self.opinion_vectors[topic]:+.2f}"
+            if (meta := self.belief_meta.get(topic)) is not None:
+                line += f" (confidence {meta.confidence:.2f}, evidence {meta.evidence_count})"
+            lines.append(line)
         return "\n".join(lines)
 
     # --- behaviour tracking --------------------------------------------------------------
@@ -289,8 +267,7 @@ class SpongeState(BaseModel):
                 magnitude=magnitude,
             )
         )
-        if len(self.recent_shifts) > MAX_RECENT_SHIFTS:
-            self.recent_shifts = self.recent_shifts[-MAX_RECENT_SHIFTS:]
+        del self.recent_shifts[:-MAX_RECENT_SHIFTS]
 
     def track_topic(self, topic: str) -> None:
         """Count `topic` once more, keeping the MAX_TRACKED_TOPICS most engaged."""
@@ -343,10 +320,8 @@ class SpongeState(BaseModel):
         raw: Any = json.loads(data)
         if not isinstance(raw, Mapping):
             raise ValueError("a stored sponge state must be a JSON object")
-        fields = dict(raw)
-        removed = [name for name in LEGACY_FIELDS if name in fields]
-        for name in removed:
-            del fields[name]
+        removed = [name for name in LEGACY_FIELDS if name in raw]
+        fields = {key: value for key, value in raw.items() if key not in removed}
         if removed:
             log.info("sponge migration: dropped legacy fields %s", ", ".join(removed))
         return cls.model_validate(fields)

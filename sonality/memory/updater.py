@@ -35,13 +35,10 @@ def compute_magnitude(ess: ESSResult, sponge: SpongeState) -> float:
 def validate_snapshot(old: str, new: str) -> bool:
     """Refuse a snapshot that shed detail: under 30 characters or 60% of the old one
     (whitespace-stripped)."""
-    old_len = len(old.strip())
-    new_len = len(new.strip())
-    if new_len < MIN_SNAPSHOT_CHARS:
-        return False
-    if old_len == 0:
-        return True
-    return new_len / old_len >= MIN_SNAPSHOT_RETENTION
+    old_len, new_len = len(old.strip()), len(new.strip())
+    return new_len >= MIN_SNAPSHOT_CHARS and (
+        old_len == 0 or new_len / old_len >= MIN_SNAPSHOT_RETENTION
+    )
 
 
 def _clean_insight(text: str) -> str | None:
