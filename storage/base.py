@@ -605,6 +605,18 @@ class SqlBase:
 # --- synchronous statement helpers (called inside a `_run_write` / `_run_read` fn) -------
 
 
+IDS_PER_QUERY = 500
+"""Ids per ``IN (...)`` list: SQLite's limit on `?` parameters in one statement is 999
+on older builds."""
+
+
+def id_chunks(ids: Sequence[str]) -> Iterator[tuple[list[str], str]]:
+    """`ids` in pieces short enough for one statement, each with its ``?, ?, ...``."""
+    for start in range(0, len(ids), IDS_PER_QUERY):
+        chunk = list(ids[start : start + IDS_PER_QUERY])
+        yield chunk, ", ".join("?" * len(chunk))
+
+
 def fetchall(conn: Conn, sql: str, params: Iterable[Any] = ()) -> list[Row]:
     cur = conn.cursor(sql, tuple(params))
     try:

@@ -41,6 +41,7 @@ from storage.base import (
     fetchone,
     from_db_time,
     from_json,
+    id_chunks,
     insert_usage,
     to_db_time,
     to_json,
@@ -141,20 +142,20 @@ class EpisodeGuard:
         their outbox rows go, so a batch checked from now on leaves them out."""
         ids = list(dict.fromkeys(episode_ids))
         cid = self.community_id
-
-        def work(conn: Conn) -> None:
-            for start in range(0, len(ids), 500):
-                chunk = ids[start : start + 500]
-                marks = ", ".join("?" * len(chunk))
-                execute(
-                    conn,
-                    "DELETE FROM episode_outbox WHERE community_id = ? "
-                    f"AND episode_id IN ({marks})",
-                    (cid, *chunk),
-                )
-
         if ids:
-            await self._db._run_write(work, scope=cid)
+            await self._db._run_write(lambda conn: delete_from_outbox(conn, cid, ids), scope=cid)
+
+
+def delete_from_outbox(conn: Conn, community_id: str, episode_ids: Sequence[str]) -> int:
+    """Delete these episodes' outbox rows; returns how many there were."""
+    return sum(
+        execute(
+            conn,
+            f"DELETE FROM episode_outbox WHERE community_id = ? AND episode_id IN ({marks})",
+            (community_id, *chunk),
+        )
+        for chunk, marks in id_chunks(episode_ids)
+    )
 
 
 EVIDENCE_COLUMNS = {"kind", "version", "interaction_id", "member"}

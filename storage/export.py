@@ -25,12 +25,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from sonality.evidence import EvidenceStep
-from storage.base import Conn, SqlBase, fetchall, fetchone, from_db_time, from_json
+from storage.base import Conn, SqlBase, fetchall, fetchone, from_db_time, from_json, id_chunks
 from storage.community import step_from_row
 from storage.flood import member_key
-
-#: SQLite's default limit on `?` parameters in one statement is 999 on older builds.
-_IDS_PER_QUERY = 500
 
 
 class StoredMessage(BaseModel):
@@ -164,9 +161,7 @@ class ExportStore(SqlBase):
             )
             ids = [m.interaction_id for m in messages]
             episodes: list[dict[str, Any]] = []
-            for start in range(0, len(ids), _IDS_PER_QUERY):
-                chunk = ids[start : start + _IDS_PER_QUERY]
-                marks = ", ".join("?" * len(chunk))
+            for chunk, marks in id_chunks(ids):
                 episodes += [
                     _dict(r[0])
                     for r in fetchall(

@@ -37,6 +37,7 @@ from storage.base import (
     insert_returning_id,
     to_db_time,
 )
+from storage.community import delete_from_outbox
 from storage.flood import member_key
 
 #: The tables `erase_member` deletes from or rewrites.
@@ -209,16 +210,7 @@ class ForgetStore(SqlBase):
                     (cid, member),
                 )
             ]
-            changed = 0
-            for start in range(0, len(ids), 500):
-                chunk = ids[start : start + 500]
-                marks = ", ".join("?" * len(chunk))
-                changed += execute(
-                    conn,
-                    "DELETE FROM episode_outbox WHERE community_id = ? "
-                    f"AND episode_id IN ({marks})",
-                    (cid, *chunk),
-                )
+            changed = delete_from_outbox(conn, cid, ids)
             changed += execute(
                 conn,
                 "DELETE FROM interactions WHERE community_id = ? AND speaker_id = ?",

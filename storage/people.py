@@ -18,10 +18,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from storage.base import Conn, SqlBase, fetchall, from_json
+from storage.base import Conn, SqlBase, fetchall, from_json, id_chunks
 
-#: SQLite's default limit on `?` parameters in one statement is 999 on older builds.
-_IDS_PER_QUERY = 500
 #: Newest "ess" events with staged updates read at most (a belief's credit older than
 #: that many arguments is shown as unknown rather than making the read unbounded).
 MAX_STAGED_EVENTS = 20_000
@@ -72,9 +70,7 @@ class PeopleStore(SqlBase):
 
         def work(conn: Conn) -> dict[str, str]:
             names: dict[str, str] = {}
-            for start in range(0, len(wanted), _IDS_PER_QUERY):
-                chunk = wanted[start : start + _IDS_PER_QUERY]
-                marks = ", ".join("?" * len(chunk))
+            for chunk, marks in id_chunks(wanted):
                 rows = fetchall(
                     conn,
                     "SELECT speaker_id, speaker_name FROM interactions "
