@@ -117,6 +117,20 @@ async def test_forget_me_deletes_the_members_episodes_from_chroma(
     assert sorted(s["id"] for s in episodes.stored(bob_ids)) == sorted(bob_ids)
 
 
+async def reflected(agent: SonalityAgent, llm: ScriptedLLM) -> None:
+    """Members' messages, each with an insight (Alice's quote the token), consolidated
+    by a reflection into semantic memories."""
+    for n, (speaker, answer) in enumerate(with_token(script(4, 12))):
+        if answer is None:
+            continue
+        llm.ess.append(answer)
+        who = "Alice" if speaker is ALICE else "Someone else"
+        llm.insight = f"{who} made me weigh evidence ({TOKEN if speaker is ALICE else n})."
+        await agent.respond(f"message {n}", speaker=speaker)
+        await agent.drain()
+    await agent.reflect_now("moderator", actor="mod")
+
+
 def semantic_documents(episodes: EpisodeStore) -> list[str]:
     with episodes.chroma.use():
         semantic = episodes._semantic(create=False)
@@ -132,16 +146,7 @@ async def test_forget_me_deletes_the_insights_a_reflection_drew_from_the_member(
     persist_dir: Path,
 ) -> None:
     agent, llm, episodes = chroma_agent
-    for n, (speaker, answer) in enumerate(with_token(script(4, 12))):
-        if answer is None:
-            continue
-        llm.ess.append(answer)
-        who = "Alice" if speaker is ALICE else "Someone else"
-        llm.insight = f"{who} made me weigh evidence ({TOKEN if speaker is ALICE else n})."
-        await agent.respond(f"message {n}", speaker=speaker)
-        await agent.drain()
-    # A reflection consolidates the pending insights into semantic memories.
-    await agent.reflect_now("moderator", actor="mod")
+    await reflected(agent, llm)
     await agent.flush_episodes()
     before = semantic_documents(episodes)
     assert any(TOKEN in d for d in before) and any(TOKEN not in d for d in before)
@@ -151,20 +156,6 @@ async def test_forget_me_deletes_the_insights_a_reflection_drew_from_the_member(
     after = semantic_documents(episodes)
     assert after == [d for d in before if TOKEN not in d]  # the others' insights stay
     assert files_holding([persist_dir], [TOKEN]) == []
-
-
-async def reflected(agent: SonalityAgent, llm: ScriptedLLM) -> None:
-    """Members' messages, each with an insight (Alice's quote the token), consolidated
-    by a reflection into semantic memories."""
-    for n, (speaker, answer) in enumerate(with_token(script(4, 12))):
-        if answer is None:
-            continue
-        llm.ess.append(answer)
-        who = "Alice" if speaker is ALICE else "Someone else"
-        llm.insight = f"{who} made me weigh evidence ({TOKEN if speaker is ALICE else n})."
-        await agent.respond(f"message {n}", speaker=speaker)
-        await agent.drain()
-    await agent.reflect_now("moderator", actor="mod")
 
 
 async def test_forget_me_drops_the_members_insights_still_waiting_to_be_written(
