@@ -7,7 +7,9 @@ tests start it) or on the server at ``--url``:
 * the in-process `RateLimiter.check` (what a SQLite bot pays, unchanged);
 * `Database.flood_hit` alone (one upsert in autocommit through the pool);
 * `SharedRateLimiter.check` as the runtime calls it (the in-process count, a task,
-  the upsert, the verdict), one message at a time and 16 at once.
+  the upsert, the verdict), one message at a time and 16 at once;
+* the same for a member over the limit, whose messages also claim the notice
+  (`Database.flood_warn`, a second statement only flooding members pay).
 
 Members are spread over 200 (community, member) pairs so rows are both inserted and
 updated, as a busy bot's are.
@@ -22,8 +24,10 @@ import asyncio
 import statistics
 import time
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 
 from bot.ratelimit import RateLimiter, SharedRateLimiter
+from sonality.store import utcnow
 from storage import Database
 
 PAIRS = 200
@@ -62,15 +66,14 @@ async def measure(url: str, messages: int) -> None:
         window = local.window
         shared = SharedRateLimiter(db, RateLimiter(limit=10**9, window=window))
         await _timed(200, lambda i: shared.check(*_pair(i)))  # warm the pool and the table
-        from datetime import timedelta
-
-        from sonality.store import utcnow
-
         span = timedelta(seconds=window)
         raw = await _timed(messages, lambda i: db.flood_hit(*_pair(i), utcnow(), span))
         print(_summary("Database.flood_hit (one upsert)", raw))
         full = await _timed(messages, lambda i: shared.check(*_pair(i)))
         print(_summary("SharedRateLimiter.check, one at a time", full))
+        flooding = SharedRateLimiter(db, RateLimiter(limit=1, window=window))
+        over = await _timed(messages, lambda i: flooding.check("slack:T9", "U0FLOOD"))
+        print(_summary("SharedRateLimiter.check, over the limit", over[1:]))
         batch = 16
         start = time.perf_counter()
         for first in range(0, messages, batch):
