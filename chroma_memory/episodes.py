@@ -13,7 +13,10 @@ Same ranking, hiding and documents as :class:`sonality.memory.episodes.EpisodeSt
 
 Chroma is synchronous; callers on an event loop use ``asyncio.to_thread``. The only
 state here is whether the semantic collection exists yet (it is made with
-get-or-create, so threads racing to create it is harmless).
+get-or-create, so threads racing to create it is harmless). A store that other
+processes write too (``shared``, a Chroma server) never trusts a "no": another process
+may create the collection at any moment, and an insight it writes there must be
+recalled, and found by a forget-me, here as well.
 """
 
 from __future__ import annotations
@@ -137,7 +140,9 @@ class EpisodeStore(SeedStoreMethods):
         client: ChromaHandle | None = None,
         embedding_function: EmbeddingFunction[Documents] | None = None,
         model_cache_dir: Path | None = None,
+        shared: bool = False,
     ) -> None:
+        """`shared`: other processes write these collections too (see the module)."""
         self.persist_dir = Path(persist_dir) if persist_dir is not None else None
         if embedding_function is None:
             if model_cache_dir is None:
@@ -156,6 +161,7 @@ class EpisodeStore(SeedStoreMethods):
         # collection, created on first use: a metadata filter that matches most of a large
         # collection costs Chroma tens of milliseconds, an unfiltered query about two.
         self._semantic_name = f"{collection}-semantic"
+        self._shared = shared
         self._has_semantic = True  # until the probe below says otherwise
         with self.chroma.use():
             self._episodic()
@@ -190,12 +196,18 @@ class EpisodeStore(SeedStoreMethods):
         return collection
 
     def _semantic(self, *, create: bool) -> Collection | None:
-        if not create and not self._has_semantic:
+        """The insight collection; None if it does not exist (and not `create`). Known
+        absent without asking Chroma only when no other process can create it."""
+        if not create and not self._semantic_may_exist:
             return None
         collection = self.chroma.collection(self._semantic_name, create=create, opener=self._open)
         if collection is not None:
             self._has_semantic = True
         return collection
+
+    @property
+    def _semantic_may_exist(self) -> bool:
+        return self._has_semantic or self._shared
 
     @classmethod
     def for_community(
@@ -206,6 +218,7 @@ class EpisodeStore(SeedStoreMethods):
         client: ChromaHandle | None = None,
         embedding_function: EmbeddingFunction[Documents] | None = None,
         model_cache_dir: Path | None = None,
+        shared: bool = False,
     ) -> EpisodeStore:
         """The store of one Discord guild / Slack workspace / terminal session."""
         return cls(
@@ -214,6 +227,7 @@ class EpisodeStore(SeedStoreMethods):
             client=client,
             embedding_function=embedding_function,
             model_cache_dir=model_cache_dir,
+            shared=shared,
         )
 
     @property
@@ -373,10 +387,12 @@ class EpisodeStore(SeedStoreMethods):
         vector = query_embedding if query_embedding is not None else self.embed_query(query)
         where = outside(hidden)
         with self.chroma.use():
-            collection = self._semantic(create=False)
             episodic_sources = [(self._episodic(), where)]
 
             def semantic() -> list[str]:
+                # Looked up here, so that asking whether another process has created the
+                # collection (`shared`) overlaps the episodic query.
+                collection = self._semantic(create=False) if semantic_n > 0 else None
                 return self._ranked(
                     vector,
                     semantic_n,
@@ -396,7 +412,7 @@ class EpisodeStore(SeedStoreMethods):
                     hidden,
                 )
 
-            if collection is not None and semantic_n > 0 and episodic_n > 0:
+            if self._semantic_may_exist and semantic_n > 0 and episodic_n > 0:
                 found = self.chroma.both(semantic, episodic)
             else:  # at most one query: nothing to overlap
                 found = semantic(), episodic()

@@ -296,6 +296,8 @@ class ServerEpisodeStore:
                     None,
                     client=self._chroma,
                     embedding_function=self._embed,
+                    # Other bot processes write the same collections.
+                    shared=True,
                 )
             return self._store
 

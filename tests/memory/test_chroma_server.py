@@ -104,6 +104,33 @@ def test_a_community_erased_and_recreated_by_another_process_is_found_again(
         there.close()
 
 
+def test_insights_another_process_writes_later_are_recalled_found_and_deleted_here(
+    chroma_server: ChromaServer, embedding_function: FastMiniLML6V2
+) -> None:
+    """Issue 22, finding 14: a store asked once, on first use, whether its community's
+    insight collection existed; when another process created it later, this one never
+    recalled those insights, and a forget-me here (finding them by text, then deleting
+    by id) left them on the server."""
+    database = chroma_server.fresh_database()
+    here, there = (ServerMemory(chroma_server.url, database=database) for _ in range(2))
+    insight = "Atomic energy worries people more than its record warrants"
+    try:
+        mine = here.store_for("slack:T8", embedding_function)
+        mine.store_many([_episode("e1", NUCLEAR)])
+        assert mine.retrieve_typed(QUERY) == [NUCLEAR]  # no insight collection yet
+        there.store_for("slack:T8", embedding_function).store_many(
+            [_episode("s1", insight, SEMANTIC)]
+        )
+        assert mine.retrieve_typed(QUERY) == [insight, NUCLEAR]
+        assert mine.count() == 2
+        assert mine.semantic_ids([insight]) == ["s1"]
+        mine.delete(["s1"])
+        assert there.store_for("slack:T8", embedding_function).retrieve_typed(QUERY) == [NUCLEAR]
+    finally:
+        here.close()
+        there.close()
+
+
 def test_databases_keep_bots_sharing_a_server_apart(
     chroma_server: ChromaServer, embedding_function: FastMiniLML6V2
 ) -> None:
