@@ -12,7 +12,16 @@ Compared with the seed's direct writes (`sonality.memory.access.DirectMemory`):
 * with several processes sharing the store, a batch is written only under the
   community's episode lock and without the episodes no longer to be written, so a
   forget-me handled by another process is never undone by a batch held here
-  (`WriteGuard`, implemented by `storage.community.EpisodeGuard`).
+  (`WriteGuard`, implemented by `storage.community.EpisodeGuard`), and recall ranks
+  only the waiting episodes still to be written, so such a forget-me is not undone by
+  a reply here either;
+* the queue holds each episode once (by id, the last handed in wins): processes that
+  share the store adopt each other's waiting episodes (`SonalityAgent.catch_up`), and
+  Chroma refuses a whole batch that names an id twice;
+* a batch Chroma refuses for good (bad input, never a connection or server fault) is
+  written again one episode at a time, and an episode refused alone leaves the queue
+  (it stays in the store's outbox, for the next start), so one bad episode never
+  blocks every later write.
 
 Why each of these exists, with measurements: docs/performance.md.
 """
@@ -24,6 +33,8 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Collection, Sequence
 from typing import Protocol
+
+from chromadb.errors import ChromaError
 
 from chroma_memory.embed_lane import EmbeddingLane
 from chroma_memory.episodes import WaitingAwareMemory
@@ -43,6 +54,20 @@ EPISODE_FLUSH_DELAY = 10.0
 #: (it holds it for one batch or one delete), and how long it asks before giving up.
 GUARD_POLL_SECONDS = 0.05
 GUARD_WAIT_SECONDS = 60.0
+
+
+#: Chroma errors that come and go: a collection gone and reopened (404), timeouts and
+#: rate limits; any other 4xx is the request's own fault.
+PASSING_CODES = frozenset({404, 408, 429})
+
+
+def refused(exc: BaseException) -> bool:
+    """Whether the memory store refused the request itself (a duplicate id, a vector of
+    the wrong size, ...), so that sending it again can never work; anything else (the
+    server unreachable or failing, the episode lock never coming) may pass later."""
+    if isinstance(exc, ChromaError):
+        return 400 <= exc.code() < 500 and exc.code() not in PASSING_CODES
+    return isinstance(exc, (ValueError, TypeError))
 
 
 class WriteGuard(Protocol):
@@ -112,9 +137,10 @@ class WriteBehindMemory:
         reply goes out without memories and the log says why.
         """
         with self.priority.replying():
-            unwritten = tuple(self.unwritten)
             try:
-                vector = await self.lane.embed(query)
+                vector, unwritten = await asyncio.gather(
+                    self.lane.embed(query), self._still_waiting(tuple(self.unwritten))
+                )
             except Exception:
                 log.exception(
                     "%s: could not embed the message; answering without memories", self.label
@@ -132,6 +158,38 @@ class WriteBehindMemory:
             except Exception:
                 log.exception("%s: memory retrieval failed; answering without memories", self.label)
                 return []
+
+    async def _still_waiting(self, waiting: tuple[Episode, ...]) -> tuple[Episode, ...]:
+        """Those of `waiting` still to be written, which recall may rank in memory.
+
+        Why: with other processes, a forget-me handled by one of them removes its
+        member's episodes from the store's outbox but cannot reach this queue, which
+        would otherwise recall them here until its next batch (up to `flush_delay`).
+        One query, made while the message is embedded. Episodes no longer to be written
+        (forgotten, or written by another process) leave the queue too. If the store
+        cannot answer, this reply recalls only stored memories (the log says why).
+        """
+        if self._guard is None or not waiting:
+            return waiting
+        try:
+            keep = await self._guard.still_to_write([e.id for e in waiting])
+        except Exception:
+            log.warning(
+                "%s: could not check the memories waiting to be written; recalling "
+                "stored ones only",
+                self.label,
+                exc_info=True,
+            )
+            return ()
+        self._take_out([e for e in waiting if e.id not in keep])
+        return tuple(e for e in waiting if e.id in keep)
+
+    def _take_out(self, episodes: Collection[Episode]) -> None:
+        """Remove these very entries from the queue (not others with their ids: a newer
+        episode handed in meanwhile under the same id is still to be written)."""
+        gone = {id(e) for e in episodes}
+        if gone:
+            self.unwritten[:] = [e for e in self.unwritten if id(e) not in gone]
 
     async def prepare(self, episodes: list[Episode]) -> list[Episode]:
         """The episodes with the vectors of their documents, embedded in one pass of the
@@ -156,8 +214,17 @@ class WriteBehindMemory:
         return ready
 
     async def write(self, episodes: Sequence[Episode]) -> None:
-        if episodes:
-            self.unwritten.extend(episodes)
+        """Queue `episodes`, each id once: one already queued as it is stays where it is
+        (another process's waiting episodes are adopted again and again, see
+        `SonalityAgent.catch_up`); one queued with other content is replaced, the last
+        handed in winning."""
+        fresh = {e.id: e for e in episodes}
+        for queued in self.unwritten:
+            if fresh.get(queued.id) == queued:
+                del fresh[queued.id]
+        if fresh:
+            self.unwritten[:] = [e for e in self.unwritten if e.id not in fresh]
+            self.unwritten.extend(fresh.values())
             self._wake.set()
         if self._writer is None or self._writer.done():
             self._writer = asyncio.create_task(
@@ -197,15 +264,55 @@ class WriteBehindMemory:
         async with self._write_lock:
             while self.unwritten:
                 await self.priority.wait_quiet()
-                batch = self.unwritten[:EPISODE_BATCH]
-                if self._guard is None:
-                    await asyncio.to_thread(self._episodes.store_many, batch)
-                    done = batch
-                else:
-                    done = await self._store_checked(self._guard, batch)
+                taken = self.unwritten[:EPISODE_BATCH]
+                batch = list({e.id: e for e in taken}.values())  # each id once, last wins
+                try:
+                    done = await self._store(batch)
+                except Exception as exc:
+                    if not refused(exc):
+                        raise  # the batch stays queued (and in the outbox) for next time
+                    done = await self._store_each(batch, exc)
                 if self._written is not None and done:
                     await self._written([e.id for e in done])
-                del self.unwritten[: len(batch)]
+                self._take_out(taken)
+
+    async def _store(self, batch: list[Episode]) -> list[Episode]:
+        """Store `batch` (with other processes, those of it still to be written);
+        returns the episodes stored."""
+        if self._guard is None:
+            await asyncio.to_thread(self._episodes.store_many, batch)
+            return batch
+        return await self._store_checked(self._guard, batch)
+
+    async def _store_each(self, batch: list[Episode], exc: Exception) -> list[Episode]:
+        """After the store refused `batch` for good (`refused`): its episodes one by one,
+        so only an episode refused alone is lost to this queue. That one stays in the
+        store's outbox (written again at the next start), and the log names it and why.
+        Returns the episodes stored."""
+        log.warning(
+            "%s: the memory store refused a batch of %d episode(s) (%s: %s); "
+            "writing them one at a time",
+            self.label,
+            len(batch),
+            type(exc).__name__,
+            exc,
+        )
+        done: list[Episode] = []
+        for episode in batch:
+            try:
+                done += await self._store([episode])
+            except Exception as alone:
+                if not refused(alone):
+                    raise
+                log.error(
+                    "%s: the memory store refused episode %s (%s: %s); it stays in the "
+                    "outbox, to be tried again at the next start",
+                    self.label,
+                    episode.id,
+                    type(alone).__name__,
+                    alone,
+                )
+        return done
 
     async def _store_checked(self, guard: WriteGuard, batch: list[Episode]) -> list[Episode]:
         """Store those of `batch` still to be written, checked and written under the
@@ -246,7 +353,7 @@ class WriteBehindMemory:
         of theirs lands after it either (see `WriteGuard`)."""
         drop = set(ids)
         async with self._write_lock:
-            self.unwritten = [e for e in self.unwritten if e.id not in drop]
+            self.unwritten[:] = [e for e in self.unwritten if e.id not in drop]
             if not drop:
                 return
             if self._guard is None:

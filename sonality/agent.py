@@ -187,7 +187,9 @@ class SonalityAgent:
                 self.sponge = state
                 moved = True
         if adopt_episodes and latest > self._episodes_seen:
-            # An upsert by id, so an episode written twice is still one.
+            # The other processes' waiting episodes too: one of them may have died with
+            # its queue. The memory queues each episode once (one already queued is
+            # left as it is), and writes it only if no process has meanwhile.
             self._episodes_seen = latest
             await self.memory.write(await self.store.pending_episodes())
         return moved

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import html
 import os
+import re
 import signal
 import socket
 from collections.abc import AsyncIterator
@@ -34,7 +36,7 @@ from bot.scheduler import ReflectionScheduler
 from sonality.evidence import MESSAGE
 from storage import Database
 from tests.chroma_server import ChromaServer, chroma_server  # noqa: F401 (fixture)
-from tests.fakes.anthropic_server import AnthropicFake, Delay, Text
+from tests.fakes.anthropic_server import AnthropicFake, Delay, RecordedRequest, Text
 from tests.fakes.slack_server import FakeSlack, post_signed
 from tests.integration.conftest import (
     A,
@@ -166,10 +168,12 @@ class TwoBotStack:
         assert status == 200
         return ts
 
-    async def command(self, bot: BotProcess, text: str, *, user: str) -> dict[str, Any]:
+    async def command(
+        self, bot: BotProcess, text: str, *, user: str, team: str = TEAM
+    ) -> dict[str, Any]:
         """/sonality `text` posted to `bot`; returns the answer sent to its response_url."""
         rid = f"r{len(self.slack.responses) + 1}"
-        form = command_form(self.slack, text, user=user, team=TEAM, rid=rid)
+        form = command_form(self.slack, text, user=user, team=team, rid=rid)
         status, _, _ = await post_signed(self.http, bot.url, SECRET, form=form)
         assert status == 200
         await self.slack.wait_for(
@@ -570,6 +574,26 @@ def chroma_documents(stack: TwoBotStack) -> dict[str, str]:
     return found
 
 
+def section(text: str, tag: str) -> str | None:
+    found = re.search(rf"<{tag}>(.*?)</{tag}>", text, re.DOTALL)
+    return None if found is None else html.unescape(found.group(1).strip())
+
+
+def memories_in(request: RecordedRequest) -> str:
+    """The recalled memories a reply request carried (its last turn's section)."""
+    return section(request.last_user_text, "relevant_memories") or ""
+
+
+def reply_request(anthropic: AnthropicFake, said: str) -> RecordedRequest:
+    """The reply request whose member message is `said` (the one reply to it)."""
+    [found] = [
+        r
+        for r in anthropic.requests
+        if r.tool_name is None and section(r.last_user_text, "message") == said
+    ]
+    return found
+
+
 FORGOTTEN = "marmotlantern71"
 KEPT = "pelicanharbor36"
 
@@ -578,9 +602,10 @@ async def test_a_member_forgotten_in_one_process_is_not_written_back_by_the_othe
     two_bots: TwoBotStack,
 ) -> None:
     """b learns two members' messages and holds their episodes in its write-behind queue
-    (a flush delay longer than the test); a handles the first member's forget-me; then b
-    stops, writing what it holds. The forgotten member's episode must not reach Chroma;
-    the other member's must."""
+    (a flush delay longer than the test); a handles the first member's forget-me. b's
+    next reply recalls the other member's waiting episode but not the forgotten one's
+    (issue 22: it did, until its next batch). Then b stops, writing what it holds. The
+    forgotten member's episode must not reach Chroma; the other member's must."""
     for token in (FORGOTTEN, KEPT):
         two_bots.anthropic.brain.ess_rule(
             contains=token,
@@ -606,6 +631,10 @@ async def test_a_member_forgotten_in_one_process_is_not_written_back_by_the_othe
         done = await two_bots.command(a, "forget-me confirm", user="U1")
         assert "forgot" in done["text"].lower(), done
         assert not any(FORGOTTEN in d for d in chroma_documents(two_bots).values())
+        said = "which study about remote work did you hear of?"
+        await two_bots.answered(await two_bots.mention(b, f"<@UBOT> {said}", user="U3"))
+        recalled = memories_in(reply_request(two_bots.anthropic, said))
+        assert KEPT in recalled and FORGOTTEN not in recalled, recalled
     finally:
         await db.close()
     # b writes what it holds as it stops; a then writes what it adopted.
