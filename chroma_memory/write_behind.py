@@ -70,6 +70,14 @@ def refused(exc: BaseException) -> bool:
     return isinstance(exc, (ValueError, TypeError))
 
 
+def kept_as(episode: Episode) -> tuple[object, ...]:
+    """What a memory store keeps of `episode` (`sonality.memory.episodes.upsert`): the
+    outbox leaves out the rest, so an adopted copy of a queued episode differs from it
+    only there."""
+    e = episode
+    return (document_of(e), e.ess_score, e.memory_type, e.interaction, e.version, e.embedding)
+
+
 class WriteGuard(Protocol):
     """A community's episode lock across processes, and the check a batch passes."""
 
@@ -214,13 +222,14 @@ class WriteBehindMemory:
         return ready
 
     async def write(self, episodes: Sequence[Episode]) -> None:
-        """Queue `episodes`, each id once: one already queued as it is stays where it is
-        (another process's waiting episodes are adopted again and again, see
-        `SonalityAgent.catch_up`); one queued with other content is replaced, the last
-        handed in winning."""
+        """Queue `episodes`, each id once: one already queued as the store would keep it
+        stays where it is (the waiting episodes in the shared outbox are adopted again
+        and again, see `SonalityAgent.catch_up`, this process's own among them); one
+        queued with other content is replaced, the last handed in winning."""
         fresh = {e.id: e for e in episodes}
         for queued in self.unwritten:
-            if fresh.get(queued.id) == queued:
+            again = fresh.get(queued.id)
+            if again is not None and kept_as(again) == kept_as(queued):
                 del fresh[queued.id]
         if fresh:
             self.unwritten[:] = [e for e in self.unwritten if e.id not in fresh]

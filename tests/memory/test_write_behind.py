@@ -111,7 +111,11 @@ async def test_an_episode_handed_in_twice_is_written_once_as_last_handed_in(
     noted = Noted()
     try:
         await memory.start([plain(1), plain(2)], noted)
-        await memory.write([plain(1), plain(3)])  # p1 again, as it is: stays as it was
+        # p1 again as the outbox holds it (no reply text, no topics): stays where it was.
+        queued = plain(1).model_copy(update={"agent_response": "a reply", "topics": ("x",)})
+        memory.unwritten[0] = queued
+        await memory.write([plain(1), plain(3)])
+        assert memory.unwritten[0] is queued
         await memory.write([plain(2, "memory 2, revised")])  # last wins
         assert [e.id for e in memory.unwritten] == ["p1", "p3", "p2"]
         await memory.flush()
