@@ -192,6 +192,11 @@ class Settings(BaseSettings):
     log_file_backups: int = Field(default=5, ge=1, le=1000, alias="SONALITY_LOG_FILE_BACKUPS")
     log_format: Literal["text", "json"] = Field(default="text", alias="SONALITY_LOG_FORMAT")
 
+    # --- the settings themselves (bot/setting_names.py) ----------------------------------
+    # A SONALITY_/DISCORD_/SLACK_ name the bot does not read is a warning at start;
+    # true: a refusal (exit 2), for deployments where a typo must never pass.
+    strict_settings: bool = Field(default=False, alias="SONALITY_STRICT_SETTINGS")
+
     @field_validator("timezone")
     @classmethod
     def _known_timezone(cls, value: str) -> str:
