@@ -252,6 +252,21 @@ class Settings(BaseSettings):
             raise ValueError("must be only scheme, host and port, such as http://chroma:8000")
         return value.strip()
 
+    @field_validator("discord_token")
+    @classmethod
+    def _one_token(cls, value: SecretStr | None) -> SecretStr | None:
+        # A token with a space or line break inside (a pasted "Bot " prefix, a quote
+        # split over two lines) would otherwise end in aiohttp's header-injection error.
+        if value is None:
+            return None
+        token = value.get_secret_value().strip()
+        if not token or any(c.isspace() or not c.isprintable() for c in token):
+            raise ValueError(
+                "must be the bot token alone, without spaces or line breaks "
+                "(copy it from Bot → Reset Token in the Discord Developer Portal)"
+            )
+        return SecretStr(token)
+
     @field_validator("discord_shard_ids")
     @classmethod
     def _shard_range(cls, value: str | None, info: ValidationInfo) -> str | None:
