@@ -35,25 +35,30 @@ async def _fake_discord() -> AsyncIterator[FakeDiscord]:
         await fake.close()
 
 
-async def _run_on_discord(
-    tmp_path: Path, anthropic: AnthropicFake, fake: FakeDiscord, **env: str
-) -> tuple[int, str, list[str]]:
-    proc = await _start_bot(
-        tmp_path / "data",
-        anthropic.base_url,
-        tmp_path,
-        asyncio.subprocess.DEVNULL,
-        None,
-        **{
-            "DISCORD_TOKEN": fake.token,
-            "DISCORD_API_BASE_URL": fake.api_base,
-            "DISCORD_GATEWAY_URL": fake.gateway_url,
-            **env,
-        },
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), 120)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), [x for x in err.decode().splitlines() if x.strip()]
+async def _refused(
+    tmp_path: Path, anthropic: AnthropicFake, api_suffix: str = "", **env: str
+) -> tuple[list[str], FakeDiscord]:
+    """Start the bot on the fake Discord (its API base + `api_suffix`): it must exit 2
+    with no traceback and no voice warning; its stderr lines, and the fake."""
+    async with _fake_discord() as fake:
+        proc = await _start_bot(
+            tmp_path / "data",
+            anthropic.base_url,
+            tmp_path,
+            asyncio.subprocess.DEVNULL,
+            None,
+            **{
+                "DISCORD_TOKEN": fake.token,
+                "DISCORD_API_BASE_URL": fake.api_base + api_suffix,
+                "DISCORD_GATEWAY_URL": fake.gateway_url,
+                **env,
+            },
+        )
+        out, err = (s.decode() for s in await asyncio.wait_for(proc.communicate(), 120))
+    assert proc.returncode == 2, out[-3000:] + err
+    assert "Traceback" not in out + err, out[-3000:]
+    assert "voice will NOT be supported" not in out, out  # the bot never joins voice
+    return [line for line in err.splitlines() if line.strip()], fake
 
 
 def _closed_port() -> int:
@@ -67,58 +72,37 @@ def _closed_port() -> int:
 async def test_a_rejected_token_is_one_line_and_no_voice_warnings(
     tmp_path: Path, anthropic_server: AnthropicFake
 ) -> None:
-    async with _fake_discord() as fake:
-        code, out, err = await _run_on_discord(
-            tmp_path, anthropic_server, fake, DISCORD_TOKEN="an-old-token"
-        )
-    assert code == 2, err
+    err, fake = await _refused(tmp_path, anthropic_server, DISCORD_TOKEN="an-old-token")
     assert err == [f"error: {TOKEN_HELP}"]
     assert fake.find("GET", "/users/@me") and not fake.identifies
-    assert "Traceback" not in out
-    assert "voice will NOT be supported" not in out, out  # the bot never joins voice
 
 
 async def test_discord_unreachable_is_one_line_naming_the_address(
     tmp_path: Path, anthropic_server: AnthropicFake
 ) -> None:
     api = f"http://127.0.0.1:{_closed_port()}/api/v10"
-    async with _fake_discord() as fake:
-        code, out, err = await _run_on_discord(
-            tmp_path, anthropic_server, fake, DISCORD_API_BASE_URL=api
-        )
-    assert code == 2, out[-3000:]
+    err, _ = await _refused(tmp_path, anthropic_server, DISCORD_API_BASE_URL=api)
     assert err == [
         f"error: could not reach Discord at DISCORD_API_BASE_URL={api} (connection refused); "
         "check the network and the address"
     ]
-    assert "Traceback" not in out, out[-3000:]
-    assert "voice will NOT be supported" not in out
 
 
 async def test_an_answer_that_is_not_discords_is_one_line(
     tmp_path: Path, anthropic_server: AnthropicFake
 ) -> None:
     """A wrong path on a server that answers (a proxy, a typo in the URL): 404 at login."""
-    async with _fake_discord() as fake:
-        wrong = fake.api_base.rstrip("/") + "/nothing-here"
-        code, out, err = await _run_on_discord(
-            tmp_path, anthropic_server, fake, DISCORD_API_BASE_URL=wrong
-        )
-    assert code == 2, out[-3000:]
+    err, fake = await _refused(tmp_path, anthropic_server, api_suffix="/nothing-here")
     [line] = err
+    wrong = fake.api_base + "/nothing-here"
     assert line.startswith(f"error: Discord's API at DISCORD_API_BASE_URL={wrong} answered 404 ")
-    assert "Traceback" not in out, out[-3000:]
 
 
 async def test_a_token_with_a_line_break_is_refused_before_anything_starts(
     tmp_path: Path, anthropic_server: AnthropicFake
 ) -> None:
     """A token pasted over two lines used to end in aiohttp's header-injection error."""
-    async with _fake_discord() as fake:
-        code, out, err = await _run_on_discord(
-            tmp_path, anthropic_server, fake, DISCORD_TOKEN="first-half\nsecond-half"
-        )
-    assert code == 2, out[-3000:]
+    err, fake = await _refused(tmp_path, anthropic_server, DISCORD_TOKEN="first-half\nsecond-half")
     assert err == [
         "error: DISCORD_TOKEN=(hidden) is not allowed: must be the bot token alone, without "
         "spaces or line breaks (copy it from Bot → Reset Token in the Discord Developer Portal)"
