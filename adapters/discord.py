@@ -23,6 +23,7 @@ import re
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, Literal
 
+import aiohttp
 import discord
 import yarl
 from discord import app_commands
@@ -49,6 +50,7 @@ from bot.messages import (
 )
 from bot.settings import Settings
 from bot.timeline import MAX_DAYS
+from providers.openai import connection_failure
 
 __all__ = ["INTENTS_HELP", "MESSAGE_LIMIT", "TOKEN_HELP", "DiscordAdapter"]
 
@@ -344,6 +346,9 @@ class DiscordAdapter:
             )
 
     def _build_client(self) -> discord.Client:
+        # The bot never joins a voice channel: without this, every start logs two
+        # warnings that PyNaCl and davey (voice libraries) are missing.
+        discord.VoiceClient.warn_nacl = discord.VoiceClient.warn_dave = False
         options: dict[str, Any] = {
             "intents": self.intents(),
             "allowed_mentions": NO_MENTIONS,
@@ -385,10 +390,30 @@ class DiscordAdapter:
             if exc.code in _CLOSE_CODE_HELP:
                 raise StartupError(_CLOSE_CODE_HELP[exc.code]) from None
             raise
+        except (aiohttp.ClientError, OSError, discord.HTTPException) as exc:
+            # Once connected, discord.py retries these itself; one escaping before the
+            # first READY is the login failing, which it does not retry.
+            if self._ready.is_set():
+                raise
+            raise StartupError(self._login_failed(exc)) from None
         finally:
             if not client.is_closed():
                 await client.close()
             self._endpoints.restore()
+
+    def _login_failed(self, exc: Exception) -> str:
+        """One line for a login that never reached Discord or got no usable answer."""
+        if "discord_api_base_url" in self._settings.model_fields_set:
+            where = f"DISCORD_API_BASE_URL={self._settings.discord_api_base_url}"
+        else:
+            where = f"{self._settings.discord_api_base_url} (DISCORD_API_BASE_URL unset)"
+        if isinstance(exc, discord.HTTPException):
+            return (
+                f"Discord's API at {where} answered {exc.status} {exc.text[:80]!r} to the "
+                "login: check DISCORD_API_BASE_URL, or try again if Discord is down"
+            )
+        why = connection_failure(exc) or " ".join(f"{type(exc).__name__}: {exc}".split())[:160]
+        return f"could not reach Discord at {where} ({why}); check the network and the address"
 
     async def close(self) -> None:
         client = self._client

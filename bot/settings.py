@@ -192,6 +192,11 @@ class Settings(BaseSettings):
     log_file_backups: int = Field(default=5, ge=1, le=1000, alias="SONALITY_LOG_FILE_BACKUPS")
     log_format: Literal["text", "json"] = Field(default="text", alias="SONALITY_LOG_FORMAT")
 
+    # --- the settings themselves (bot/setting_names.py) ----------------------------------
+    # A SONALITY_/DISCORD_/SLACK_ name the bot does not read is a warning at start;
+    # true: a refusal (exit 2), for deployments where a typo must never pass.
+    strict_settings: bool = Field(default=False, alias="SONALITY_STRICT_SETTINGS")
+
     @field_validator("timezone")
     @classmethod
     def _known_timezone(cls, value: str) -> str:
@@ -246,6 +251,21 @@ class Settings(BaseSettings):
         if parts.path.strip("/") or parts.query or parts.fragment:
             raise ValueError("must be only scheme, host and port, such as http://chroma:8000")
         return value.strip()
+
+    @field_validator("discord_token")
+    @classmethod
+    def _one_token(cls, value: SecretStr | None) -> SecretStr | None:
+        # A token with a space or line break inside (a pasted "Bot " prefix, a quote
+        # split over two lines) would otherwise end in aiohttp's header-injection error.
+        if value is None:
+            return None
+        token = value.get_secret_value().strip()
+        if not token or any(c.isspace() or not c.isprintable() for c in token):
+            raise ValueError(
+                "must be the bot token alone, without spaces or line breaks "
+                "(copy it from Bot → Reset Token in the Discord Developer Portal)"
+            )
+        return SecretStr(token)
 
     @field_validator("discord_shard_ids")
     @classmethod

@@ -26,7 +26,7 @@ from pydantic import SecretStr, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_settings import SettingsError
 
-from bot import logs
+from bot import logs, setting_names
 from bot.interface import StartupError
 from bot.lock import DataDirLock
 from bot.preflight import check_storage
@@ -45,6 +45,7 @@ def run() -> int:
     """Start the bot as configured; the exit code (2: the operator must fix something)."""
     try:
         settings = load_settings()
+        require_whole_platforms(settings)
         require_llm_key(settings)
         prepare_data_dir(settings.data_dir)
         lock = DataDirLock.acquire(settings.data_dir)
@@ -76,13 +77,34 @@ def _refuse(exc: StartupError) -> int:
 
 def load_settings() -> Settings:
     """`Settings()` from the environment and `.env`, or a `SettingError` naming the first
-    bad value (and how many more there are)."""
+    bad value (and how many more there are). A name the bot does not know is a warning
+    line on stderr, or a `SettingError` with SONALITY_STRICT_SETTINGS=true."""
     try:
-        return Settings()
+        settings = Settings()
     except ValidationError as exc:
         raise SettingError(describe_errors(exc)) from None
     except SettingsError as exc:  # a value pydantic-settings could not even parse (JSON)
         raise SettingError(_describe_source_error(exc)) from None
+    check_setting_names(settings)
+    return settings
+
+
+def check_setting_names(settings: Settings) -> None:
+    """Warn about (or, strict, refuse) every SONALITY_/DISCORD_/SLACK_ name not read."""
+    unknown = setting_names.unknown_names(os.environ, setting_names.read_dotenv())
+    if not unknown:
+        return
+    if settings.strict_settings:
+        line = setting_names.describe(*unknown[0], "refused as SONALITY_STRICT_SETTINGS=true")
+        if len(unknown) > 1:
+            line += f" (and {len(unknown) - 1} more unknown setting(s))"
+        raise SettingError(f"error: {line}")
+    for name, where in unknown:
+        print(
+            f"warning: {setting_names.describe(name, where, 'so it is ignored')}",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def describe_errors(exc: ValidationError) -> str:
@@ -175,6 +197,29 @@ def _describe_source_error(exc: SettingsError) -> str:
     field = Settings.model_fields.get(match.group(1)) if match else None
     variable = field.alias if field is not None and field.alias else "a setting"
     return f"error: {variable} is not allowed: must be valid JSON ({exc})"
+
+
+def require_whole_platforms(settings: Settings) -> None:
+    """A platform given some of its settings but not the one that turns it on is a
+    mistake, not a request for the terminal: under systemd or Docker the terminal
+    community would read an empty stdin and exit 0, looking like a clean stop."""
+    for enabler, on, prefix in (
+        ("DISCORD_TOKEN", settings.discord_enabled, "DISCORD_"),
+        ("SLACK_BOT_TOKEN", settings.slack_enabled, "SLACK_"),
+    ):
+        given = sorted(
+            field.alias
+            for name, field in Settings.model_fields.items()
+            if name in settings.model_fields_set and field.alias and field.alias.startswith(prefix)
+        )
+        if given and not on:
+            also = " (or SLACK_CLIENT_ID for many workspaces)" if prefix == "SLACK_" else ""
+            raise SettingError(
+                f"error: {', '.join(given)} {'is' if len(given) == 1 else 'are'} set but "
+                f"{enabler} is not: set {enabler}{also} to run on "
+                f"{prefix.strip('_').title()}, or remove the {prefix}* settings to chat "
+                "in the terminal"
+            )
 
 
 def require_llm_key(settings: Settings) -> None:

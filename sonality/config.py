@@ -51,6 +51,9 @@ DATA_DIR = Path(_env_str("SONALITY_DATA_DIR", "data"))
 SPONGE_FILE = DATA_DIR / "sponge.json"
 SPONGE_HISTORY_DIR = DATA_DIR / "sponge_history"
 CHROMADB_DIR = DATA_DIR / "chromadb"
+# Where the embedding model built from the bundled weights is kept (the bot's
+# SONALITY_MODEL_CACHE_DIR rule, so both share one copy).
+MODEL_CACHE_DIR = Path(_env_str("SONALITY_MODEL_CACHE_DIR", str(DATA_DIR / "models")))
 
 # --- models ---------------------------------------------------------------------------
 ANTHROPIC_API_KEY = os.environ.get("ANTHROPIC_API_KEY", "")

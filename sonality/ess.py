@@ -75,7 +75,9 @@ class ESSResult:
     novelty: float
     topics: tuple[str, ...]
     summary: str
-    opinion_direction: OpinionDirection
+    # The seed's public defaults: code that names no direction gets a neutral one,
+    # which never moves an opinion.
+    opinion_direction: OpinionDirection = OpinionDirection.NEUTRAL
     used_defaults: bool = False
 
 

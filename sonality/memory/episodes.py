@@ -17,9 +17,9 @@ import chromadb
 from chromadb.api.models.Collection import Collection
 from chromadb.api.types import Documents, EmbeddingFunction, Embeddings, Metadata, Where
 from chromadb.config import Settings
-from chromadb.utils.embedding_functions import DefaultEmbeddingFunction
 
 from sonality.config import MIN_EPISODE_RELEVANCE
+from sonality.memory.embedding import bundled_embedding_function
 from sonality.store import EPISODIC, SEMANTIC, Episode, HiddenRange
 
 #: Index candidates fetched per requested result, for the rerank.
@@ -123,7 +123,11 @@ class SeedStoreMethods:
 
 
 class EpisodeStore(SeedStoreMethods):
-    """One community's memories in one Chroma collection (the seed's store)."""
+    """One community's memories in one Chroma collection (the seed's store).
+
+    Without an `embedding_function`, the seed's model (all-MiniLM-L6-v2), built from
+    the bundled weights into `config.MODEL_CACHE_DIR`: `EpisodeStore(path)` works offline.
+    """
 
     def __init__(
         self,
@@ -133,7 +137,7 @@ class EpisodeStore(SeedStoreMethods):
         embedding_function: EmbeddingFunction[Documents] | None = None,
     ) -> None:
         self.persist_dir = Path(persist_dir)
-        self._embed = embedding_function or DefaultEmbeddingFunction()
+        self._embed = embedding_function or bundled_embedding_function()
         client = chromadb.PersistentClient(
             path=str(self.persist_dir), settings=Settings(anonymized_telemetry=False)
         )

@@ -13,7 +13,9 @@ Facts this server relies on (checked against discord.py 2.7.1):
   "application/json"; aiohttp's json_response appends "; charset=utf-8", after which
   login fails. Every JSON response here sets the header by hand.
 - A 429 is retried only when it carries a `Via` header (no Via = Cloudflare ban).
-- Interaction and webhook routes carry no Authorization header.
+- Interaction and webhook routes carry no Authorization header; every other route
+  answers 401 `{"message": "401: Unauthorized", "code": 0}` to a token that is not
+  `token`, and an IDENTIFY with another token is closed with 4004, as Discord does.
 - A MESSAGE_CREATE with "message_reference": null breaks parsing: omit the key.
 - The gateway may answer in text frames even when the client asked for zlib-stream.
 - Interactions follow Discord's response rules: the first callback must arrive within
@@ -617,6 +619,10 @@ class FakeDiscord:
                     identify = payload["d"]
                     self.identifies.append(identify)
                     self._notify()
+                    if identify.get("token") != self.token:
+                        # Discord's answer to an IDENTIFY with a token it does not know.
+                        await ws.close(code=4004, message=b"Authentication failed.")
+                        break
                     intents = int(identify.get("intents") or 0)
                     wants_content = bool(intents & MESSAGE_CONTENT_INTENT)
                     if self.close_with_4014 or (wants_content and not self.message_content_allowed):

@@ -15,7 +15,6 @@ import numpy.typing as npt
 import pytest
 from chromadb.utils.embedding_functions.onnx_mini_lm_l6_v2 import ONNXMiniLM_L6_V2
 
-from chroma_memory import embedding as emb
 from chroma_memory.embedding import (
     ONNX_FILES,
     FastMiniLML6V2,
@@ -26,6 +25,7 @@ from chroma_memory.embedding import (
     read_safetensors,
     source_model_dir,
 )
+from sonality.memory import embedding as emb  # where the model is built
 
 SENTENCES = [
     "Nuclear power plants are a safe, low-carbon source of electricity.",
