@@ -76,7 +76,11 @@ class Runtime:
             SharedRateLimiter(db, self.rate_limiter) if db.coordinator is not None else None
         )
         self.commands = CommandHandlers(
-            db, self._current_agent, lambda: self.next_nightly, self.budget
+            db,
+            self._current_agent,
+            lambda: self.next_nightly,
+            self.budget,
+            dm_moderation=settings.dm_moderation,
         )
         self._accepting = True
         self.next_nightly: datetime | None = None  # set by the scheduler
