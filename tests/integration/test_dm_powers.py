@@ -1,18 +1,23 @@
-"""Who moderates a direct message: nobody, unless the operator says so.
+"""Direct messages: private, and moderated by nobody unless the operator says so.
 
 Issue 22, finding 7: with DMs allowed, every DM personality was its member's to
 moderate, so anyone could DM the bot `/sonality budget off` and spend without the
-operator's SONALITY_DAILY_BUDGET_USD. Driven end to end: real discord.py against the
-fake Discord (a DM interaction as Discord sends it), the runtime from `open_runtime`,
-the anthropic SDK against its fake.
+operator's SONALITY_DAILY_BUDGET_USD. Finding 8: Slack DMs fed the workspace's shared
+personality, so one member's private words came back in another's answer. Driven end
+to end: real discord.py and slack-bolt against the fake Discord and Slack (DM
+interactions and message.im events as the platforms send them), the runtime from
+`open_runtime`, the anthropic SDK against its fake.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+
+import aiohttp
 
 from bot.app import open_runtime
 from tests.fakes.anthropic_server import AnthropicFake
@@ -23,8 +28,18 @@ from tests.fakes.discord_fixtures import (
     running,
 )
 from tests.fakes.discord_server import FakeChannel, FakeDiscord, FakeUser, RecordedRequest
-from tests.integration.conftest import make_settings
+from tests.fakes.slack_server import FakeSlack, app_uninstalled_event, post_signed
+from tests.integration.conftest import chat_requests, make_settings, prompt_of
 from tests.integration.test_discord_e2e import WAIT, World, settle
+from tests.integration.test_slack_e2e import SlackBot, slack_bot, slack_settings
+from tests.slack.conftest import (  # noqa: F401  (fixtures "fake", "http")
+    SECRET,
+    adapter_url,
+    command_form,
+    fake_slack,
+    http_session,
+    mention_event,
+)
 
 DEFAULT_LIMIT = 0.5
 
@@ -134,3 +149,135 @@ async def test_the_operator_may_let_dm_members_moderate_their_own_dm(
         # A guild still follows its own roles: no Manage Server, no budget.
         guild_limit = await world.runtime.budget.limit(world.community(world.guild_a))
         assert guild_limit.usd == DEFAULT_LIMIT
+
+
+# --------------------------------------------------------------------------------------
+# Slack: a DM with the bot is the member's own personality (finding 8), moderated by
+# nobody unless the operator allows it (finding 7)
+
+SECRET_WORD = "zebrafishsyndrome"
+
+
+@contextlib.asynccontextmanager
+async def slack_with_dms(
+    tmp_path: Path, llm: Any, fake: FakeSlack, http: aiohttp.ClientSession
+) -> AsyncIterator[SlackBot]:
+    fake.dms.update({"U1": "D0001", "UADMIN": "D0002"})  # each one's DM with the bot
+    settings = slack_settings(
+        tmp_path / "data", fake, SLACK_ALLOW_DMS=True, SONALITY_DAILY_BUDGET_USD=DEFAULT_LIMIT
+    )
+    async with slack_bot(settings, llm, fake, http) as bot:
+        yield bot
+
+
+async def slack_dm(bot: SlackBot, text: str, *, user: str = "U1", channel: str = "D0001") -> None:
+    """A message in `user`'s DM with the bot (message.im); waits for the reply there."""
+    ts = bot.next_ts()
+    before = len(bot.fake.posts())
+    body = mention_event(
+        event_id=f"Ev{ts}", team="T1", user=user, channel=channel, ts=ts, text=text
+    )
+    body["event"].update(type="message", channel_type="im")
+    status, _ = await bot.deliver(body)
+    assert status == 200
+    await bot.fake.wait_for(lambda: len(bot.fake.posts()) > before, what=f"DM reply to {ts}")
+    await bot.runtime.drain()
+    assert [p["channel"] for p in bot.fake.posts()[before:]] == [channel]
+
+
+async def slack_dm_command(
+    bot: SlackBot, text: str, *, user: str = "U1", channel: str = "D0001"
+) -> dict[str, Any]:
+    """/sonality `text` typed in a DM channel; the single ephemeral or public answer."""
+    rid = f"r{len(bot.fake.responses) + 1}"
+    form = command_form(bot.fake, text, user=user, team="T1", rid=rid)
+    form.update(channel_id=channel, channel_name="directmessage")
+    status, _, _ = await post_signed(bot.http, adapter_url(bot.adapter), SECRET, form=form)
+    assert status == 200
+    await bot.fake.wait_for(lambda: bot.fake.responses.get(rid), what=f"/sonality {text}")
+    await bot.fake.settle(quiet=0.1)
+    [answer] = bot.fake.responses[rid]
+    return answer
+
+
+async def test_a_slack_dm_never_reaches_the_workspace_personality(
+    tmp_path: Path,
+    llm: Any,
+    fake: FakeSlack,
+    http: aiohttp.ClientSession,
+    anthropic_server: AnthropicFake,
+) -> None:
+    anthropic_server.brain.ess_rule(
+        contains=SECRET_WORD,
+        score=0.6,
+        direction="supports",
+        topics=["health"],
+        summary=f"The sender says a doctor diagnosed {SECRET_WORD}.",
+    )
+    async with slack_with_dms(tmp_path, llm, fake, http) as bot:
+        await slack_dm(bot, f"my doctor says I have {SECRET_WORD}")
+        await bot.mention("<@UBOT> did a doctor diagnose anyone here with a syndrome?", user="U2")
+        asked_in_public = prompt_of(chat_requests(anthropic_server)[-1])
+        assert "diagnose anyone here" in asked_in_public
+        assert SECRET_WORD not in asked_in_public
+
+        # The DM's own personality does remember it (so the check above could fail).
+        await slack_dm(bot, "what did my doctor say about syndromes?")
+        assert SECRET_WORD in prompt_of(chat_requests(anthropic_server)[-1])
+        workspace = await bot.agent("slack:T1")
+        private = await bot.agent("slack:T1:dm:U1")
+        assert workspace.sponge.interaction_count == 1
+        assert private.sponge.interaction_count == 2
+
+        # The workspace's /sonality knows nothing of it; the DM's does.
+        public = await bot.command("beliefs", team="T1", user="U2")
+        assert "health" not in public["text"] and "no beliefs" in public["text"]
+        in_dm = await slack_dm_command(bot, "beliefs")
+        assert "health" in in_dm["text"], in_dm
+
+
+async def test_slack_dm_commands_moderate_nothing_unless_the_operator_allows(
+    tmp_path: Path,
+    llm: Any,
+    fake: FakeSlack,
+    http: aiohttp.ClientSession,
+    anthropic_server: AnthropicFake,
+) -> None:
+    async with slack_with_dms(tmp_path, llm, fake, http) as bot:
+        ledger = bot.runtime.budget
+        for user, channel in (("U1", "D0001"), ("UADMIN", "D0002")):
+            for wish in ("off", "1000000"):
+                answer = await slack_dm_command(bot, f"budget {wish}", user=user, channel=channel)
+                assert "Only moderators" in answer["text"], (user, wish)
+                limit = await ledger.limit(f"slack:T1:dm:{user}")
+                assert (limit.usd, limit.source) == (DEFAULT_LIMIT, "default")
+            shown = await slack_dm_command(bot, "budget", user=user, channel=channel)
+            assert "$0.50" in shown["text"], shown
+        assert (await ledger.limit("slack:T1")).usd == DEFAULT_LIMIT
+        # A workspace admin still moderates the workspace, from any channel of it.
+        done = await bot.command("budget 3", team="T1", user="UADMIN")
+        assert "Only moderators" not in done["text"]
+        assert (await ledger.limit("slack:T1")).usd == 3.0
+
+
+async def test_uninstalling_the_slack_app_takes_its_dm_personalities_along(
+    tmp_path: Path,
+    llm: Any,
+    fake: FakeSlack,
+    http: aiohttp.ClientSession,
+    anthropic_server: AnthropicFake,
+) -> None:
+    async with slack_with_dms(tmp_path, llm, fake, http) as bot:
+        await slack_dm(bot, "hello in private")
+        removals = bot.runtime.removals
+        status, _ = await bot.deliver(app_uninstalled_event(team="T1", event_id="EvGone"))
+        assert status == 200
+        async with asyncio.timeout(10):
+            while not removals.is_removed("slack:T1:dm:U1"):  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+        assert removals.is_removed("slack:T1")
+        # Installed again: the member's next DM brings their DM personality back.
+        await slack_dm(bot, "are you back?")
+        assert not removals.is_removed("slack:T1:dm:U1")
+        assert not removals.is_removed("slack:T1")
+        assert (await bot.agent("slack:T1:dm:U1")).sponge.interaction_count == 2
