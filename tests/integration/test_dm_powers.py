@@ -18,19 +18,18 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 
-from bot.app import open_runtime
 from tests.fakes.anthropic_server import AnthropicFake
 from tests.fakes.discord_fixtures import (
     MANAGE_GUILD,
     is_ephemeral,
     restores_discord_endpoints,  # noqa: F401
-    running,
 )
-from tests.fakes.discord_server import FakeChannel, FakeDiscord, FakeUser, RecordedRequest
+from tests.fakes.discord_server import FakeChannel, RecordedRequest
 from tests.fakes.slack_server import FakeSlack, app_uninstalled_event, post_signed
-from tests.integration.conftest import chat_requests, make_settings, prompt_of
-from tests.integration.test_discord_e2e import WAIT, World, settle
+from tests.integration.conftest import chat_requests, prompt_of
+from tests.integration.test_discord_e2e import World, discord_world, slash
 from tests.integration.test_slack_e2e import SlackBot, slack_bot, slack_settings
 from tests.slack.conftest import (  # noqa: F401  (fixtures "fake", "http")
     SECRET,
@@ -44,33 +43,18 @@ from tests.slack.conftest import (  # noqa: F401  (fixtures "fake", "http")
 DEFAULT_LIMIT = 0.5
 
 
-@contextlib.asynccontextmanager
-async def dm_world(
+def dm_world(
     tmp_path: Path, llm: Any, anthropic: AnthropicFake, **settings: Any
-) -> AsyncIterator[World]:
-    member = FakeUser(9001, "alice", "Alice")
-    moderator = FakeUser(9002, "mod", "Mo")
-    fake = FakeDiscord()
-    guild_a = fake.add_guild("Guild A", members=[member, moderator])
-    guild_b = fake.add_guild("Guild B", members=[member, moderator])
-    await fake.start()
-    config = make_settings(
-        tmp_path / "data",
-        DISCORD_TOKEN="test-token",
-        DISCORD_API_BASE_URL=fake.api_base,
-        DISCORD_GATEWAY_URL=fake.gateway_url,
+) -> contextlib.AbstractAsyncContextManager[World]:
+    """Discord with DMs allowed and an operator's daily limit."""
+    return discord_world(
+        tmp_path,
+        llm,
+        anthropic,
         DISCORD_ALLOW_DMS=True,
         SONALITY_DAILY_BUDGET_USD=DEFAULT_LIMIT,
         **settings,
     )
-    try:
-        async with (
-            open_runtime(config, llm=llm) as runtime,
-            running(runtime, config, ready_within=WAIT) as adapter,
-        ):
-            yield World(fake, runtime, adapter, anthropic, guild_a, guild_b, member, moderator)
-    finally:
-        await fake.close()
 
 
 async def dm_slash(
@@ -82,22 +66,9 @@ async def dm_slash(
     permissions: int = 0,
 ) -> tuple[RecordedRequest, RecordedRequest]:
     """/sonality <subcommand> in the member's DM with the bot; (callback, PATCH @original)."""
-    fake = world.fake
-    iid, token = await fake.interaction_create(
-        guild=None,
-        channel=dm,
-        user=world.member,
-        subcommand=subcommand,
-        options=options,
-        permissions=permissions,
+    return await slash(
+        world, None, subcommand, options=options, permissions=permissions, channel=dm
     )
-    original = f"/webhooks/{fake.application_id}/{token}/messages/@original"
-    [patch] = await fake.wait_for(
-        lambda r: r.method == "PATCH" and r.path == original, seconds=WAIT
-    )
-    await settle(world)
-    [callback] = fake.find("POST", f"/interactions/{iid}/{token}/callback")
-    return callback, patch
 
 
 def amount(value: str) -> list[dict[str, Any]]:
@@ -158,11 +129,13 @@ async def test_the_operator_may_let_dm_members_moderate_their_own_dm(
 SECRET_WORD = "zebrafishsyndrome"
 
 
-@contextlib.asynccontextmanager
-async def slack_with_dms(
+@pytest.fixture
+async def dm_bot(
     tmp_path: Path, llm: Any, fake: FakeSlack, http: aiohttp.ClientSession
 ) -> AsyncIterator[SlackBot]:
-    fake.dms.update({"U1": "D0001", "UADMIN": "D0002"})  # each one's DM with the bot
+    """Slack with DMs allowed and an operator's daily limit; U1 and UADMIN each have
+    their DM with the bot."""
+    fake.dms.update({"U1": "D0001", "UADMIN": "D0002"})
     settings = slack_settings(
         tmp_path / "data", fake, SLACK_ALLOW_DMS=True, SONALITY_DAILY_BUDGET_USD=DEFAULT_LIMIT
     )
@@ -201,12 +174,9 @@ async def slack_dm_command(
 
 
 async def test_a_slack_dm_never_reaches_the_workspace_personality(
-    tmp_path: Path,
-    llm: Any,
-    fake: FakeSlack,
-    http: aiohttp.ClientSession,
-    anthropic_server: AnthropicFake,
+    dm_bot: SlackBot, anthropic_server: AnthropicFake
 ) -> None:
+    bot = dm_bot
     anthropic_server.brain.ess_rule(
         contains=SECRET_WORD,
         score=0.6,
@@ -214,70 +184,61 @@ async def test_a_slack_dm_never_reaches_the_workspace_personality(
         topics=["health"],
         summary=f"The sender says a doctor diagnosed {SECRET_WORD}.",
     )
-    async with slack_with_dms(tmp_path, llm, fake, http) as bot:
-        await slack_dm(bot, f"my doctor says I have {SECRET_WORD}")
-        await bot.mention("<@UBOT> did a doctor diagnose anyone here with a syndrome?", user="U2")
-        asked_in_public = prompt_of(chat_requests(anthropic_server)[-1])
-        assert "diagnose anyone here" in asked_in_public
-        assert SECRET_WORD not in asked_in_public
+    await slack_dm(bot, f"my doctor says I have {SECRET_WORD}")
+    await bot.mention("<@UBOT> did a doctor diagnose anyone here with a syndrome?", user="U2")
+    asked_in_public = prompt_of(chat_requests(anthropic_server)[-1])
+    assert "diagnose anyone here" in asked_in_public
+    assert SECRET_WORD not in asked_in_public
 
-        # The DM's own personality does remember it (so the check above could fail).
-        await slack_dm(bot, "what did my doctor say about syndromes?")
-        assert SECRET_WORD in prompt_of(chat_requests(anthropic_server)[-1])
-        workspace = await bot.agent("slack:T1")
-        private = await bot.agent("slack:T1:dm:U1")
-        assert workspace.sponge.interaction_count == 1
-        assert private.sponge.interaction_count == 2
+    # The DM's own personality does remember it (so the check above could fail).
+    await slack_dm(bot, "what did my doctor say about syndromes?")
+    assert SECRET_WORD in prompt_of(chat_requests(anthropic_server)[-1])
+    workspace = await bot.agent("slack:T1")
+    private = await bot.agent("slack:T1:dm:U1")
+    assert workspace.sponge.interaction_count == 1
+    assert private.sponge.interaction_count == 2
 
-        # The workspace's /sonality knows nothing of it; the DM's does.
-        public = await bot.command("beliefs", team="T1", user="U2")
-        assert "health" not in public["text"] and "no beliefs" in public["text"]
-        in_dm = await slack_dm_command(bot, "beliefs")
-        assert "health" in in_dm["text"], in_dm
+    # The workspace's /sonality knows nothing of it; the DM's does.
+    public = await bot.command("beliefs", team="T1", user="U2")
+    assert "health" not in public["text"] and "no beliefs" in public["text"]
+    in_dm = await slack_dm_command(bot, "beliefs")
+    assert "health" in in_dm["text"], in_dm
 
 
 async def test_slack_dm_commands_moderate_nothing_unless_the_operator_allows(
-    tmp_path: Path,
-    llm: Any,
-    fake: FakeSlack,
-    http: aiohttp.ClientSession,
-    anthropic_server: AnthropicFake,
+    dm_bot: SlackBot,
 ) -> None:
-    async with slack_with_dms(tmp_path, llm, fake, http) as bot:
-        ledger = bot.runtime.budget
-        for user, channel in (("U1", "D0001"), ("UADMIN", "D0002")):
-            for wish in ("off", "1000000"):
-                answer = await slack_dm_command(bot, f"budget {wish}", user=user, channel=channel)
-                assert "Only moderators" in answer["text"], (user, wish)
-                limit = await ledger.limit(f"slack:T1:dm:{user}")
-                assert (limit.usd, limit.source) == (DEFAULT_LIMIT, "default")
-            shown = await slack_dm_command(bot, "budget", user=user, channel=channel)
-            assert "$0.50" in shown["text"], shown
-        assert (await ledger.limit("slack:T1")).usd == DEFAULT_LIMIT
-        # A workspace admin still moderates the workspace, from any channel of it.
-        done = await bot.command("budget 3", team="T1", user="UADMIN")
-        assert "Only moderators" not in done["text"]
-        assert (await ledger.limit("slack:T1")).usd == 3.0
+    bot = dm_bot
+    ledger = bot.runtime.budget
+    for user, channel in (("U1", "D0001"), ("UADMIN", "D0002")):
+        for wish in ("off", "1000000"):
+            answer = await slack_dm_command(bot, f"budget {wish}", user=user, channel=channel)
+            assert "Only moderators" in answer["text"], (user, wish)
+            limit = await ledger.limit(f"slack:T1:dm:{user}")
+            assert (limit.usd, limit.source) == (DEFAULT_LIMIT, "default")
+        shown = await slack_dm_command(bot, "budget", user=user, channel=channel)
+        assert "$0.50" in shown["text"], shown
+    assert (await ledger.limit("slack:T1")).usd == DEFAULT_LIMIT
+    # A workspace admin still moderates the workspace, from any channel of it.
+    done = await bot.command("budget 3", team="T1", user="UADMIN")
+    assert "Only moderators" not in done["text"]
+    assert (await ledger.limit("slack:T1")).usd == 3.0
 
 
 async def test_uninstalling_the_slack_app_takes_its_dm_personalities_along(
-    tmp_path: Path,
-    llm: Any,
-    fake: FakeSlack,
-    http: aiohttp.ClientSession,
-    anthropic_server: AnthropicFake,
+    dm_bot: SlackBot,
 ) -> None:
-    async with slack_with_dms(tmp_path, llm, fake, http) as bot:
-        await slack_dm(bot, "hello in private")
-        removals = bot.runtime.removals
-        status, _ = await bot.deliver(app_uninstalled_event(team="T1", event_id="EvGone"))
-        assert status == 200
-        async with asyncio.timeout(10):
-            while not removals.is_removed("slack:T1:dm:U1"):  # noqa: ASYNC110
-                await asyncio.sleep(0.01)
-        assert removals.is_removed("slack:T1")
-        # Installed again: the member's next DM brings their DM personality back.
-        await slack_dm(bot, "are you back?")
-        assert not removals.is_removed("slack:T1:dm:U1")
-        assert not removals.is_removed("slack:T1")
-        assert (await bot.agent("slack:T1:dm:U1")).sponge.interaction_count == 2
+    bot = dm_bot
+    await slack_dm(bot, "hello in private")
+    removals = bot.runtime.removals
+    status, _ = await bot.deliver(app_uninstalled_event(team="T1", event_id="EvGone"))
+    assert status == 200
+    async with asyncio.timeout(10):
+        while not removals.is_removed("slack:T1:dm:U1"):  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+    assert removals.is_removed("slack:T1")
+    # Installed again: the member's next DM brings their DM personality back.
+    await slack_dm(bot, "are you back?")
+    assert not removals.is_removed("slack:T1:dm:U1")
+    assert not removals.is_removed("slack:T1")
+    assert (await bot.agent("slack:T1:dm:U1")).sponge.interaction_count == 2
