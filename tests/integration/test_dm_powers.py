@@ -20,6 +20,8 @@ from typing import Any
 import aiohttp
 import pytest
 
+from bot.messages import Community
+from bot.runtime import Runtime
 from tests.fakes.anthropic_server import AnthropicFake
 from tests.fakes.discord_fixtures import (
     MANAGE_GUILD,
@@ -28,7 +30,7 @@ from tests.fakes.discord_fixtures import (
 )
 from tests.fakes.discord_server import FakeChannel, RecordedRequest
 from tests.fakes.slack_server import FakeSlack, app_uninstalled_event, post_signed
-from tests.integration.conftest import chat_requests, prompt_of
+from tests.integration.conftest import ALICE, A, chat_requests, command, prompt_of, say
 from tests.integration.test_discord_e2e import World, discord_world, slash
 from tests.integration.test_slack_e2e import SlackBot, slack_bot, slack_settings
 from tests.slack.conftest import (  # noqa: F401  (fixtures "fake", "http")
@@ -242,3 +244,22 @@ async def test_uninstalling_the_slack_app_takes_its_dm_personalities_along(
     assert not removals.is_removed("slack:T1:dm:U1")
     assert not removals.is_removed("slack:T1")
     assert (await bot.agent("slack:T1:dm:U1")).sponge.interaction_count == 2
+
+
+async def test_no_moderator_command_runs_in_a_dm_whatever_the_adapter_says(
+    runtime: Runtime,
+) -> None:
+    """The runtime's own check, for any platform's DM (an adapter that forgot the rule)."""
+    dm = Community(id="slack:T1:dm:U9", name="DM with Ivy")
+    await say(runtime, "hello in private", community=dm, user=ALICE)
+    for name, *args in (
+        ("forget-user", ALICE.id, "she asked"),
+        ("budget", "off"),
+        ("reflect",),
+        ("rollback", "0"),
+    ):
+        refused = await command(runtime, name, *args, community=dm, moderator=True)
+        assert not refused.ok and "Only moderators" in refused.text, name
+    assert (await runtime.registry.agent_for(dm)).sponge.interaction_count == 1
+    allowed = await command(runtime, "budget", "2", community=A, moderator=True)
+    assert allowed.ok, allowed.text
