@@ -46,6 +46,7 @@ from bot.messages import (
     Reply,
     ReplyKind,
     User,
+    dm_community_id,
     needs_moderator,
 )
 from bot.settings import Settings
@@ -232,7 +233,9 @@ class _Endpoints:
 def _community(guild_id: int | None, guild_name: str, user: discord.abc.User) -> Community:
     """The guild's personality, or (in a DM) a private one per user: one place for both."""
     if guild_id is None:
-        return Community(id=f"{PLATFORM}:dm:{user.id}", name=f"DM with {clean_name(user.name)}")
+        return Community(
+            id=dm_community_id(PLATFORM, str(user.id)), name=f"DM with {clean_name(user.name)}"
+        )
     return Community(
         id=f"{PLATFORM}:{guild_id}", name=clean_name(guild_name, MAX_COMMUNITY_NAME_CHARS)
     )
@@ -753,11 +756,11 @@ class DiscordAdapter:
             group.command(name=name, description=description)(without_options(name))
         return group
 
-    @staticmethod
-    def is_moderator(interaction: discord.Interaction) -> bool:
-        """Manage Server in this channel; in a DM the personality is the caller's own."""
+    def is_moderator(self, interaction: discord.Interaction) -> bool:
+        """Manage Server in this channel; in a DM, only if the operator lets DM members
+        moderate their own DM personality (SONALITY_DM_MODERATION)."""
         if interaction.guild_id is None:
-            return True
+            return self._settings.dm_moderation
         perms = interaction.permissions
         return perms.manage_guild or perms.administrator
 

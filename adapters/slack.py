@@ -8,6 +8,10 @@ Design notes (the WHY):
 
 * Community = the team the event happened in (``slack:T…``), never the token's team:
   an Enterprise Grid token serves many workspaces and each one is its own personality.
+  A DM with the bot (SLACK_ALLOW_DMS) is the member's own private personality,
+  ``slack:T…:dm:U…``, as on Discord: what someone tells the bot in private never
+  reaches what it says in the workspace's channels. A `/sonality` typed in that DM is
+  about that personality, where nobody moderates unless SONALITY_DM_MODERATION says so.
 * Dedup runs before authorization and before any listener, keyed on ``event_id`` only.
   Slack redelivers on slow acks, and Socket Mode marks even first deliveries with a
   retry header, so only the id is trustworthy. Storage keeps the ids across restarts.
@@ -69,6 +73,7 @@ from bot.messages import (
     Reply,
     ReplyKind,
     User,
+    dm_community_id,
 )
 from bot.settings import Settings
 from sonality.store import utcnow
@@ -595,6 +600,8 @@ class SlackAdapter:
         self._port = settings.slack_port if port is None else port
         self._moderators = settings.slack_moderators
         self._users: dict[tuple[str, str], _UserInfo] = {}
+        # (team, user) -> the channel of that user's DM with the bot (it never changes).
+        self._bot_dms: dict[tuple[str, str], str] = {}
         # Teams whose workspace answered `unknown_method` to chat.startStream.
         self._without_streaming: set[str] = set()
         self._inflight: set[asyncio.Task[Any]] = set()
@@ -708,16 +715,47 @@ class SlackAdapter:
         if not team:
             log.warning("Slack %s without a team id: ignored", why)
             return
+        workspace = f"{PLATFORM}:{team}"
         try:
-            await self._runtime.community_removed(f"{PLATFORM}:{team}", why)
+            await self._runtime.community_removed(workspace, why)
+            # Its members' DM personalities: the bot can no longer talk to them either.
+            for community_id in await self._runtime.known_communities(PLATFORM):
+                if community_id.startswith(dm_community_id(workspace, "")):
+                    await self._runtime.community_removed(community_id, why)
         except Exception:
             log.exception("could not record that %s (team=%s)", why, team)
 
-    async def _reinstalled(self, team: str) -> None:
+    async def _reinstalled(self, team: str, community_id: str | None = None) -> None:
+        """The team's personality (or `community_id`, a DM of it) is in use again."""
         try:
-            await self._runtime.community_added(f"{PLATFORM}:{team}")
+            await self._runtime.community_added(community_id or f"{PLATFORM}:{team}")
         except Exception:
             log.exception("could not record the reinstall (team=%s)", team)
+
+    @staticmethod
+    def _dm_community(team: str, user_id: str, author: _UserInfo | None) -> Community:
+        name = f"DM with {author.name}" if author is not None and author.name else "DM"
+        return Community(id=dm_community_id(f"{PLATFORM}:{team}", user_id), name=name)
+
+    async def _in_bot_dm(
+        self, client: AsyncWebClient, team: str, user_id: str, channel: str | None
+    ) -> bool:
+        """Whether a slash command came from the caller's DM with the bot (a DM between
+        two people is a `D…` channel too, and is about the workspace's personality)."""
+        if not self._settings.slack_allow_dms or not (channel or "").startswith("D"):
+            return False
+        key = (team, user_id)
+        if key not in self._bot_dms:
+            if len(self._bot_dms) > 10_000:
+                self._bot_dms.clear()
+            opened = await self._call(
+                "conversations.open", team, channel, client.conversations_open(users=user_id)
+            )
+            found = str(((opened or {}).get("channel") or {}).get("id") or "")
+            if not found:
+                return False
+            self._bot_dms[key] = found
+        return self._bot_dms[key] == channel
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -1012,8 +1050,13 @@ class SlackAdapter:
         try:
             text = await self._incoming_text(client, team, event.get("text") or "", context)
             author = await self._user(client, team, user_id)
+            community = Community(id=f"{PLATFORM}:{team}")
+            if is_dm:
+                self._bot_dms[(team, user_id)] = channel
+                community = self._dm_community(team, user_id, author)
+                await self._reinstalled(team, community.id)
             message = IncomingMessage(
-                community=Community(id=f"{PLATFORM}:{team}"),
+                community=community,
                 channel_id=channel,
                 thread_id=thread_ts,
                 message_id=ts,
@@ -1130,15 +1173,19 @@ class SlackAdapter:
                 client = context.client
                 assert client is not None
                 info = await self._user(client, team, user_id)
+                # Workspace admins/owners moderate; SLACK_MODERATOR_IDS adds people.
+                community = Community(id=f"{PLATFORM}:{team}")
+                moderator = user_id in self._moderators or (info is not None and info.is_admin)
+                if await self._in_bot_dm(client, team, user_id, channel):
+                    community = self._dm_community(team, user_id, info)
+                    moderator = self._settings.dm_moderation
                 request = CommandRequest(
-                    community=Community(id=f"{PLATFORM}:{team}"),
+                    community=community,
                     caller=User(
                         id=user_id,
                         name=(info.name if info else "") or clean_name(body.get("user_name") or ""),
                     ),
-                    # Workspace admins/owners moderate; SLACK_MODERATOR_IDS adds people.
-                    is_moderator=user_id in self._moderators
-                    or (info is not None and info.is_admin),
+                    is_moderator=moderator,
                     name=name,
                     args=args,
                 )

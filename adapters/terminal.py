@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
+import os
 import re
 import shlex
 import sys
@@ -276,7 +277,7 @@ class TerminalAdapter:
         if name in ("", ".", ".."):
             name = "sonality-output"
         path = (self.data_dir / name).resolve()
-        await asyncio.to_thread(path.write_bytes, attachment.data)
+        await asyncio.to_thread(_write_private, path, attachment.data)
         return path
 
     async def _status(self) -> None:
@@ -330,6 +331,15 @@ def clean_name(raw: str, limit: int | None = MAX_NAME_CHARS) -> str:
     """A display name: printable, single-spaced, at most `limit` characters."""
     printable = "".join(c for c in clean_text(raw) if not unicodedata.category(c).startswith("C"))
     return " ".join(printable.split())[:limit].strip()
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    """A command's file (a my-data export, a picture) for its owner's eyes only, also
+    when it replaces an older file of the same name that others could read."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        os.fchmod(fh.fileno(), 0o600)
+        fh.write(data)
 
 
 def _private_file(path: Path) -> Path:

@@ -2,10 +2,15 @@
 
 The checks that come before the bot (settings, data directory, its lock) live in
 `bot/startup.py` and the command line in `bot/cli.py`; this stays a short dispatch.
+
+Every file the program creates is its user's alone: the data directory, the databases,
+Chroma's files, the log, backups and exported files hold members' words, and the usual
+umask (022) would leave them readable by every account on the machine.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
 from bot.backup import COMMANDS as BACKUP_COMMANDS
@@ -15,8 +20,12 @@ from bot.migrate import COMMAND as MIGRATE_COMMAND
 from bot.migrate import run_command as run_migrate_command
 from bot.startup import run
 
+#: Files 0600 and directories 0700, whatever umask the program was started with.
+PRIVATE_UMASK = 0o077
+
 
 def main(argv: list[str] | None = None) -> int:
+    os.umask(PRIVATE_UMASK)  # first, before anything (a log, a lock, a backup) is created
     args = sys.argv[1:] if argv is None else argv
     if args[:1] == ["evaluate"]:  # a command line of its own: bot/evaluate/cli.py
         from bot.evaluate.cli import main as evaluate

@@ -159,6 +159,7 @@ def backup(settings: Settings, dest: Path) -> dict[str, Any]:
                 shutil.copytree(chroma, partial / CHROMA_DIR)
             manifest = _manifest(settings, partial, facts)
             (partial / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+            _make_private(partial)
             _fsync_tree(partial)
             if dest.exists():
                 dest.rmdir()  # empty, checked above
@@ -226,6 +227,13 @@ def _version(distribution: str) -> str | None:
         return None
 
 
+def _make_private(root: Path) -> None:
+    """A copy holds members' words: its owner's alone (directories 0700, files 0600),
+    whatever the modes of what was copied (copytree keeps the source's)."""
+    for path in [root, *root.rglob("*")]:
+        path.chmod(0o700 if path.is_dir() else 0o600)
+
+
 def _fsync_tree(root: Path) -> None:
     """On disk before the rename makes the backup visible as complete."""
     for path in root.rglob("*"):
@@ -272,6 +280,8 @@ def restore(settings: Settings, source: Path) -> dict[str, Any]:
             shutil.copyfile(source / DATABASE_FILE, partial_db)
             if manifest.get("chroma"):
                 shutil.copytree(source / CHROMA_DIR, partial_chroma)
+                _make_private(partial_chroma)
+            partial_db.chmod(0o600)
             restored = describe_database(partial_db)
             if restored.communities != manifest["database"]["communities"]:
                 raise BackupError("error: the restored database differs from the manifest")

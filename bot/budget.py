@@ -38,6 +38,7 @@ from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, ConfigDict
 
+from bot.messages import is_dm
 from bot.settings import Settings
 from providers.forwarding import ForwardingLLM
 from providers.pricing import ModelPrice, cost_usd
@@ -143,9 +144,13 @@ class BudgetLedger:
         prices: Mapping[str, ModelPrice] | None = None,
         timezone: str | tzinfo = "UTC",
         clock: Clock = utcnow,
+        dm_moderation: bool = False,
     ) -> None:
         self.db = db
         self.default_limit_usd = default_limit_usd
+        # Off: a DM personality's own limit (set before DMs lost their moderator) is
+        # ignored, so SONALITY_DAILY_BUDGET_USD binds every DM.
+        self.dm_moderation = dm_moderation
         self.prices: Mapping[str, ModelPrice] = prices or {}
         self.tz = ZoneInfo(timezone) if isinstance(timezone, str) else timezone
         self.clock = clock
@@ -163,6 +168,7 @@ class BudgetLedger:
             prices=settings.prices,
             timezone=settings.timezone,
             clock=clock,
+            dm_moderation=settings.dm_moderation,
         )
 
     # ------------------------------------------------------------------ time
@@ -185,7 +191,7 @@ class BudgetLedger:
         cached = self._limits.get(community_id)
         if cached is None:
             override = await self.db.budget_override(community_id)
-            if override is None:
+            if override is None or (is_dm(community_id) and not self.dm_moderation):
                 cached = SpendLimit(usd=self.default_limit_usd, source="default")
             else:
                 cached = SpendLimit(usd=override.daily_limit_usd, source="community")

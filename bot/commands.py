@@ -22,7 +22,14 @@ from bot.budget import (
     total_tokens,
 )
 from bot.forget import forget_member, reapply_after_rollback
-from bot.messages import CommandRequest, CommandResult, Community, User, needs_moderator
+from bot.messages import (
+    CommandRequest,
+    CommandResult,
+    Community,
+    User,
+    is_dm,
+    needs_moderator,
+)
 from bot.mydata import run_my_data
 from bot.timeline import run_timeline
 from providers.pricing import ModelPrice, cost_usd
@@ -99,14 +106,21 @@ class CommandHandlers:
         agent_for: AgentLookup,
         next_reflection: NextReflection,
         budget: BudgetLedger,
+        *,
+        dm_moderation: bool = False,
     ) -> None:
         self._db = db
         self._agent_for = agent_for
         self._next_reflection = next_reflection
         self._budget = budget
+        self._dm_moderation = dm_moderation
 
     async def run(self, request: CommandRequest) -> CommandResult:
         name = request.name.strip().lower()
+        if request.is_moderator and is_dm(request.community.id) and not self._dm_moderation:
+            # Whatever an adapter decided: in a DM nobody holds a platform role, so only
+            # the operator's SONALITY_DM_MODERATION makes its member a moderator.
+            request = request.model_copy(update={"is_moderator": False})
         handler = getattr(self, f"_cmd_{name.replace('-', '_')}", None)
         if handler is None:
             return CommandResult(

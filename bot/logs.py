@@ -15,8 +15,16 @@ message, and the community when the line is about one) for log shippers, which
 otherwise have to guess where a multi-line traceback ends.
 
 Routine work stays out of INFO: APScheduler announces every run of the once-a-minute
-housekeeping job at INFO and the HTTP clients every request (two lines per message);
-both are moved to WARNING unless SONALITY_LOG_LEVEL=DEBUG asks for everything.
+housekeeping job at INFO; it is moved to WARNING unless SONALITY_LOG_LEVEL=DEBUG asks
+for everything.
+
+The libraries the bot talks through never log at DEBUG, even at SONALITY_LOG_LEVEL=DEBUG:
+there they dump every request and event whole (the model SDKs each prompt, with members'
+words, names and memories; discord.py every message it receives and sends). Their INFO
+notices (connected, retrying) stay; the libraries that print request bodies or
+statement parameters below WARNING (Bolt, aiosqlite) and the HTTP clients' line per
+request are kept at WARNING. The bot's own DEBUG lines name ids and sizes, never what a
+member wrote, so DEBUG is safe to turn on to look into a problem.
 """
 
 from __future__ import annotations
@@ -32,9 +40,23 @@ from typing import Literal
 from bot.interface import StartupError
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-#: Loggers that report routine work at INFO (every job run, every HTTP request; the
-#: model SDKs send theirs through httpx2).
-ROUTINE_LOGGERS = ("apscheduler", "httpx", "httpcore", "httpx2", "httpcore2")
+#: Loggers that report routine work at INFO (every job run): shown only at DEBUG.
+ROUTINE_LOGGERS = ("apscheduler",)
+#: Libraries whose DEBUG lines are whole requests, events or prompts (the model SDKs,
+#: discord.py, Slack's socket client, Chroma) and whose INFO lines are notices an
+#: operator wants (connected, resumed, retrying): never below INFO.
+LIBRARY_LOGGERS = (
+    "anthropic",
+    "openai",
+    "discord",
+    "slack_sdk",
+    "chromadb",
+    "aiohttp",
+    "websockets",
+)
+#: Libraries that log every request at INFO or DEBUG, some with its body (Bolt prints
+#: request bodies at INFO, aiosqlite each statement's parameters at DEBUG): WARNING.
+QUIET_LOGGERS = ("httpx", "httpcore", "httpx2", "httpcore2", "slack_bolt", "aiosqlite")
 #: The `extra` key that names the community a line is about (a personality's id), as in
 #: `log.info(..., extra={"community": community_id})`; JSON lines carry it as a field.
 COMMUNITY = "community"
@@ -100,6 +122,10 @@ def configure_logging(
     routine = logging.DEBUG if level == "DEBUG" else logging.WARNING
     for name in ROUTINE_LOGGERS:
         logging.getLogger(name).setLevel(routine)
+    for name in LIBRARY_LOGGERS:
+        logging.getLogger(name).setLevel(max(root.level, logging.INFO))
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def _rotating_file(path: Path, max_bytes: int, backups: int) -> logging.Handler:

@@ -24,6 +24,24 @@ class Community(BaseModel):
     name: str = ""
 
 
+#: What separates a DM personality's id from its platform or workspace part:
+#: "discord:dm:<user>", "slack:<team>:dm:<user>".
+DM_MARK = ":dm:"
+
+
+def dm_community_id(base: str, user_id: str) -> str:
+    """The id of `user_id`'s private DM personality under `base` (a platform or a
+    workspace id), the same shape on every platform so `is_dm` knows it."""
+    return f"{base}{DM_MARK}{user_id}"
+
+
+def is_dm(community_id: str) -> bool:
+    """Whether a personality is someone's direct messages with the bot, where nobody
+    holds a platform role: its moderators are whoever the operator allows
+    (SONALITY_DM_MODERATION), and its spending limit is the operator's default."""
+    return DM_MARK in community_id
+
+
 class User(BaseModel):
     model_config = ConfigDict(frozen=True)
 

@@ -76,7 +76,11 @@ class Runtime:
             SharedRateLimiter(db, self.rate_limiter) if db.coordinator is not None else None
         )
         self.commands = CommandHandlers(
-            db, self._current_agent, lambda: self.next_nightly, self.budget
+            db,
+            self._current_agent,
+            lambda: self.next_nightly,
+            self.budget,
+            dm_moderation=settings.dm_moderation,
         )
         self._accepting = True
         self.next_nightly: datetime | None = None  # set by the scheduler
@@ -165,6 +169,10 @@ class Runtime:
         # conversation buffer and the community's name are written after it leaves, so
         # the person waits for nothing but the model, not for a queue of SQLite writes.
         self._spawn(self._after_reply(community, user.id, text, reply, now))
+        # Ids and sizes only: a DEBUG log must never hold what a member wrote.
+        log.debug(
+            "answered %s in %s: %d chars in, %d out", user.id, community.id, len(text), len(reply)
+        )
         if truncated:
             reply += (
                 f"\n\n(Your message was very long, so I only read its first {limit:,} characters.)"
@@ -232,6 +240,13 @@ class Runtime:
         return agent
 
     async def run_command(self, request: CommandRequest) -> CommandResult:
+        log.debug(
+            "command %s (%d args) by %s in %s",
+            request.name,
+            len(request.args),
+            request.caller.id,
+            request.community.id,
+        )
         try:
             return await self.commands.run(request)
         except LLMError as exc:

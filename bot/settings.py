@@ -175,6 +175,12 @@ class Settings(BaseSettings):
     slack_moderator_ids: str = Field(default="", alias="SLACK_MODERATOR_IDS")
     slack_allow_dms: bool = Field(default=False, alias="SLACK_ALLOW_DMS")
 
+    # --- direct messages (DISCORD_ALLOW_DMS, SLACK_ALLOW_DMS) ---------------------------
+    # Whether the person in a DM with the bot may run the moderator commands there
+    # (budget <usd>, rollback, reflect, forget-user) on their own DM personality. Off:
+    # a DM has no moderator, and its spending limit is SONALITY_DAILY_BUDGET_USD.
+    dm_moderation: bool = Field(default=False, alias="SONALITY_DM_MODERATION")
+
     # --- health check (bot/health.py) ---------------------------------------------------
     # Unset: no endpoint. Loopback by default; a container sets 0.0.0.0 to publish it.
     health_port: int | None = Field(default=None, ge=1, le=65535, alias="SONALITY_HEALTH_PORT")

@@ -9,6 +9,7 @@ from sonality import config
 from sonality.ess import ESSResult
 from sonality.memory.sponge import SpongeState
 from sonality.memory.updater import compute_magnitude
+from sonality.prompts import prompt_label
 
 #: Beliefs (strongest first) shown to the ESS call for judging novelty.
 VIEWS_FOR_ESS = 8
@@ -21,6 +22,20 @@ def views_for_ess(state: SpongeState) -> str:
 
 
 def update_topics(state: SpongeState, ess: ESSResult) -> None:
+    """Count the message's topics in the topic engagement, only if the engine learns
+    from the message: its ESS is above ESS_THRESHOLD, the bar that also gates opinion
+    updates and insights.
+
+    Why not every message, as the seed's pipeline does: the engagement is shown to
+    the model in every member's prompt ("Top topics") and in reflection, and the
+    labels come from the message. Counting low-rated messages would let a few
+    greetings, bare assertions or repeated pressure (which the seed rates below 0.15
+    however insistent) write text of the sender's choosing into everyone's prompt,
+    against the seed's rule that only evidence shapes the personality. A forget-me
+    replay calls this too, so both count alike.
+    """
+    if ess.score <= config.ESS_THRESHOLD:
+        return
     for topic in ess.topics:
         state.track_topic(topic)
 
@@ -38,7 +53,9 @@ def apply_due(state: SpongeState) -> list[str]:
     for topic, value in state.opinion_vectors.items():
         moved = abs(value - before.get(topic, 0.0))
         if moved > 0:
-            state.record_shift(f"{topic}: {before.get(topic, 0.0):+.3f} -> {value:+.3f}", moved)
+            # A note for reflection's prompt: the label bounded like everywhere there.
+            change = f"{before.get(topic, 0.0):+.3f} -> {value:+.3f}"
+            state.record_shift(f"{prompt_label(topic)}: {change}", moved)
     return applied
 
 
@@ -83,23 +100,25 @@ def update_opinions(
 
 
 def structured_traits(state: SpongeState) -> str:
-    """The seed's numeric summary, plus the moves still cooling."""
+    """The seed's numeric summary, plus the moves still cooling; topic labels are cut
+    to `prompt_label`'s bound (they came from members' messages)."""
     lines = [f"Style: {state.tone}"]
     engagement = state.behavioral_signature.topic_engagement
     if engagement:
         top = sorted(engagement.items(), key=lambda kv: (-kv[1], kv[0]))[:5]
-        lines.append("Top topics: " + ", ".join(f"{t}({n})" for t, n in top))
+        lines.append("Top topics: " + ", ".join(f"{prompt_label(t)}({n})" for t, n in top))
     if state.opinion_vectors:
         ranked = sorted(state.opinion_vectors.items(), key=lambda kv: (-abs(kv[1]), kv[0]))
         parts = []
         for topic, value in ranked[:5]:
             meta = state.belief_meta.get(topic)
             conf = meta.confidence if meta else 0.0
-            parts.append(f"{topic}={value:+.2f} c={conf:.1f}")
+            parts.append(f"{prompt_label(topic)}={value:+.2f} c={conf:.1f}")
         lines.append("Strongest opinions: " + ", ".join(parts))
     if state.staged_opinion_updates:
         pending = ", ".join(
-            f"{u.topic}({u.signed_magnitude:+.3f})" for u in state.staged_opinion_updates[:5]
+            f"{prompt_label(u.topic)}({u.signed_magnitude:+.3f})"
+            for u in state.staged_opinion_updates[:5]
         )
         lines.append(f"Still weighing: {pending}")
     lines.append(f"Disagreement rate: {state.behavioral_signature.disagreement_rate:.0%}")

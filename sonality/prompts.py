@@ -2,7 +2,10 @@
 
 Text that users shaped (memories, snapshot, traits, messages) passes through
 `escape_prompt_text` before it goes between section tags, so nobody can close a tag and
-rewrite the rules. Templates are for `str.format`.
+rewrite the rules. What members' messages left in the personality (topic labels, rating
+summaries, insights, memories) is also cut to a bound where it is shown as the
+personality's own notes (`prompt_label`, `prompt_line`), so no message can plant a long
+text there. Templates are for `str.format`.
 """
 
 from __future__ import annotations
@@ -39,6 +42,37 @@ def escape_prompt_text(text: str) -> str:
     """Escape ``&``, ``<`` and ``>`` so the text can mention a tag but never open or
     close one (quotes cannot end a section)."""
     return html.escape(text, quote=False)
+
+
+#: The longest topic label shown to the model. Rated topics are short snake_case names
+#: ("nuclear_energy"); a longer label is a sentence the sender smuggled in as a topic.
+MAX_PROMPT_LABEL_CHARS = 40
+#: The longest single note (a memory, a summary, an insight, a change of mind) shown to
+#: the model; an insight is at most this long when it is made.
+MAX_PROMPT_LINE_CHARS = 500
+#: The most notes of one kind shown at once (the newest are kept).
+MAX_PROMPT_LINES = 50
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def prompt_label(label: str) -> str:
+    """A topic label as the model sees it: one word, at most MAX_PROMPT_LABEL_CHARS."""
+    return _cut("_".join(label.split()), MAX_PROMPT_LABEL_CHARS)
+
+
+def prompt_line(text: str) -> str:
+    """A note as the model sees it: one line, at most MAX_PROMPT_LINE_CHARS (still to
+    be escaped, like all text between tags)."""
+    return _cut(" ".join(text.split()), MAX_PROMPT_LINE_CHARS)
+
+
+def prompt_lines(lines: Sequence[str]) -> list[str]:
+    """The newest MAX_PROMPT_LINES notes, each through `prompt_line`, empty ones dropped."""
+    flat = (prompt_line(line) for line in lines[-MAX_PROMPT_LINES:])
+    return [line for line in flat if line]
 
 
 _INSTRUCTIONS = """\
@@ -82,7 +116,7 @@ def _section(tag: str, body: str) -> str:
 
 def _memory_bullets(relevant_episodes: Sequence[str]) -> str:
     """One bullet per memory, flattened so it cannot fake more bullets."""
-    flat = (" ".join(episode.split()) for episode in relevant_episodes)
+    flat = (prompt_line(episode) for episode in relevant_episodes)  # as many as recalled
     return "\n".join(f"- {escape_prompt_text(line)}" for line in flat if line)
 
 

@@ -16,7 +16,7 @@ from sonality.llm import ChatTurn, LLMClient, LLMError, SystemBlock
 from sonality.memory.sponge import SpongeState
 from sonality.memory.updater import SNAPSHOT_CHAR_LIMIT, validate_snapshot
 from sonality.opinions import structured_traits
-from sonality.prompts import CORE_IDENTITY, REFLECTION_PROMPT, escape_prompt_text
+from sonality.prompts import CORE_IDENTITY, REFLECTION_PROMPT, escape_prompt_text, prompt_lines
 from sonality.store import SEMANTIC, Episode, UsageRecord
 
 log = logging.getLogger(__name__)
@@ -65,7 +65,8 @@ def fit_snapshot(text: str) -> str:
 
 
 def _bullets(lines: list[str], empty: str = "(none)") -> str:
-    return escape_prompt_text("\n".join(f"- {line}" for line in lines) or empty)
+    """Notes that members' messages shaped, each one bounded line (`prompt_lines`)."""
+    return escape_prompt_text("\n".join(f"- {line}" for line in prompt_lines(lines)) or empty)
 
 
 def prompt(state: SpongeState, recent: list[str]) -> str:

@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from sonality.config import BELIEF_DECAY_RATE, MAX_RECENT_SHIFTS
+from sonality.prompts import prompt_label
 
 log = logging.getLogger(__name__)
 
@@ -245,11 +246,11 @@ class SpongeState(BaseModel):
         return dropped
 
     def belief_summary(self, limit: int | None = None) -> str:
-        """Beliefs as text lines, strongest stance first."""
+        """Beliefs as text lines for a prompt, strongest stance first."""
         topics = sorted(self.opinion_vectors, key=lambda t: (-abs(self.opinion_vectors[t]), t))
         lines = []
         for topic in topics[:limit]:
-            line = f"{topic}: {self.opinion_vectors[topic]:+.2f}"
+            line = f"{prompt_label(topic)}: {self.opinion_vectors[topic]:+.2f}"
             if (meta := self.belief_meta.get(topic)) is not None:
                 line += f" (confidence {meta.confidence:.2f}, evidence {meta.evidence_count})"
             lines.append(line)

@@ -491,7 +491,7 @@ class FakeDiscord:
     async def interaction_create(
         self,
         *,
-        guild: FakeGuild,
+        guild: FakeGuild | None,
         channel: FakeChannel,
         user: FakeUser,
         subcommand: str,
@@ -504,7 +504,9 @@ class FakeDiscord:
 
         Discord delivers whatever its registration (possibly an older one) offered, so
         `subcommand`, `command` and `options` may name what the bot no longer has, or
-        leave out an option it now requires."""
+        leave out an option it now requires. `guild=None` is the user's DM with the bot
+        (context 1): Discord sends it only for a command registered for DMs, with the
+        caller as `user` (no member, no permissions), as it does."""
         interaction_id = self.snowflake()
         token = f"tok-{interaction_id}"
         kind = 4 if autocomplete else 2
@@ -517,21 +519,11 @@ class FakeDiscord:
             "type": kind,
             "token": token,
             "version": 1,
-            "guild_id": str(guild.id),
             "channel_id": str(channel.id),
-            "channel": self._channel_payload(guild, channel, 0),
-            "member": {
-                "user": user.payload(),
-                **_member(),
-                "permissions": str(permissions),
-            },
             "app_permissions": str((1 << 53) - 1),
             "locale": "en-US",
-            "guild_locale": "en-US",
             "attachment_size_limit": 8 * 1024 * 1024,
             "entitlements": [],
-            "authorizing_integration_owners": {"0": str(guild.id)},
-            "context": 0,
             "data": {
                 "id": str(self.snowflake()),
                 "name": command,
@@ -539,8 +531,44 @@ class FakeDiscord:
                 "options": [{"name": subcommand, "type": 1, "options": options or []}],
             },
         }
-        await self.dispatch("INTERACTION_CREATE", data, guild_id=guild.id)
+        if guild is None:
+            assert self._offered_in_dms(command), f"/{command} is not registered for DMs"
+            data.update(
+                channel={
+                    "id": str(channel.id),
+                    "type": 1,
+                    "last_message_id": None,
+                    "flags": 0,
+                    "recipients": [user.payload()],
+                },
+                user=user.payload(),
+                authorizing_integration_owners={"0": "0"},
+                context=1,
+            )
+        else:
+            data.update(
+                guild_id=str(guild.id),
+                channel=self._channel_payload(guild, channel, 0),
+                member={"user": user.payload(), **_member(), "permissions": str(permissions)},
+                guild_locale="en-US",
+                authorizing_integration_owners={"0": str(guild.id)},
+                context=0,
+            )
+        await self.dispatch("INTERACTION_CREATE", data, guild_id=guild.id if guild else None)
         return interaction_id, token
+
+    def _offered_in_dms(self, command: str) -> bool:
+        """Whether the latest global registration offers `command` in the bot's DMs."""
+        synced = [
+            r
+            for r in self.requests
+            if r.method == "PUT" and r.path == f"/applications/{self.application_id}/commands"
+        ]
+        if not synced:
+            return False
+        registered = {c.get("name"): c for c in synced[-1].json or []}
+        contexts = (registered.get(command) or {}).get("contexts") or []
+        return 1 in contexts
 
     @staticmethod
     def buttons(message: JSONDict) -> dict[str, str]:

@@ -10,6 +10,7 @@ assertion is about what went over the wire or what the runtime stored.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +32,13 @@ from tests.fakes.discord_fixtures import (
     restores_discord_endpoints,  # noqa: F401
     running,
 )
-from tests.fakes.discord_server import FakeDiscord, FakeGuild, FakeUser, RecordedRequest
+from tests.fakes.discord_server import (
+    FakeChannel,
+    FakeDiscord,
+    FakeGuild,
+    FakeUser,
+    RecordedRequest,
+)
 from tests.integration.conftest import make_settings
 from tests.integration.test_isolation_and_commands import CANARY, CANARY_TEXT
 from tests.integration.test_timeline import png_size
@@ -64,30 +71,39 @@ class World:
         return agent
 
 
-@pytest.fixture
-async def world(tmp_path: Path, llm: Any, anthropic_server: AnthropicFake) -> AsyncIterator[World]:
+@contextlib.asynccontextmanager
+async def discord_world(
+    tmp_path: Path, llm: Any, anthropic: AnthropicFake, **settings: Any
+) -> AsyncIterator[World]:
+    """Two guilds with a member and a moderator each, the bot connected to them;
+    `settings` are added to the bot's."""
     member = FakeUser(9001, "alice", "Alice")
     moderator = FakeUser(9002, "mod", "Mo")
     fake = FakeDiscord()
     guild_a = fake.add_guild("Guild A", members=[member, moderator])
     guild_b = fake.add_guild("Guild B", members=[member, moderator])
     await fake.start()
-    settings = make_settings(
+    config = make_settings(
         tmp_path / "data",
         DISCORD_TOKEN="test-token",
         DISCORD_API_BASE_URL=fake.api_base,
         DISCORD_GATEWAY_URL=fake.gateway_url,
+        **settings,
     )
     try:
         async with (
-            open_runtime(settings, llm=llm) as runtime,
-            running(runtime, settings, ready_within=WAIT) as adapter,
+            open_runtime(config, llm=llm) as runtime,
+            running(runtime, config, ready_within=WAIT) as adapter,
         ):
-            yield World(
-                fake, runtime, adapter, anthropic_server, guild_a, guild_b, member, moderator
-            )
+            yield World(fake, runtime, adapter, anthropic, guild_a, guild_b, member, moderator)
     finally:
         await fake.close()
+
+
+@pytest.fixture
+async def world(tmp_path: Path, llm: Any, anthropic_server: AnthropicFake) -> AsyncIterator[World]:
+    async with discord_world(tmp_path, llm, anthropic_server) as started:
+        yield started
 
 
 # --------------------------------------------------------------------------- helpers
@@ -159,18 +175,22 @@ async def mention(
 
 async def slash(
     world: World,
-    guild: FakeGuild,
+    guild: FakeGuild | None,
     subcommand: str,
     *,
     options: list[dict[str, Any]] | None = None,
     permissions: int = SEND_MESSAGES,
     user: FakeUser | None = None,
+    channel: FakeChannel | None = None,
 ) -> tuple[RecordedRequest, RecordedRequest]:
-    """/sonality <subcommand> as INTERACTION_CREATE; returns (callback, PATCH @original)."""
+    """/sonality <subcommand> as INTERACTION_CREATE, in `channel` (default: the guild's
+    first; with no guild, a DM channel); returns (callback, PATCH @original)."""
     fake = world.fake
+    where = channel or (guild.channels[0] if guild is not None else None)
+    assert where is not None, "a DM needs its channel"
     iid, token = await fake.interaction_create(
         guild=guild,
-        channel=guild.channels[0],
+        channel=where,
         user=user or world.member,
         subcommand=subcommand,
         options=options,

@@ -156,14 +156,14 @@ async def test_the_terminal_keeps_its_screen_and_the_named_file_rotates(
         anthropic_server.base_url,
         tmp_path,
         SONALITY_LOG_FILE=str(log_file),
-        SONALITY_LOG_FILE_MAX_BYTES="2000",
+        SONALITY_LOG_FILE_MAX_BYTES="1000",
         SONALITY_LOG_FILE_BACKUPS="2",
-        SONALITY_LOG_LEVEL="DEBUG",  # plenty of lines, so the file must rotate
+        SONALITY_LOG_LEVEL="DEBUG",  # a line a message, so the file must rotate
     )
-    script = b"hello\n/sonality status\nbye\n"
-    out, err = await asyncio.wait_for(proc.communicate(script), WAIT)
+    lines = ["hello", "/sonality status", *(f"message {n}" for n in range(10)), "bye"]
+    out, err = await asyncio.wait_for(proc.communicate("\n".join(lines).encode() + b"\n"), WAIT)
     assert proc.returncode == 0, err.decode()
-    assert len(out.decode().splitlines()) == 3, "one answer line per input line, no log"
+    assert len(out.decode().splitlines()) == len(lines), "one answer line per input line, no log"
     assert not [line for line in err.decode().splitlines() if " DEBUG " in line or " INFO " in line]
     rotated = sorted(p.name for p in log_file.parent.iterdir())
     assert rotated == ["bot.log", "bot.log.1", "bot.log.2"], rotated
