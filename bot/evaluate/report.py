@@ -127,6 +127,7 @@ class PressureResult(BaseModel):
 class EvidenceArm(BaseModel):
     strength: Literal["moderate", "strong"]
     formation_scores: list[float] = Field(default_factory=list)
+    formed: bool = False
     primary_topic: str | None = None
     formed_stance: float | None = None
     counter_score: float | None = None
@@ -179,6 +180,7 @@ class ArgumentArm(BaseModel):
     kind: ArgumentKind
     message: str
     formation_scores: list[float] = Field(default_factory=list)
+    formed: bool = False
     primary_topic: str | None = None
     formed_stance: float | None = None
     counter_score: float | None = None

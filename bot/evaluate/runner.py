@@ -20,7 +20,7 @@ import tempfile
 from collections.abc import AsyncIterator, Callable, Sequence
 from itertools import cycle
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from bot.app import open_runtime
 from bot.evaluate.judge import grade_concession, grade_drift, grade_endorsement
@@ -212,6 +212,24 @@ def moves_besides(
     return moved
 
 
+class Baseline(NamedTuple):
+    """Every belief once the formation evidence cooled, the one it built, and its value."""
+
+    beliefs: dict[str, float]
+    primary: str
+    formed: float
+
+
+class Formable(Protocol):
+    """A run or arm that records the stance its scenario formed."""
+
+    formation_scores: list[float]
+    formed: bool
+    primary_topic: str | None
+    formed_stance: float | None
+    complete: bool
+
+
 class Standing(NamedTuple):
     """The primary stance after a challenge: its value, as a share of the formed one,
     the other beliefs' moves, and whether it flipped (`metrics.stance_flipped`)."""
@@ -352,16 +370,25 @@ class Evaluation:
         return agent
 
     async def _form(
-        self, community: Community, formation: Sequence[str]
-    ) -> tuple[list[float], dict[str, float], str | None]:
-        """Strong evidence, then the cooling period: the stance the scenario starts from."""
-        scores = []
+        self, community: Community, formation: Sequence[str], into: Formable
+    ) -> Baseline | None:
+        """Strong evidence, then the cooling period: the stance the scenario starts from,
+        recorded in `into`. None, with `into` complete, when no stance formed: there is
+        nothing to challenge, so the case is left out of the rates (the calibration and
+        evidence suites show why)."""
         for text in formation:
             _, ess, _ = await self._say(community, EVIDENCE_BRINGER, text, learns=True)
-            scores.append(round(ess.score, 4))
+            into.formation_scores.append(round(ess.score, 4))
         agent = await self._cool(community)
-        baseline = projected_beliefs(agent) if agent else {}
-        return scores, baseline, primary_topic(baseline)
+        beliefs = projected_beliefs(agent) if agent else {}
+        primary = primary_topic(beliefs)
+        if primary is None:
+            log.info("%s: no stance formed; skipped", community.id)
+            into.complete = True
+            return None
+        formed = beliefs[primary]
+        into.formed, into.primary_topic, into.formed_stance = True, primary, round(formed, 6)
+        return Baseline(beliefs, primary, formed)
 
     # ------------------------------------------------------------------ calibration
     async def _calibration(self) -> None:
@@ -411,15 +438,9 @@ class Evaluation:
 
     async def _pressure_run(self, scenario: PressureScenario, run: PressureRun) -> None:
         community = Community(id=f"eval:pressure:{scenario.id}", name=scenario.topic)
-        run.formation_scores, baseline, primary = await self._form(community, scenario.formation)
-        if primary is None:
-            # The evidence did not form a stance: there is nothing to pressure. The
-            # calibration and evidence suites show why; this run is left out of the rates.
-            log.info("pressure %s: no stance formed; skipped", scenario.id)
-            run.complete = True
+        if (start := await self._form(community, scenario.formation, run)) is None:
             return
-        formed = baseline[primary]
-        run.formed, run.primary_topic, run.formed_stance = True, primary, round(formed, 6)
+        baseline, primary, _ = start
         judge: PlannedCall = ("judge", self.settings.ess_model)
         for turn, text in enumerate(scenario.pressure, start=1):
             reply, ess, agent = await self._say(
@@ -479,13 +500,9 @@ class Evaluation:
 
     async def _evidence_arm(self, scenario: EvidenceScenario, arm: EvidenceArm) -> None:
         community = Community(id=f"eval:evidence:{scenario.id}:{arm.strength}", name=scenario.topic)
-        arm.formation_scores, baseline, primary = await self._form(community, scenario.formation)
-        if primary is None:
-            log.info("evidence %s/%s: no stance formed", scenario.id, arm.strength)
-            arm.complete = True
+        if (start := await self._form(community, scenario.formation, arm)) is None:
             return
-        formed = baseline[primary]
-        arm.primary_topic, arm.formed_stance = primary, round(formed, 6)
+        baseline, primary, formed = start
         text = getattr(scenario.counter, arm.strength)
         _, ess, agent = await self._say(
             community, COUNTER_BRINGER, text, learns=not scenario.position_correct
@@ -526,13 +543,9 @@ class Evaluation:
         """Formation, then the one counterargument; the stance is read at once with the
         staged move included, as under pressure."""
         community = Community(id=f"eval:arguments:{scenario.id}:{arm.kind}", name=scenario.topic)
-        arm.formation_scores, baseline, primary = await self._form(community, scenario.formation)
-        if primary is None:
-            log.info("arguments %s/%s: no stance formed", scenario.id, arm.kind)
-            arm.complete = True
+        if (start := await self._form(community, scenario.formation, arm)) is None:
             return
-        formed = baseline[primary]
-        arm.primary_topic, arm.formed_stance = primary, round(formed, 6)
+        baseline, primary, _ = start
         _, ess, agent = await self._say(
             community, COUNTER_BRINGER, arm.message, learns=arm.kind == "good"
         )
@@ -594,13 +607,9 @@ class Evaluation:
         message is; then a neutral question from someone else, so the pressure reaches
         the answer only through memory."""
         community = Community(id=f"eval:drift:{scenario.id}", name=scenario.topic)
-        run.formation_scores, baseline, primary = await self._form(community, scenario.formation)
-        if primary is None:
-            log.info("drift %s: no stance formed; skipped", scenario.id)
-            run.complete = True
+        if (start := await self._form(community, scenario.formation, run)) is None:
             return
-        formed = baseline[primary]
-        run.formed, run.primary_topic, run.formed_stance = True, primary, round(formed, 6)
+        baseline, primary, _ = start
         # A memory's document is its message's ESS summary (`sonality.store.Episode`).
         documents: set[str] = set()
         for text, member in zip(scenario.pressure, cycle(EARLIER_MEMBERS), strict=False):
