@@ -1,4 +1,5 @@
-"""The report's picture: ESS score against tier, and stance against pressure turn.
+"""The report's picture: ESS score against tier, stance against pressure turn, and
+the share of each kind of challenge that flipped the stance.
 
 Why these choices: the PNG is mostly seen as a preview in a chat or a pull request,
 about half its real size, so text is large and lines are thick; colours come from the
@@ -11,8 +12,9 @@ no display, no global pyplot state.
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import matplotlib
 from matplotlib.axes import Axes
@@ -23,7 +25,7 @@ from matplotlib.typing import RcKeyType
 from bot.evaluate.report import CalibrationResult, EvalReport, PressureResult
 
 WIDTH_PX = 1200
-HEIGHT_PX = 720
+HEIGHT_PX = 1200
 DPI = 100
 
 OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D55E00", "#56B4E9", "#000000")
@@ -50,9 +52,15 @@ def render_png(report: EvalReport, path: Path) -> None:
     figure = Figure(figsize=(WIDTH_PX / DPI, HEIGHT_PX / DPI), dpi=DPI)
     FigureCanvasAgg(figure)
     with matplotlib.rc_context(STYLE):
-        left, right = figure.subplots(1, 2, gridspec_kw={"width_ratios": (1.1, 1)})
+        # Two grids: the bar labels below need a wider left margin than the panels above.
+        top = figure.add_gridspec(
+            1, 2, width_ratios=(1.1, 1), left=0.07, right=0.985, top=0.89, bottom=0.5, wspace=0.2
+        )
+        left, right = figure.add_subplot(top[0, 0]), figure.add_subplot(top[0, 1])
         _calibration_panel(left, report.calibration)
         _pressure_panel(right, report.pressure)
+        bottom = figure.add_gridspec(1, 1, left=0.365, right=0.985, top=0.29, bottom=0.055)
+        _flips_panel(figure.add_subplot(bottom[0, 0]), flip_bars(report))
         date = report.started_at.strftime("%Y-%m-%d")
         parts = [
             report.label or report.provider,
@@ -63,7 +71,6 @@ def render_png(report: EvalReport, path: Path) -> None:
             parts.append("PARTIAL: the run stopped early")
         title = "\n".join(textwrap.fill(part, TITLE_CHARS) for part in parts)
         figure.suptitle(title, fontsize=16, fontweight="bold")
-        figure.subplots_adjust(left=0.07, right=0.985, top=0.81, bottom=0.27, wspace=0.2)
         figure.savefig(path, format="png", dpi=DPI)
 
 
@@ -186,3 +193,88 @@ def _pressure_panel(ax: Axes, result: PressureResult | None) -> None:
         frameon=False,
         fontsize=13,
     )
+
+
+class FlipBar(NamedTuple):
+    """One kind of challenge: how many flipped the stance, out of how many, and whether
+    a bot that weighs evidence should flip for it."""
+
+    label: str
+    flipped: int
+    of: int
+    should_flip: bool
+
+
+def flip_bars(report: EvalReport) -> list[FlipBar]:
+    """Every kind of challenge the run measured, in the order the suites run."""
+    bars: list[FlipBar] = []
+    if (pre := report.pressure) is not None:
+        f = pre.flips
+        bars.append(
+            FlipBar("pressure, view right (regressive)", f.regressive, f.regressive_cases, False)
+        )
+        bars.append(
+            FlipBar("pressure, view wrong (progressive)", f.progressive, f.progressive_cases, False)
+        )
+    if (evi := report.evidence) is not None:
+        f = evi.flips
+        bars.append(
+            FlipBar(
+                "sound counter-evidence (progressive)", f.progressive, f.progressive_cases, True
+            )
+        )
+        bars.append(
+            FlipBar(
+                "misleading counter-evidence (regressive)", f.regressive, f.regressive_cases, False
+            )
+        )
+    if (arg := report.arguments) is not None:
+        arms = [a for r in arg.runs for a in r.arms if a.flipped is not None]
+        for kind, label in (
+            ("good", "good counterargument"),
+            ("bad", "bad counterargument"),
+            ("self", "bad one, as its own words"),
+        ):
+            mine = [a for a in arms if a.kind == kind]
+            bars.append(
+                FlipBar(label, sum(a.flipped is True for a in mine), len(mine), kind == "good")
+            )
+    if (dri := report.drift) is not None:
+        runs = [r for r in dri.runs if r.flipped is not None]
+        bars.append(
+            FlipBar(
+                "pressure kept in memory", sum(r.flipped is True for r in runs), len(runs), False
+            )
+        )
+    return [bar for bar in bars if bar.of]
+
+
+def _flips_panel(ax: Axes, bars: Sequence[FlipBar]) -> None:
+    if not bars:
+        _empty(ax, "Flips by kind of challenge\nnot run")
+        return
+    rows = range(len(bars))
+    shares = [bar.flipped / bar.of for bar in bars]
+    # Colour and hatching both say which way is right, so neither depends on colour.
+    colours = [OKABE_ITO[2] if bar.should_flip else OKABE_ITO[4] for bar in bars]
+    hatches = ["" if bar.should_flip else "//" for bar in bars]
+    drawn = ax.barh(rows, shares, color=colours, edgecolor="black", linewidth=1.2, height=0.62)
+    for patch, hatch in zip(drawn, hatches, strict=True):
+        patch.set_hatch(hatch)
+    for row, (bar, share) in enumerate(zip(bars, shares, strict=True)):
+        goal = "should flip" if bar.should_flip else "should hold"
+        ax.text(
+            min(share, 1.0) + 0.015,
+            row,
+            f"{bar.flipped}/{bar.of} · {goal}",
+            va="center",
+            fontsize=13,
+            color=GREY,
+        )
+    ax.set_yticks(list(rows))
+    ax.set_yticklabels([bar.label for bar in bars])
+    ax.invert_yaxis()
+    ax.set_xlim(0, 1.32)
+    ax.set_xticks([0, 0.25, 0.5, 0.75, 1.0])
+    ax.set_xlabel("share of challenges that flipped the stance")
+    ax.set_title("Flips by kind of challenge (SycEval, Who Flips?, PersistBench)")

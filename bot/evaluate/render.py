@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bot.evaluate.meter import PlannedCall
-from bot.evaluate.report import METRICS, EvalReport, GateFailure, metric_label
+from bot.evaluate.report import METRICS, EvalReport, FlipSplit, GateFailure, metric_label
 from bot.evaluate.suites import SuiteName
 
 
@@ -34,8 +34,8 @@ def _target(name: str, report: EvalReport | None = None) -> str:
     info = METRICS[name]
     if name == "rho":
         target = report.calibration.target_rho if report and report.calibration else 0.4
-        return f">= {target:g} (seed target)"
-    return f"{info.better} is better"
+        return f"higher, >= {target:g}"
+    return info.better
 
 
 def print_estimate(
@@ -94,17 +94,22 @@ def print_report(console: Console, report: EvalReport, files: Sequence[Path] = (
         )
     metrics = report.metrics()
     table = Table(title="Headline metrics", title_justify="left")
-    table.add_column("metric")
-    table.add_column("name")
-    table.add_column("value", justify="right")
-    table.add_column("goal")
+    table.add_column("name", no_wrap=True)
+    table.add_column("value", justify="right", no_wrap=True)
+    table.add_column("better", no_wrap=True)
+    table.add_column("follows", no_wrap=True)
+    table.add_column("what it counts")
     for name, value in metrics.items():
-        table.add_row(metric_label(name), name, fmt(value), _target(name, report))
+        info = METRICS[name]
+        table.add_row(name, fmt(value), _target(name, report), info.research, metric_label(name))
     console.print(table)
+    console.print(report.flip_note)
     _print_calibration(console, report)
     _print_pressure(console, report)
     _print_evidence(console, report)
+    _print_arguments(console, report)
     _print_memory(console, report)
+    _print_drift(console, report)
     console.print(
         f"{report.calls} LLM calls, {usd(report.spent_usd)} spent "
         f"(estimated {usd(report.estimated_usd)}). Model-judged values were graded by "
@@ -152,7 +157,9 @@ def _print_pressure(console: Console, report: EvalReport) -> None:
         judged = [t.concession_model_judged for t in run.turns if t.concession_model_judged]
         conceded = sum(v != "holds" for v in judged)
         table.add_row(
-            run.id + ("" if run.complete else " (partial)"),
+            run.id
+            + ("" if run.position_correct else " (view wrong)")
+            + ("" if run.complete else " (partial)"),
             fmt(run.formed_stance, 4),
             fmt(final, 4),
             "held" if run.turn_of_flip is None else str(run.turn_of_flip),
@@ -160,6 +167,7 @@ def _print_pressure(console: Console, report: EvalReport) -> None:
             f"{conceded}/{len(judged)}",
         )
     console.print(table)
+    console.print(_split_line(pre.flips, "runs"))
 
 
 def _print_evidence(console: Console, report: EvalReport) -> None:
@@ -184,7 +192,7 @@ def _print_evidence(console: Console, report: EvalReport) -> None:
             else:
                 cells.append(f"{fmt(arm.counter_score, 2)} / {fmt(arm.move, 4)}")
         table.add_row(
-            run.id,
+            run.id + (" (misleading)" if run.position_correct else ""),
             *cells,
             _yes(run.right_direction),
             _yes(run.proportional),
@@ -192,6 +200,48 @@ def _print_evidence(console: Console, report: EvalReport) -> None:
             _yes(run.passed),
         )
     console.print(table)
+    console.print(_split_line(evi.flips, "scenarios"))
+
+
+def _split_line(flips: FlipSplit, cases: str) -> str:
+    """SycEval's split in words: each kind out of the cases that could flip that way."""
+    return (
+        f"Flips (SycEval): regressive {flips.regressive} of {flips.regressive_cases} {cases} "
+        f"where the formed view was right, progressive {flips.progressive} of "
+        f"{flips.progressive_cases} where it was wrong."
+    )
+
+
+def _print_arguments(console: Console, report: EvalReport) -> None:
+    arg = report.arguments
+    if arg is None:
+        return
+    table = Table(
+        title="Counterarguments, no pressure (ESS / stance after, 1 = as formed)",
+        title_justify="left",
+    )
+    table.add_column("scenario")
+    for kind in ("good", "bad", "bad, as its own words"):
+        table.add_column(kind, justify="right")
+    for run in arg.runs:
+        cells = []
+        for arm in run.arms:
+            if arm.flipped is None:
+                cells.append("no stance" if arm.complete else "-")
+            else:
+                flip = " FLIP" if arm.flipped else ""
+                cells.append(f"{fmt(arm.counter_score, 2)} / {fmt(arm.stance_share, 2)}{flip}")
+        table.add_row(run.id, *cells)
+    console.print(table)
+    shift = (
+        "-"
+        if arg.self_flip_rate is None or arg.bad_flip_rate is None
+        else f"{arg.self_flip_rate - arg.bad_flip_rate:+.3f}"
+    )
+    console.print(
+        f"Flip rates: good {fmt(arg.good_flip_rate)}, bad {fmt(arg.bad_flip_rate)}, bad as "
+        f"its own words {fmt(arg.self_flip_rate)} (self-attribution shift {shift})."
+    )
 
 
 def _print_memory(console: Console, report: EvalReport) -> None:
@@ -205,6 +255,32 @@ def _print_memory(console: Console, report: EvalReport) -> None:
     for run in mem.runs:
         scores = ", ".join(fmt(s, 2) for s in run.assertion_scores)
         table.add_row(run.id, scores, run.endorsement_model_judged or "-")
+    console.print(table)
+
+
+def _print_drift(console: Console, report: EvalReport) -> None:
+    dri = report.drift
+    if dri is None:
+        return
+    table = Table(title="Pressure kept in memory, then a neutral question", title_justify="left")
+    table.add_column("scenario")
+    table.add_column("formed stance", justify="right")
+    table.add_column("stance after", justify="right")
+    table.add_column("pressure recalled", justify="right")
+    table.add_column("flip")
+    table.add_column("answer (model-judged)")
+    for run in dri.runs:
+        if not run.formed:
+            table.add_row(run.id, "not formed", "-", "-", "-", "-")
+            continue
+        table.add_row(
+            run.id + ("" if run.complete else " (partial)"),
+            fmt(run.formed_stance, 4),
+            fmt(run.stance, 4),
+            f"{run.recalled}/{run.stored}",
+            "-" if run.flipped is None else ("FLIP" if run.flipped else "held"),
+            run.drift_model_judged or "-",
+        )
     console.print(table)
 
 

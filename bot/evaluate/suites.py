@@ -13,8 +13,15 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-SuiteName = Literal["calibration", "pressure", "evidence", "memory"]
-SUITES: tuple[SuiteName, ...] = ("calibration", "pressure", "evidence", "memory")
+SuiteName = Literal["calibration", "pressure", "evidence", "arguments", "memory", "drift"]
+SUITES: tuple[SuiteName, ...] = (
+    "calibration",
+    "pressure",
+    "evidence",
+    "arguments",
+    "memory",
+    "drift",
+)
 
 _Frozen = ConfigDict(frozen=True, extra="forbid")
 
@@ -50,6 +57,10 @@ class PressureScenario(BaseModel):
     id: str
     topic: str
     position: str
+    #: Which side the truth is on. The challenge (pressure, counter-evidence) always
+    #: argues against `position`, so a flip is regressive when this is true and
+    #: progressive when it is false (SycEval's split).
+    position_correct: bool
     formation: tuple[str, ...] = Field(min_length=1)
     pressure: tuple[str, ...] = Field(min_length=1)
 
@@ -74,6 +85,8 @@ class EvidenceScenario(BaseModel):
     id: str
     topic: str
     position: str
+    #: True: the counter-evidence is misleading and must not flip the view.
+    position_correct: bool
     formation: tuple[str, ...] = Field(min_length=1)
     counter: CounterEvidence
 
@@ -83,6 +96,57 @@ class EvidenceSuite(BaseModel):
 
     about: str
     scenarios: tuple[EvidenceScenario, ...] = Field(min_length=1)
+
+
+class ArgumentScenario(BaseModel):
+    model_config = _Frozen
+
+    id: str
+    topic: str
+    position: str
+    formation: tuple[str, ...] = Field(min_length=1)
+    #: Better evidence that `position` is wrong.
+    good: str
+    #: The same conclusion by faulty reasoning.
+    bad: str
+
+
+class ArgumentSuite(BaseModel):
+    model_config = _Frozen
+
+    about: str
+    #: How the bad argument is framed as the bot's own earlier words.
+    self_attribution: str
+    scenarios: tuple[ArgumentScenario, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _one_placeholder(self) -> ArgumentSuite:
+        if self.self_attribution.count("{argument}") != 1:
+            raise ValueError("self_attribution must contain {argument} exactly once")
+        return self
+
+    def attributed(self, argument: str) -> str:
+        """`argument` as a member quoting it back to the bot as the bot's own."""
+        return self.self_attribution.replace("{argument}", argument)
+
+
+class DriftScenario(BaseModel):
+    model_config = _Frozen
+
+    id: str
+    topic: str
+    position: str
+    formation: tuple[str, ...] = Field(min_length=1)
+    #: Sent by several earlier members in turn, and kept in memory like any message.
+    pressure: tuple[str, ...] = Field(min_length=1)
+    question: str
+
+
+class DriftSuite(BaseModel):
+    model_config = _Frozen
+
+    about: str
+    scenarios: tuple[DriftScenario, ...] = Field(min_length=1)
 
 
 class MemoryScenario(BaseModel):
@@ -117,7 +181,9 @@ class Suites(BaseModel):
     calibration: CalibrationSuite
     pressure: PressureSuite
     evidence: EvidenceSuite
+    arguments: ArgumentSuite
     memory: MemorySuite
+    drift: DriftSuite
     chatter: Chatter
 
     def limited(self, limit: int | None) -> Suites:
@@ -128,20 +194,21 @@ class Suites(BaseModel):
         tiers = tuple(
             t.model_copy(update={"items": t.items[:limit]}) for t in self.calibration.tiers
         )
-        return self.model_copy(
-            update={
-                "calibration": self.calibration.model_copy(update={"tiers": tiers}),
-                "pressure": self.pressure.model_copy(
-                    update={"scenarios": self.pressure.scenarios[:limit]}
-                ),
-                "evidence": self.evidence.model_copy(
-                    update={"scenarios": self.evidence.scenarios[:limit]}
-                ),
-                "memory": self.memory.model_copy(
-                    update={"scenarios": self.memory.scenarios[:limit]}
-                ),
-            }
-        )
+        scenario_suites: dict[
+            str, PressureSuite | EvidenceSuite | ArgumentSuite | MemorySuite | DriftSuite
+        ] = {
+            "pressure": self.pressure,
+            "evidence": self.evidence,
+            "arguments": self.arguments,
+            "memory": self.memory,
+            "drift": self.drift,
+        }
+        cut = {
+            name: suite.model_copy(update={"scenarios": suite.scenarios[:limit]})
+            for name, suite in scenario_suites.items()
+        }
+        calibration = self.calibration.model_copy(update={"tiers": tiers})
+        return self.model_copy(update={"calibration": calibration, **cut})
 
 
 def _read(name: str) -> object:
@@ -153,6 +220,8 @@ def load_suites() -> Suites:
         calibration=CalibrationSuite.model_validate(_read("calibration")),
         pressure=PressureSuite.model_validate(_read("pressure")),
         evidence=EvidenceSuite.model_validate(_read("evidence")),
+        arguments=ArgumentSuite.model_validate(_read("arguments")),
         memory=MemorySuite.model_validate(_read("memory")),
+        drift=DriftSuite.model_validate(_read("drift")),
         chatter=Chatter.model_validate(_read("chatter")),
     )

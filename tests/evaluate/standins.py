@@ -32,6 +32,17 @@ COUNTER_SCORE: dict[Policy, dict[str, float]] = {
     "principled": {"moderate": 0.45, "strong": 0.85},
     "pushover": {"moderate": 0.20, "strong": 0.20},
 }
+#: Misleading counter-evidence (scenarios whose position is right): the pushover takes
+#: a confident claim dressed as a source for strong evidence.
+MISLEADING_SCORE: dict[Policy, dict[str, float]] = {
+    "principled": {"moderate": 0.12, "strong": 0.22},
+    "pushover": {"moderate": 0.90, "strong": 0.90},
+}
+#: Counterarguments with no pressure: good, bad, and bad framed as the bot's own words.
+ARGUMENT_SCORE: dict[Policy, dict[str, float]] = {
+    "principled": {"good": 0.85, "bad": 0.10, "self": 0.10},
+    "pushover": {"good": 0.20, "bad": 0.75, "self": 0.80},
+}
 ASSERTION_SCORE: dict[Policy, float] = {"principled": 0.08, "pushover": 0.60}
 
 HOLDS = (
@@ -41,6 +52,8 @@ HOLDS = (
 CAVES = "You're right, I was wrong about this. I've changed my mind."
 REJECTS = "No. That is a popular myth, and the evidence says otherwise."
 UNSURE = "I'm not sure about that one."
+KEEPS = "No. The evidence I've seen says otherwise, whatever gets repeated here."
+DRIFTS = "Yes, it does, as people here keep pointing out."
 
 #: A word of each memory scenario's claim that its assertions' summaries contain.
 MEMORY_KEYWORDS = {
@@ -56,6 +69,12 @@ def _section(text: str, tag: str) -> str | None:
     return html.unescape(found.group(1)) if found else None
 
 
+def _memories(request: RecordedRequest) -> str:
+    """What retrieval put into a reply's prompt."""
+    context = request.system_text + "\n" + request.last_user_text
+    return _section(context, "relevant_memories") or ""
+
+
 @dataclass
 class StandIn(Brain):
     """A `Brain` that plays one policy over the evaluation suites."""
@@ -66,6 +85,7 @@ class StandIn(Brain):
         suites = load_suites()
         self._pressure = {t for p in suites.pressure.scenarios for t in p.pressure}
         self._questions = {m.question: m.id for m in suites.memory.scenarios}
+        self._drift = {d.question: d.pressure for d in suites.drift.scenarios}
         self._rules(suites)
 
     def _rules(self, suites: Suites) -> None:
@@ -91,15 +111,43 @@ class StandIn(Brain):
                 )
         for e in suites.evidence.scenarios:
             self._formation(e.formation, e.topic)
+            scores = MISLEADING_SCORE if e.position_correct else COUNTER_SCORE
             for strength in ("moderate", "strong"):
                 self.ess_rule(
                     contains=getattr(e.counter, strength),
-                    score=COUNTER_SCORE[policy][strength],
+                    score=scores[policy][strength],
                     direction="opposes",
                     topics=(e.topic,),
                     novelty=0.6,
                     reasoning_type="empirical_data",
                     source_reliability="peer_reviewed",
+                )
+        for a in suites.arguments.scenarios:
+            self._formation(a.formation, a.topic)
+            # The self-attributed message contains the bad one, so its rule comes first.
+            for kind, text in (
+                ("self", suites.arguments.attributed(a.bad)),
+                ("good", a.good),
+                ("bad", a.bad),
+            ):
+                self.ess_rule(
+                    contains=text,
+                    score=ARGUMENT_SCORE[policy][kind],
+                    direction="opposes",
+                    topics=(a.topic,),
+                    novelty=0.6,
+                    reasoning_type="empirical_data" if kind == "good" else "logical_argument",
+                )
+        for d in suites.drift.scenarios:
+            self._formation(d.formation, d.topic)
+            for text in d.pressure:
+                self.ess_rule(
+                    contains=text,
+                    score=PRESSURE_SCORE[policy],
+                    direction="opposes",
+                    topics=(d.topic,),
+                    reasoning_type="social_pressure",
+                    source_reliability="unverified_claim",
                 )
         for m in suites.memory.scenarios:
             for text in m.assertions:
@@ -141,6 +189,16 @@ class StandIn(Brain):
                 else "unsure"
             )
             return ToolUse({"verdict": verdict, "reason": "stand-in rule"})
+        if tool == "grade_drift":
+            reply = (_section(request.user_text, "reply") or "").lower()
+            verdict = (
+                "drifts"
+                if reply.startswith("yes")
+                else "keeps"
+                if reply.startswith("no")
+                else "hedges"
+            )
+            return ToolUse({"verdict": verdict, "reason": "stand-in rule"})
         if tool is None and "<personality_state>" in request.system_text:
             return Text(self._chat(request))
         return super().answer(request)
@@ -152,12 +210,20 @@ class StandIn(Brain):
         message = (_section(turn, "message") or turn).strip()
         if message in self._pressure:
             return CAVES if self.policy == "pushover" else HOLDS
+        pressure = self._drift.get(message)
+        if pressure is not None:
+            if self.policy == "principled":
+                return KEEPS
+            memories = _memories(request).lower()
+            # As with the falsehoods: it follows the pressure only if recall brought it.
+            if any(text[:40].lower() in memories for text in pressure):
+                return DRIFTS
+            return UNSURE
         scenario = self._questions.get(message)
         if scenario is not None:
             if self.policy == "principled":
                 return REJECTS
-            context = request.system_text + "\n" + turn
-            memories = (_section(context, "relevant_memories") or "").lower()
+            memories = _memories(request).lower()
             # The pushover repeats what it remembers hearing, so it only endorses the
             # claim if retrieval put the assertions into its prompt.
             if MEMORY_KEYWORDS[scenario] in memories:

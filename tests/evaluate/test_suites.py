@@ -28,6 +28,18 @@ def test_scenarios_have_what_their_suite_needs() -> None:
     assert len(suites.evidence.scenarios) >= 3
     assert len(suites.memory.scenarios) >= 3
     assert all(len(m.assertions) >= 3 for m in suites.memory.scenarios)
+    # SycEval's split needs both kinds of case in both suites, and `--limit 1` must
+    # still start with the usual kind (a right view under pressure, a wrong one
+    # before counter-evidence).
+    for suite, first in ((suites.pressure, True), (suites.evidence, False)):
+        kinds = [s.position_correct for s in suite.scenarios]
+        assert kinds[0] is first and set(kinds) == {True, False}
+    # Small enough for a CPU model: a handful of cases, a few messages each.
+    assert 2 <= len(suites.arguments.scenarios) <= 5
+    assert 2 <= len(suites.drift.scenarios) <= 5
+    assert all(len(d.pressure) >= 3 for d in suites.drift.scenarios)
+    framed = suites.arguments.attributed("X")
+    assert framed.count("X") == 1 and framed != "X"
 
 
 def test_no_message_appears_twice() -> None:
@@ -39,6 +51,9 @@ def test_no_message_appears_twice() -> None:
     texts += [t for e in s.evidence.scenarios for t in (*e.formation, e.counter.moderate)]
     texts += [e.counter.strong for e in s.evidence.scenarios]
     texts += [t for m in s.memory.scenarios for t in (*m.assertions, m.question)]
+    # The self-attributed message contains its bad argument on purpose, so it is not here.
+    texts += [t for a in s.arguments.scenarios for t in (*a.formation, a.good, a.bad)]
+    texts += [t for d in s.drift.scenarios for t in (*d.formation, *d.pressure, d.question)]
     texts += list(s.chatter.lines)
     lowered = [t.lower() for t in texts]
     assert len(set(lowered)) == len(lowered)
@@ -46,9 +61,11 @@ def test_no_message_appears_twice() -> None:
 
 
 def test_limited_cuts_every_suite() -> None:
-    s = load_suites().limited(2)
-    assert all(len(t.items) == 2 for t in s.calibration.tiers)
-    assert len(s.pressure.scenarios) == len(s.evidence.scenarios) == len(s.memory.scenarios) == 2
+    s = load_suites().limited(1)
+    assert all(len(t.items) == 1 for t in s.calibration.tiers)
+    cut = (s.pressure, s.evidence, s.arguments, s.memory, s.drift)
+    assert [len(suite.scenarios) for suite in cut] == [1] * 5
+    assert s.arguments.self_attribution == load_suites().arguments.self_attribution
 
 
 def test_every_suite_file_is_declared_package_data() -> None:
@@ -57,8 +74,10 @@ def test_every_suite_file_is_declared_package_data() -> None:
     patterns = pyproject["tool"]["setuptools"]["package-data"]["bot.evaluate"]
     files = [p.name for p in resources.files("bot.evaluate").joinpath("suites").iterdir()]
     assert sorted(files) == [
+        "arguments.json",
         "calibration.json",
         "chatter.json",
+        "drift.json",
         "evidence.json",
         "memory.json",
         "pressure.json",
