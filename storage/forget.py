@@ -174,8 +174,10 @@ class Redaction:
     _text_forms: frozenset[str] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        # An id stands alone when no id character ([\w-]) touches it.
-        object.__setattr__(self, "_id", re.compile(rf"(?<![\w-]){re.escape(self.member)}(?![\w-])"))
+        # An id stands alone when no id character ([\w-]) touches it, nor a dot that
+        # joins it to more of a word ("e.g.", "bob.example").
+        alone = rf"(?<![\w-])(?<!\w\.){re.escape(self.member)}(?![\w-]|\.\w)"
+        object.__setattr__(self, "_id", re.compile(alone))
         forms = _json_forms(self.member)
         object.__setattr__(
             self, "_quoted", frozenset({f'"{f}"' for f in forms} | {f' ({f})"' for f in forms})
