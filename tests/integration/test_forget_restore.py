@@ -111,5 +111,5 @@ async def test_restoring_in_place_keeps_the_forget_me(
 
     put_back = await asyncio.to_thread(bot_command, tmp_path, data, "restore", str(backup))
     assert put_back.returncode == 0, put_back.stderr
-    assert "journaled again" in put_back.stdout
     await assert_forgotten_after_start(data, llm)
+    assert "journaled again" in put_back.stdout
