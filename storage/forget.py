@@ -491,17 +491,17 @@ class ForgetStore(SqlBase):
                     f"WHERE community_id = ? AND version IN ({marks})",
                     (cid, *chunk),
                 ):
-                    new = (
+                    redacted = (
                         redact.json(str(state_json)),
                         redact.text(str(change), free=True),
                         None if actor is None else redact.text(str(actor), labels=False),
                     )
-                    if new != (state_json, change, actor):
+                    if redacted != (state_json, change, actor):
                         changed += execute(
                             conn,
                             "UPDATE personality_versions SET state_json = ?, change = ?, "
                             "actor = ? WHERE community_id = ? AND version = ?",
-                            (*new, cid, version),
+                            (*redacted, cid, version),
                         )
             execute(
                 conn,

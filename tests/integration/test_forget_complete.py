@@ -87,11 +87,11 @@ def database(settings: Settings) -> Iterator[Any]:
         with psycopg.connect(url) as conn:
             yield conn
     else:
-        conn = sqlite3.connect(settings.resolved_database_path)
+        file = sqlite3.connect(settings.resolved_database_path)
         try:
-            yield conn
+            yield file
         finally:
-            conn.close()
+            file.close()
 
 
 def rows_holding(settings: Settings, needles: list[str]) -> list[str]:
