@@ -29,20 +29,19 @@ import psycopg
 
 from bot.app import open_runtime
 from bot.forget_journal import FILE_NAME
-from bot.messages import IncomingMessage, ReplyKind, User
+from bot.messages import ReplyKind, User
 from bot.settings import Settings
-from tests.fakes.anthropic_server import AnthropicFake, Delay
+from tests.fakes.anthropic_server import AnthropicFake
 from tests.integration.conftest import (
     BOB,
     A,
     chat_requests,
     command,
-    eventually,
     make_settings,
     prompt_of,
     say,
 )
-from tests.integration.forget_scenario import files_holding, requests_holding
+from tests.integration.forget_scenario import files_holding, reply_in_flight, requests_holding
 from tests.integration.test_backup import bot_command
 from tests.stack import Stack, on_every_stack
 
@@ -192,18 +191,9 @@ async def test_forget_me_with_a_reply_in_flight_leaves_nothing_anywhere(
     backup = await back_up(stack, settings, tmp_path)
 
     async with open_runtime(settings, llm=llm) as runtime:
-        anthropic_server.enqueue(Delay(1.5))
-        slow = asyncio.create_task(
-            runtime.handle(
-                IncomingMessage(
-                    community=A,
-                    channel_id="c1",
-                    user=MALLORY,
-                    text=f"One last time: {WORD} (mallarg).",
-                )
-            )
+        slow = await reply_in_flight(
+            runtime, anthropic_server, A, MALLORY, f"One last time: {WORD} (mallarg)."
         )
-        assert await eventually(lambda: anthropic_server.in_flight > 0, 10)
         since = len(anthropic_server.requests)  # her slow reply's request is the last before
         done = await command(runtime, "forget-me", "confirm", user=MALLORY, moderator=False)
         assert done.ok and "Forgotten" in done.text

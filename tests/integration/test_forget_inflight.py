@@ -9,24 +9,22 @@ Finding 3: what she says after her forget-me is learned at once, like anyone's.
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
 from bot.app import open_runtime
-from bot.messages import IncomingMessage, ReplyKind
-from tests.fakes.anthropic_server import AnthropicFake, Delay
+from bot.messages import ReplyKind
+from tests.fakes.anthropic_server import AnthropicFake
 from tests.integration.conftest import (
     ALICE,
     BOB,
     A,
     command,
     ess_requests,
-    eventually,
     make_settings,
     say,
 )
-from tests.integration.forget_scenario import file_bytes
+from tests.integration.forget_scenario import file_bytes, reply_in_flight
 
 WORD = "lanternquince91"
 
@@ -53,18 +51,9 @@ async def test_a_reply_in_flight_during_forget_me_is_neither_kept_nor_learned(
     async with open_runtime(settings, llm=llm) as runtime:
         await say(runtime, f"The {WORD} survey favours rent control (argfor).")
         await say(runtime, "A vacancy study says otherwise (argvs).", user=BOB)
-        anthropic_server.enqueue(Delay(1.5))  # her next reply is slow
-        slow = asyncio.create_task(
-            runtime.handle(
-                IncomingMessage(
-                    community=A,
-                    channel_id="c1",
-                    user=ALICE,
-                    text=f"And the {WORD} follow-up agrees (argfor).",
-                )
-            )
+        slow = await reply_in_flight(
+            runtime, anthropic_server, A, ALICE, f"And the {WORD} follow-up agrees (argfor)."
         )
-        assert await eventually(lambda: anthropic_server.in_flight > 0, 10)
         done = await command(runtime, "forget-me", "confirm", moderator=False)
         assert done.ok and "Forgotten" in done.text
         reply = await slow
