@@ -86,7 +86,7 @@ async def finish_forget(
         return request
     cid = request.community_id
     words = await db.member_words(cid, member)
-    kept = any(m.id == member for m in await db.community_members(cid))
+    kept = await db.keeps_member(cid, member)
     if kept and journal is not None:
         await _copy_to_journal(journal, request)
     version = request.version

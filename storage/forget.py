@@ -31,6 +31,7 @@ enumerable platform id would need a secret the bot does not always have).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import secrets
@@ -153,7 +154,13 @@ def _json_forms(text: str) -> set[str]:
 
 
 #: A JSON string literal's contents, escapes kept.
-_JSON_STRING = re.compile(r'"((?:[^"\\]|\\.)*)"')
+_STRING = r'"((?:[^"\\]|\\.)*)"'
+_JSON_STRING = re.compile(_STRING)
+
+#: Where a state quotes a message's words: a provenance line ("ESS 0.80: <summary>") and
+#: the insights waiting for a reflection (compact JSON, as the store writes it).
+_PROVENANCE = re.compile(r'"provenance":' + _STRING)
+_INSIGHTS = re.compile(r'"pending_insights":\[((?:"(?:[^"\\]|\\.)*",?)*)\]')
 
 #: Fields of the state whose keys are topics (a forgotten member's own topics leave them).
 _TOPIC_MAPS = frozenset({"opinion_vectors", "belief_meta", "topic_engagement"})
@@ -189,18 +196,32 @@ class Redaction:
     # ------------------------------------------------------------------ finding rows
 
     def in_json(self, raw: str) -> bool:
-        """Whether stored JSON may name the member or quote their words (a cheap look
-        at the text; `value` decides exactly)."""
+        """Whether a stored state may name the member or quote their words (a cheap
+        look at the text, where a state quotes words; `value` decides exactly)."""
         if any(q in raw for q in self._quoted) or any(t in raw for t in self.topics):
             return True
         forms = self._text_forms
-        return bool(forms) and any(
-            literal in forms or literal.partition(": ")[2] in forms
-            for literal in _JSON_STRING.findall(raw)
+        if not forms:
+            return False
+        if any(m.group(1).partition(": ")[2] in forms for m in _PROVENANCE.finditer(raw)):
+            return True
+        insights = _INSIGHTS.search(raw)
+        return insights is not None and any(
+            literal in forms for literal in _JSON_STRING.findall(insights.group(1))
         )
 
     def in_text(self, text: str) -> bool:
         return self.member in text or any(t in text for t in self.topics)
+
+    def versions_in(self, rows: Iterable[Sequence[Any]]) -> list[int]:
+        """Of (version, state_json, change, actor) rows, the versions to look at."""
+        return [
+            int(version)
+            for version, state_json, change, actor in rows
+            if self.in_json(str(state_json))
+            or self.in_text(str(change))
+            or (actor is not None and self.member in str(actor))
+        ]
 
     # ------------------------------------------------------------------ replacing
 
@@ -355,6 +376,26 @@ class ForgetStore(SqlBase):
             ):
                 names.update({str(i): str(n) for i, n in fetchall(conn, sql, (community_id,)) if n})
             return [KnownMember(id=i, name=names.get(i, "")) for i in sorted(ids)]
+
+        return await self._run_read(work)
+
+    async def keeps_member(self, community_id: str, member_id: str) -> bool:
+        """Whether anything of the member is kept here: a message, a rating, a turn of
+        their conversation, a command they ran (what `community_members` lists)."""
+        speaker = self.dialect.json_text("payload_json", "speaker")
+        wheres = (
+            "interactions WHERE community_id = ? AND speaker_id = ?",
+            "evidence_log WHERE community_id = ? AND member = ?",
+            "conversation_turns WHERE community_id = ? AND user_id = ?",
+            "moderator_actions WHERE community_id = ? AND actor_id = ?",
+            f"audit_events WHERE community_id = ? AND kind = 'ess' AND {speaker} = ?",
+        )
+
+        def work(conn: Conn) -> bool:
+            return any(
+                fetchone(conn, f"SELECT 1 FROM {where} LIMIT 1", (community_id, member_id))
+                for where in wheres
+            )
 
         return await self._run_read(work)
 
@@ -528,13 +569,8 @@ class ForgetStore(SqlBase):
             )
             if not rows:
                 return found
-            for version, state_json, change, actor in rows:
-                if (
-                    redact.in_json(str(state_json))
-                    or redact.in_text(str(change))
-                    or (actor is not None and redact.member in str(actor))
-                ):
-                    found.append(int(version))
+            # Off the event loop: a long history takes seconds to look through.
+            found += await asyncio.to_thread(redact.versions_in, rows)
             after = int(rows[-1][0])
 
     # ------------------------------------------------------------------ restoring

@@ -168,3 +168,34 @@ async def test_a_restored_database_journals_the_forget_me_it_lacks(db: Database)
     assert (open_request.member_id, open_request.pseudonym) == (BOB.id, "member-aaaaaa")
     assert await db.journal_pseudonyms() == {"member-aaaaaa", "member-bbbbbb"}
     assert await db.rejournal(entries, at(11)) == []  # known now
+
+
+async def test_her_insight_leaves_a_version_that_does_not_name_her(
+    db: Database, backend: Backend
+) -> None:
+    """A version holds an insight drawn from her message among the insights waiting for
+    a reflection, without her id in that row; it goes all the same."""
+    store = db.community(CID)
+    await store.commit(StateCommit(state=SpongeState(), cause="seed", change="seed"))
+    insight = "Tidal barrages pay back within a decade, per the ferret study."
+    await store.record_interaction(said(BOB, 0))
+    waiting = SpongeState(version=1, interaction_count=1, pending_insights=["kept", insight])
+    await store.commit(
+        StateCommit(
+            state=waiting,
+            cause="interaction",
+            change="insight noted",
+            interaction_id=f"{BOB.id}-0",
+            events=[
+                AuditEvent(
+                    kind="ess", interaction=1, payload={"speaker": BOB.id, "insight": insight}
+                )
+            ],
+        )
+    )
+    await forget(db, BOB.id)
+    old = await store.state_at(1)
+    assert old is not None and old.pending_insights == ["kept", "(forgotten)"]
+    assert not [
+        r for r in backend.sql("SELECT state_json FROM personality_versions") if "ferret" in str(r)
+    ]
