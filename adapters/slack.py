@@ -1157,7 +1157,10 @@ class SlackAdapter:
             if not team or not user_id:
                 log.warning("/sonality without team or user ignored")
                 return
-            words = clean_command(from_slack_text(body.get("text") or "", None, {})).split()
+            # A mention in a command keeps the member's id (`@U2`), not their handle:
+            # forget-user must name exactly one member.
+            text = _USER_MENTION.sub(r"<@\1>", body.get("text") or "")
+            words = clean_command(from_slack_text(text, None, {})).split()
             name = words[0].lower() if words else "help"
             rest = words[1:]
             if name not in COMMAND_NAMES:

@@ -15,7 +15,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from bot.budget import BudgetLedger, MeteredLLM
-from bot.forget import resume_forgets
+from bot.forget import reapply_journal, resume_forgets
+from bot.forget_journal import ForgetJournalError
 from bot.health import LLMHealth, RecordingLLM, health_endpoint
 from bot.interface import Adapter, StartupError
 from bot.messages import Community
@@ -130,8 +131,16 @@ async def open_runtime(
         stack.push_async_callback(runtime.close)
         runtime.removals.forget_memory = _memory_eraser(memory)
         await runtime.removals.load()
-        # A forget-me a crash interrupted is finished before anything else is learned.
-        await resume_forgets(db, lambda cid: registry.agent_for(Community(id=cid)))
+        # A forget-me a crash interrupted, or one a restored database lacks (the journal
+        # file outside it has it), is finished before anything else is learned.
+        try:
+            await asyncio.to_thread(runtime.forget_journal.ensure)
+            await reapply_journal(db, runtime.forget_journal)
+        except (OSError, ForgetJournalError) as exc:
+            raise StartupError(f"forget journal: {exc}") from None
+        await resume_forgets(
+            db, lambda cid: registry.agent_for(Community(id=cid)), runtime.forget_journal
+        )
         await _resume_unfinished(db, registry)
         yield runtime
 

@@ -22,11 +22,21 @@ and Chroma paths set apart from it) and only into an empty one: it never overwri
 database, so a mistyped directory cannot destroy the memory you meant to keep. It
 checks every checksum first and refuses a backup made by a newer release (its schema
 would be unknown here); an older one is migrated forward when the bot next starts.
+
+A backup made before a forget-me must not bring the member back. The database's own
+journal of forget-me requests is restored with it, from before; the data directory's
+`forget-journal.json` (bot/forget_journal.py) is not part of any backup and lists
+every forget-me. Restore journals again, in the restored database, each one it lacks,
+and the bot finishes them when it starts, before anything is learned. A data directory
+without that file (a new one) is refused unless the file of the directory the backup
+came from is named (`--forget-journal`), or its loss is acknowledged
+(`--without-forget-journal`): a restore never forgets a forget-me silently.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import hashlib
 import json
 import os
@@ -35,15 +45,20 @@ import shutil
 import sqlite3
 import sys
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from bot.forget_journal import FILE_NAME as JOURNAL_FILE
+from bot.forget_journal import ForgetJournal, ForgetJournalError
 from bot.interface import StartupError
 from bot.lock import LOCK_FILE, DataDirLock
 from bot.settings import Settings
+from storage import open_database
+from storage.forget import JournalEntry
 from storage.maintenance import SCHEMA_VERSION, DatabaseFacts, backup_database, describe_database
 
 MANIFEST = "manifest.json"
@@ -79,6 +94,20 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     restore_cmd.add_argument(
         "source", metavar="SOURCE", type=Path, help="a directory made by `backup`"
     )
+    journal = restore_cmd.add_mutually_exclusive_group()
+    journal.add_argument(
+        "--forget-journal",
+        metavar="FILE",
+        type=Path,
+        help=f"the {JOURNAL_FILE} of the data directory the backup was made from, when "
+        "restoring into a new one (forget-me requests made after the backup are re-applied)",
+    )
+    journal.add_argument(
+        "--without-forget-journal",
+        action="store_true",
+        help=f"restore into a new data directory although the old {JOURNAL_FILE} is lost "
+        "(members who ran forget-me after the backup would come back)",
+    )
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -92,8 +121,15 @@ def run_command(args: argparse.Namespace) -> int:
             print(describe(manifest, f"backed up to {args.dest}"))
             print(f"restore with: python -m bot restore {args.dest}")
         else:
-            manifest = restore(settings, args.source)
+            journal = None if args.forget_journal is None else ForgetJournal(args.forget_journal)
+            manifest = restore(
+                settings,
+                args.source,
+                journal=journal,
+                without_journal=args.without_forget_journal,
+            )
             print(describe(manifest, f"restored into {settings.data_dir}"))
+            print(describe_reapplied(manifest))
     except StartupError as exc:
         text = " ".join(str(exc).split())
         print(text if text.startswith("error: ") else f"error: {text}", file=sys.stderr)
@@ -245,12 +281,22 @@ def _fsync_tree(root: Path) -> None:
 # ---------------------------------------------------------------------------- restore
 
 
-def restore(settings: Settings, source: Path) -> dict[str, Any]:
-    """Check the backup at `source`, then copy it into the empty data directory."""
+def restore(
+    settings: Settings,
+    source: Path,
+    *,
+    journal: ForgetJournal | None = None,
+    without_journal: bool = False,
+) -> dict[str, Any]:
+    """Check the backup at `source`, then copy it into the empty data directory and
+    journal again the forget-me requests it lacks (`journal`: the forget journal of the
+    directory it came from, when the data directory has none of its own). The manifest
+    returned notes them under ``reapplied``."""
     _sqlite_only(settings, "restore")
     source = Path(source).absolute()
     manifest = read_manifest(source)
     verify(source, manifest)
+    here = ForgetJournal.in_data_dir(settings.data_dir)
     schema = int(manifest["database"]["schema_version"])
     if schema > SCHEMA_VERSION:
         raise BackupError(
@@ -272,6 +318,7 @@ def restore(settings: Settings, source: Path) -> dict[str, Any]:
                 f"error: {chroma} already holds memories: restore into an empty data directory "
                 f"(set SONALITY_DATA_DIR to a new one, or move this one aside)"
             )
+        forgotten = _forget_entries(here, journal, without_journal)
         tag = uuid.uuid4().hex[:8]
         database.parent.mkdir(parents=True, exist_ok=True)
         partial_db = database.with_name(f".{database.name}.restore-{tag}")
@@ -285,15 +332,70 @@ def restore(settings: Settings, source: Path) -> dict[str, Any]:
             restored = describe_database(partial_db)
             if restored.communities != manifest["database"]["communities"]:
                 raise BackupError("error: the restored database differs from the manifest")
+            reapplied = _rejournal(partial_db, forgotten)
             if partial_chroma.exists():
                 if chroma.exists():
                     chroma.rmdir()  # empty, checked above
                 partial_chroma.rename(chroma)
+            if journal is not None and journal.path.absolute() != here.path.absolute():
+                journal.copy_to(here)  # later forget-me requests add to it here
+            here.ensure()
             partial_db.rename(database)  # last: a database without memories is never left
+        except (OSError, ForgetJournalError) as exc:
+            raise BackupError(f"error: nothing was restored: {exc}") from None
         finally:
-            partial_db.unlink(missing_ok=True)
+            for leftover in ("", "-wal", "-shm"):
+                partial_db.with_name(partial_db.name + leftover).unlink(missing_ok=True)
             shutil.rmtree(partial_chroma, ignore_errors=True)
-    return manifest
+    return {**manifest, "reapplied": reapplied}
+
+
+def describe_reapplied(manifest: dict[str, Any]) -> str:
+    count = len(manifest.get("reapplied") or [])
+    if not count:
+        return "forget journal: every forget-me is in the restored database"
+    return (
+        f"forget journal: {count} forget-me request(s) made after this backup were "
+        "journaled again; the bot finishes them when it starts, before learning anything"
+    )
+
+
+def _forget_entries(
+    here: ForgetJournal, given: ForgetJournal | None, without: bool
+) -> list[JournalEntry]:
+    """The forget-me requests to keep in force: the data directory's journal file and
+    the one named; refused when there is neither and their loss was not acknowledged."""
+    if given is not None and not given.exists():
+        raise BackupError(f"error: --forget-journal {given.path}: no such file")
+    if given is None and not here.exists() and not without:
+        raise BackupError(
+            f"error: {here.path.parent} has no {JOURNAL_FILE}, so forget-me requests made "
+            f"after this backup would come back: pass --forget-journal with the "
+            f"{JOURNAL_FILE} of the data directory the backup was made from (or "
+            "--without-forget-journal if it is lost)"
+        )
+    try:
+        entries = here.entries() + ([] if given is None else given.entries())
+    except ForgetJournalError as exc:
+        raise BackupError(f"error: {exc}") from None
+    return entries
+
+
+def _rejournal(database: Path, entries: list[JournalEntry]) -> list[str]:
+    """Journal again, in the database file being restored, the forget-me requests it
+    lacks; their pseudonyms. (In a thread: the command may run inside an event loop.)"""
+    if not entries:
+        return []
+
+    async def run() -> list[str]:
+        db = await open_database(url=None, path=database)
+        try:
+            return await db.rejournal(entries, datetime.now(UTC))
+        finally:
+            await db.close()
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, run()).result()
 
 
 def read_manifest(source: Path) -> dict[str, Any]:

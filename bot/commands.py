@@ -21,7 +21,8 @@ from bot.budget import (
     format_usd,
     total_tokens,
 )
-from bot.forget import forget_member, reapply_after_rollback
+from bot.forget import forget_member, reapply_after_rollback, resolve_member
+from bot.forget_journal import ForgetJournal
 from bot.messages import (
     CommandRequest,
     CommandResult,
@@ -106,6 +107,7 @@ class CommandHandlers:
         agent_for: AgentLookup,
         next_reflection: NextReflection,
         budget: BudgetLedger,
+        forget_journal: ForgetJournal | None = None,
         *,
         dm_moderation: bool = False,
     ) -> None:
@@ -114,6 +116,7 @@ class CommandHandlers:
         self._next_reflection = next_reflection
         self._budget = budget
         self._dm_moderation = dm_moderation
+        self._forget_journal = forget_journal
 
     async def run(self, request: CommandRequest) -> CommandResult:
         name = request.name.strip().lower()
@@ -392,9 +395,11 @@ class CommandHandlers:
 
     async def _cmd_forget_user(self, request: CommandRequest) -> CommandResult:
         """Moderators, for a member who asked them. Logged with the moderator and the
-        reason, never with the member's id (the log would otherwise remember them)."""
-        member = request.args[0].strip().strip("<@!>") if request.args else ""
-        reason = " ".join(request.args[1:]).strip()
+        reason, never with the member's id (the log would otherwise remember them).
+        The member is one the community has seen, named exactly (`resolve_member`)."""
+        members = await self._db.community_members(request.community.id)
+        target = resolve_member(members, request.args)
+        reason = target.reason.strip()
         allowed = request.is_moderator
         await self._db.record_moderator_action(
             request.community.id,
@@ -409,10 +414,21 @@ class CommandHandlers:
             return CommandResult(
                 text="Only moderators can use `/sonality forget-user`.", ok=False, private=True
             )
-        if not member or not reason:
+        if not target.named or not reason:
             raise _UsageError("Usage: `/sonality forget-user <member> <reason>`.")
+        if target.candidates:
+            listed = ", ".join(f"{m.name or m.id} ({m.id})" for m in target.candidates)
+            raise _UsageError(
+                f"Several members here are called {target.named}: {listed}. Name one by "
+                "mention or id. Nothing was forgotten."
+            )
+        if target.member is None:
+            raise _UsageError(
+                f"No member called {target.named} has spoken or run a command here (name "
+                "them by mention, id or the name they use here). Nothing was forgotten."
+            )
         return await self._forget(
-            request, member, requested_by=actor_name(request.caller), reason=reason
+            request, target.member.id, requested_by=actor_name(request.caller), reason=reason
         )
 
     async def _forget(
@@ -427,7 +443,16 @@ class CommandHandlers:
             member,
             requested_by=requested_by,
             reason=reason,
+            journal=self._forget_journal,
         )
+        if done.version is None:
+            return CommandResult(
+                text="Nothing to forget: I keep nothing of theirs in this community."
+                if requested_by != "self"
+                else "Nothing to forget: I keep nothing of yours in this community.",
+                title="Forgotten",
+                private=True,
+            )
         moved = diff_states(before, agent.sponge)
         return CommandResult(
             text=(

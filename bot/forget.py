@@ -6,8 +6,12 @@ redacting rows, `storage.forget`). The journal row is written first; `resume_for
 runs on start and finishes whatever a crash interrupted, so a member is never left
 half-forgotten.
 
-Steps: 1. journal; 2. the replayed version (skipped if already committed: the newest
-version is this request's); 3. delete the member's episodes (their ids are the
+Steps: 1. journal (from then on no message of the member is recorded, not even a reply
+that was in flight: `storage.forgotten`), and the copy of the journal outside the
+database (`bot.forget_journal`), so a restored backup cannot bring them back; 2. the
+replayed version (skipped if already committed: the newest version is this request's,
+and skipped if nothing of the member is kept: a forget that finds nothing writes no
+version); 3. delete the member's episodes (their ids are the
 interaction ids, read first) from Chroma and from the agent's write-behind queue, then
 delete and redact every SQLite row (the episode outbox included), closing the request
 in the same transaction. Other processes sharing the store may hold the member's
@@ -19,6 +23,10 @@ The member's consolidated insights (semantic memories, ids `insight-v…`) are f
 their text, which the audit trail records with the message they were drawn from, in
 Chroma and in the episode outbox (not written yet); an insight whose audit row the
 audit retention already deleted is no longer traceable.
+
+Who `forget-user` names is resolved against the members the community has seen
+(`resolve_member`), exactly: a mention or id, a name they spoke under, a terminal name.
+None or several is a refusal; nothing is ever matched by a part of a name or an id.
 """
 
 from __future__ import annotations
@@ -26,15 +34,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import signal
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from bot.forget_journal import ForgetJournal, ForgetJournalError
 from sonality.agent import SonalityAgent
 from sonality.memory.episodes import document_of
 from sonality.store import SEMANTIC
 from storage import Database
-from storage.forget import ForgetRequest
+from storage.forget import ForgetRequest, JournalEntry, KnownMember
 
 log = logging.getLogger(__name__)
 
@@ -54,49 +65,80 @@ async def forget_member(
     *,
     requested_by: str,
     reason: str = "",
+    journal: ForgetJournal | None = None,
 ) -> ForgetRequest:
     """Forget `member_id` in `community_id`; returns the finished request (with the
-    pseudonym and the forget-me version)."""
+    pseudonym, and the forget-me version: None when nothing of the member was kept)."""
     request = await db.begin_forget(
         community_id, member_id, requested_by, reason, datetime.now(UTC)
     )
-    return await finish_forget(db, agent, request)
+    return await finish_forget(db, agent, request, journal)
 
 
 async def finish_forget(
-    db: Database, agent: SonalityAgent, request: ForgetRequest
+    db: Database,
+    agent: SonalityAgent,
+    request: ForgetRequest,
+    journal: ForgetJournal | None = None,
 ) -> ForgetRequest:
     member = request.member_id
     if member is None:
         return request
-    words = await db.member_words(request.community_id, member)
+    cid = request.community_id
+    words = await db.member_words(cid, member)
+    kept = await db.keeps_member(cid, member)
+    if kept and journal is not None:
+        await _copy_to_journal(journal, request)
     version = request.version
     _step(2)
-    if version is None:
-        store = db.community(request.community_id)
+    if version is None and kept:
+        store = db.community(cid)
         newest = await store.versions(limit=1)
         latest = newest[0] if newest else None
         if latest is not None and latest.cause == "forget-me" and latest.actor == request.pseudonym:
             version = latest.version  # committed before a crash
         else:
-            state = await agent.forget_member(member, actor=request.pseudonym, drop_insights=words)
+            state = await agent.forget_member(
+                member,
+                actor=request.pseudonym,
+                drop_insights=words.texts,
+                drop_topics=words.topics,
+            )
             version = state.version
         await db.set_forget_version(request.id, version)
     _step(3)
     # Chroma first: the interactions rows, which hold the episode ids, and the audit
     # rows, which hold the insights drawn from the member's messages, go in erase_member.
-    ids = await db.member_interaction_ids(request.community_id, member)
-    ids += await _semantic_ids(db, agent, request.community_id, words)
+    ids = await db.member_interaction_ids(cid, member)
+    ids += await _semantic_ids(db, agent, cid, words.texts)
     await agent.forget_episodes(member, ids)
     await db.erase_member(request, words, datetime.now(UTC))
     log.info(
-        "%s: forgot a member as %s (v%d)",
-        request.community_id,
+        "%s: forgot a member as %s (%s)",
+        cid,
         request.pseudonym,
-        version,
-        extra={"community": request.community_id},
+        f"v{version}" if version is not None else "nothing was kept",
+        extra={"community": cid},
     )
     return request.model_copy(update={"version": version, "member_id": None})
+
+
+async def _copy_to_journal(journal: ForgetJournal, request: ForgetRequest) -> None:
+    """The forget-me in the file outside the database; a file that cannot be written
+    does not stop the forget-me (the database's journal has it), but is logged."""
+    if request.member_key is None or request.started_at is None:
+        return
+    entry = JournalEntry(pseudonym=request.pseudonym, key=request.member_key, at=request.started_at)
+    try:
+        await asyncio.to_thread(journal.add, entry)
+    except (OSError, ForgetJournalError) as exc:
+        log.error(
+            "could not add %s to the forget journal %s (%s): a backup restored later "
+            "would not forget this member again",
+            request.pseudonym,
+            journal.path,
+            exc,
+        )
 
 
 async def _semantic_ids(
@@ -136,11 +178,34 @@ async def reapply_after_rollback(
     return True
 
 
+async def reapply_journal(db: Database, journal: ForgetJournal) -> list[str]:
+    """Journal again (unfinished) every forget-me of the file the database lacks: it was
+    restored from a backup older than them. `resume_forgets` then finishes them.
+    Returns their pseudonyms."""
+    entries = await asyncio.to_thread(journal.entries)
+    if not entries:
+        return []
+    known = await db.journal_pseudonyms()
+    if all(e.pseudonym in known for e in entries):
+        return []
+    matched = await db.rejournal(entries, datetime.now(UTC))
+    for pseudonym in matched:
+        log.warning(
+            "the database lacked the forget-me of %s (restored from before it): forgetting "
+            "that member again",
+            pseudonym,
+        )
+    return matched
+
+
 async def resume_forgets(
-    db: Database, agent_for: Callable[[str], Awaitable[SonalityAgent]]
+    db: Database,
+    agent_for: Callable[[str], Awaitable[SonalityAgent]],
+    journal: ForgetJournal | None = None,
 ) -> list[ForgetRequest]:
-    """Finish every forget-me a crash interrupted (run on start, before any message of
-    the community is learned); returns the requests finished."""
+    """Finish every forget-me a crash interrupted or a restore journaled again (run on
+    start, before any message of the community is learned); returns the requests
+    finished."""
     done = []
     for request in await db.open_forgets():
         log.warning(
@@ -149,5 +214,64 @@ async def resume_forgets(
             request.pseudonym,
             extra={"community": request.community_id},
         )
-        done.append(await finish_forget(db, await agent_for(request.community_id), request))
+        done.append(
+            await finish_forget(db, await agent_for(request.community_id), request, journal)
+        )
     return done
+
+
+# ------------------------------------------------------------------ forget-user's target
+
+#: A platform mention: Discord `<@123>` / `<@!123>`, Slack `<@U123>` / `<@U123|name>`.
+_MENTION = re.compile(r"<@!?([A-Za-z0-9_.-]+)(?:\|[^>]*)?>")
+
+
+@dataclass(frozen=True)
+class Target:
+    """What `forget-user`'s words name: one member, or why not, and the reason given."""
+
+    member: KnownMember | None
+    reason: str
+    named: str
+    candidates: tuple[KnownMember, ...] = ()
+
+
+def resolve_member(members: Sequence[KnownMember], words: Sequence[str]) -> Target:
+    """The member `words` start with, and the rest of the line as the reason.
+
+    Matched exactly, in this order: a mention (`<@U2|bob>`, `<@123>`); an id; a name
+    the member spoke under (case aside, an `@` before it allowed); a terminal name (the
+    adapter's `terminal-<name>`). A name of several words is tried longest first. No
+    member, or several with the name, gives `member` None (`candidates` lists several).
+    """
+    text = " ".join(w for w in words if w).strip()
+    mention = _MENTION.match(text)
+    if mention is not None:
+        found = [m for m in members if m.id == mention.group(1)]
+        rest = text[mention.end() :].strip()
+        return Target(found[0] if found else None, rest, mention.group(0))
+    parts = text.split()
+    for size in range(len(parts), 0, -1):
+        named = " ".join(parts[:size])
+        found = _named(members, named)
+        if found:
+            rest = " ".join(parts[size:])
+            if len(found) > 1:
+                return Target(None, rest, named, tuple(found))
+            return Target(found[0], rest, named)
+    return Target(None, " ".join(parts[1:]), parts[0] if parts else "")
+
+
+def _named(members: Sequence[KnownMember], named: str) -> list[KnownMember]:
+    bare = named.removeprefix("@").strip()
+    if not bare:
+        return []
+    by_id = [m for m in members if m.id == bare]
+    if by_id:
+        return by_id
+    folded = bare.casefold()
+    by_name = [m for m in members if m.name and m.name.casefold() == folded]
+    if by_name:
+        return by_name
+    terminal = "terminal-" + "-".join(bare.lower().split())
+    return [m for m in members if m.id == terminal]

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from bot.budget import BudgetExceeded, BudgetLedger
 from bot.commands import CommandHandlers, describe_ess, ranked_topics
+from bot.forget_journal import ForgetJournal
 from bot.messages import (
     BUDGET_REACHED,
     CUT_OFF,
@@ -75,11 +76,14 @@ class Runtime:
         self.shared_limiter = (
             SharedRateLimiter(db, self.rate_limiter) if db.coordinator is not None else None
         )
+        # The forget-me journal's copy outside the database (bot/forget_journal.py).
+        self.forget_journal = ForgetJournal.in_data_dir(settings.data_dir)
         self.commands = CommandHandlers(
             db,
             self._current_agent,
             lambda: self.next_nightly,
             self.budget,
+            self.forget_journal,
             dm_moderation=settings.dm_moderation,
         )
         self._accepting = True
@@ -204,7 +208,11 @@ class Runtime:
             except Exception:
                 log.exception("could not note the name of %s", community.id)
         try:
-            await self.db.append_exchange(community.id, user_id, text, reply, datetime.now(UTC))
+            # Not if the member ran forget-me while the reply was written (`now` is
+            # when their message came in).
+            await self.db.append_exchange(
+                community.id, user_id, text, reply, datetime.now(UTC), asked_at=now
+            )
         except Exception:
             # The interaction itself is in the outbox; only short-term memory missed a turn.
             log.exception("could not store the conversation turn in %s", community.id)

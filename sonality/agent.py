@@ -60,6 +60,7 @@ from sonality.store import (
     StateCommit,
     StateStore,
     UsageRecord,
+    utcnow,
 )
 
 __all__ = ["ReflectionOutcome", "RollbackError", "SonalityAgent", "cumulative_shift"]
@@ -108,14 +109,15 @@ class SonalityAgent:
         self.last_ess: ESSResult | None = None
         self.previous_snapshot: str | None = None
         self._lock = asyncio.Lock()
-        # Members forgotten while running: their queued messages are never learned.
+        # Members this process forgot: a queued message of theirs is learned only if the
+        # store still holds it as pending (the forget-me deleted the ones sent before it).
         self._forgotten: set[str] = set()
         self._lease = store.learning_lease()
         self.learning = LearningQueue(
             self._post_process,
             lock=self._lock,
             store=store,
-            skip=lambda record: record.speaker.id in self._forgotten,
+            skip=self._forgotten_record,
             label=self.label,
             lease=self._lease,
             catch_up=lambda: self.catch_up(adopt_episodes=True),
@@ -264,6 +266,7 @@ class SonalityAgent:
         """
         if self._closed:
             raise RuntimeError("agent is closed")
+        asked_at = utcnow()  # a forget-me of the speaker from now on refuses the record
         speaker = speaker or ANONYMOUS
         hidden = self.sponge.hidden_ranges
         waits: list[Awaitable[Any]] = [self.memory.recall(user_message, hidden)]
@@ -293,10 +296,15 @@ class SonalityAgent:
             speaker=speaker,
             message=user_message,
             reply=reply,
+            created_at=asked_at,
             model=result.model,
             reply_usage=result.usage,
         )
-        await self.store.record_interaction(record)
+        if not await self.store.record_interaction(record):
+            # The speaker ran forget-me while this reply was being written: the reply
+            # goes out, but nothing of the message is kept or learned.
+            log.info("%s: %s was forgotten during the reply; not recorded", self.label, record.id)
+            return reply
         self.conversation = [
             {"role": "user", "content": user_message},
             {"role": "assistant", "content": reply},
@@ -491,10 +499,19 @@ class SonalityAgent:
             )
             return restored
 
+    async def _forgotten_record(self, record: InteractionRecord) -> bool:
+        """Whether a queued message is not to be learned (asked under the agent's lock):
+        its speaker was forgotten here and the store no longer holds it as pending (the
+        forget-me deleted it, or is about to: see `pending_interactions`). A member's
+        messages after their forget-me are learned as any other."""
+        if record.speaker.id not in self._forgotten:
+            return False
+        return all(r.id != record.id for r in await self.store.pending_interactions())
+
     async def forget_episodes(self, member: str, ids: Collection[str]) -> None:
-        """Delete a forgotten member's memories by id (unwritten ones too) and skip their
-        unlearned messages. Ids not stored are ignored, so a resumed forget-me can run it
-        again; their episode outbox rows go with the store's `erase_member`."""
+        """Delete a forgotten member's memories by id (unwritten ones too). Ids not
+        stored are ignored, so a resumed forget-me can run it again; their episode
+        outbox rows go with the store's `erase_member`."""
         self._forgotten.add(member)
         await self.memory.forget(ids)
 
@@ -504,21 +521,24 @@ class SonalityAgent:
         *,
         actor: str,
         drop_insights: Collection[str] = (),
+        drop_topics: Collection[str] = (),
         change: str = "forget-me: opinions replayed without one member",
     ) -> SpongeState:
-        """Undo a member's influence: a new version whose opinions are the evidence log
-        replayed from the seed without their messages (`sonality.replay.forgotten`).
+        """Undo a member's influence: a new version in which everything the evidence log
+        derives is replayed from the seed without their messages
+        (`sonality.replay.forgotten`); `drop_insights` and `drop_topics` are their words.
 
-        Messages of the member still waiting to be learned are skipped from now on.
-        `member` None replays the log as it stands: after a rollback to a version from
-        before a forget-me, the log (which no longer holds the forgotten member's
-        messages) gives the restored opinions without their influence.
+        Messages of the member recorded before this are never learned (the store's
+        journal holds them back until the forget-me deletes them). `member` None replays
+        the log as it stands: after a rollback to a version from before a forget-me, the
+        log (which no longer holds the forgotten member's messages) gives the restored
+        state without their influence.
         """
         without = () if member is None else (member,)
         self._forgotten.update(without)
         async with self._changing():
             steps = await self.store.evidence()
-            state, moved = forgotten(steps, self.sponge, without, drop_insights)
+            state, moved = forgotten(steps, self.sponge, without, drop_insights, drop_topics)
             change += f"; changed: {', '.join(moved)}" if moved else "; no opinion changed"
             await self._commit(
                 state,

@@ -7,6 +7,11 @@ store parks a row after `MAX_LEARNING_ATTEMPTS`.
 With a shared store only the holder of the community's `LearningLease` learns, and it
 learns the store's outbox, not its own queue: a queued record is only a wake-up. After
 letting go it looks once more, for rows another process recorded meanwhile.
+
+A member's forget-me deletes the messages they sent before it, also those waiting
+here: `skip` is asked under the agent's lock, right before a message is learned, so a
+forget-me that ran meanwhile is seen (the store never lists a message of a member
+whose forget-me is under way as pending).
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ class LearningQueue:
         *,
         lock: asyncio.Lock,
         store: StateStore,
-        skip: Callable[[InteractionRecord], bool],
+        skip: Callable[[InteractionRecord], Awaitable[bool]],
         label: str,
         lease: LearningLease | None = None,
         catch_up: CatchUp | None = None,
@@ -113,8 +118,7 @@ class LearningQueue:
             assert record is not None
             self._current = record
             try:
-                if not self._skip(record):
-                    await self._learn(record)
+                await self._learn(record)
             finally:
                 self._current = None
                 self._queue.task_done()
@@ -138,7 +142,7 @@ class LearningQueue:
                     tried = await self._learn_outbox()
                 finally:
                     await lease.release()
-                if all(r.id in tried for r in await self._unskipped_pending()):
+                if all(r.id in tried for r in await self._store.pending_interactions()):
                     return
         except Exception:
             # The store unreachable: the next wake-up tries again.
@@ -147,15 +151,12 @@ class LearningQueue:
             for _ in range(answered):
                 self._queue.task_done()
 
-    async def _unskipped_pending(self) -> list[InteractionRecord]:
-        return [r for r in await self._store.pending_interactions() if not self._skip(r)]
-
     async def _learn_outbox(self) -> set[str]:
         """Learn pending rows, oldest first, until none is left; returns the ids tried.
         Each row once, so a failure that could not be recorded is no tight loop."""
         tried: set[str] = set()
         while True:
-            pending = [r for r in await self._unskipped_pending() if r.id not in tried]
+            pending = [r for r in await self._store.pending_interactions() if r.id not in tried]
             if not pending:
                 return tried
             for record in pending:
@@ -172,6 +173,13 @@ class LearningQueue:
             usage: list[UsageRecord] = []
             try:
                 async with self._lock:
+                    if await self._skip(record):
+                        log.info(
+                            "%s: %s is not learned (its sender was forgotten)",
+                            self.label,
+                            record.id,
+                        )
+                        return
                     await self._learn_one(record, usage)
                 return
             except LLMError as exc:

@@ -3,12 +3,18 @@
 A forget-me must undo a member's influence. The rules are deterministic, so replaying
 the log from the seed through the agent's own steps, without their messages, gives the
 opinions as if those messages had never been sent. Tunables are read from
-`sonality.config` at replay time (each decay keeps its rate). Only opinions and their
-bookkeeping are recomputed; no LLM, no store.
+`sonality.config` at replay time (each decay keeps its rate). Everything the messages
+derive is recomputed: opinions and their bookkeeping, the topic counts and the
+disagreement rate (`behavioral_signature`), and the recent shifts; no LLM, no store.
+
+A member's own topics (labels only their messages produced) are their words too: the
+narrative loses them as well (`without_labels`), as do the change texts and past
+versions (`storage.forget`, which uses the same function).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Iterable
 
 from sonality.ess import ESSResult
@@ -16,6 +22,9 @@ from sonality.evidence import DECAY, MESSAGE, ROLLBACK, EvidenceStep, RecordedES
 from sonality.memory.sponge import SpongeState
 from sonality.opinions import apply_due, disagrees, update_opinions, update_topics
 from sonality.rollback import rebase
+
+#: What a forgotten member's words and own topics are replaced with where text stays.
+FORGOTTEN_TEXT = "(forgotten)"
 
 
 class ReplayError(ValueError):
@@ -77,26 +86,56 @@ def replay(
     return state
 
 
+def without_labels(text: str, labels: Collection[str]) -> str:
+    """`text` with every whole occurrence of a topic label (not inside a longer word or
+    label: "art" leaves "smart" and "art_history" alone) replaced by `FORGOTTEN_TEXT`."""
+    for label in sorted((x for x in labels if x and x in text), key=len, reverse=True):
+        text = re.sub(rf"(?<!\w){re.escape(label)}(?!\w)", FORGOTTEN_TEXT, text)
+    return text
+
+
+def own_topics(steps: Iterable[EvidenceStep], members: Collection[str]) -> set[str]:
+    """Topics only `members`' messages produced (no other member's message named them):
+    once those members are forgotten the label itself is their word."""
+    theirs: set[str] = set()
+    others: set[str] = set()
+    for step in steps:
+        if step.kind == MESSAGE and step.ess is not None:
+            (theirs if step.member in members else others).update(step.ess.topics)
+    return theirs - others
+
+
 def forgotten(
     steps: Iterable[EvidenceStep],
     current: SpongeState,
     without_members: Collection[str],
     drop_insights: Collection[str],
+    drop_topics: Collection[str] = (),
 ) -> tuple[SpongeState, list[str]]:
-    """The version after `current` with the opinions replayed without
-    `without_members`, and the topics that moved. `drop_insights` (drawn from their
-    messages) go, so reflection cannot bring their words back."""
-    replayed = rebase(replay(steps, without_members=without_members), current.interaction_count)
+    """The version after `current` with everything the log derives replayed without
+    `without_members`, and the topics that moved (their own topics left out: naming
+    them would keep their words). `drop_insights` (drawn from their messages) go, so
+    reflection cannot bring their words back; `drop_topics` (their own topics) leave
+    the narrative too."""
+    ordered = list(steps)
+    members = set(without_members)
+    labels = set(drop_topics) | own_topics(ordered, members)
+    replayed = rebase(replay(ordered, without_members=members), current.interaction_count)
     state = current.model_copy(deep=True)
     state.opinion_vectors = replayed.opinion_vectors
     state.belief_meta = replayed.belief_meta
     state.staged_opinion_updates = replayed.staged_opinion_updates
+    state.behavioral_signature = replayed.behavioral_signature
+    state.recent_shifts = replayed.recent_shifts
     drop = set(drop_insights)
-    state.pending_insights = [i for i in state.pending_insights if i not in drop]
+    state.pending_insights = [
+        without_labels(i, labels) for i in state.pending_insights if i not in drop
+    ]
+    state.snapshot = without_labels(state.snapshot, labels)
     state.version = current.version + 1
     moved = sorted(
         t
         for t in set(current.opinion_vectors) | set(state.opinion_vectors)
-        if current.opinion_vectors.get(t) != state.opinion_vectors.get(t)
+        if current.opinion_vectors.get(t) != state.opinion_vectors.get(t) and t not in labels
     )
     return state, moved

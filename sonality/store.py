@@ -145,10 +145,14 @@ class StateStore(Protocol):
     async def versions(self, limit: int = 20, before: int | None = None) -> list[VersionInfo]:
         """Newest first."""
 
-    async def record_interaction(self, record: InteractionRecord) -> None: ...
+    async def record_interaction(self, record: InteractionRecord) -> bool:
+        """Store an answered message; False (nothing stored) when its speaker ran
+        forget-me after `record.created_at` (the reply was in flight) or is being
+        forgotten now."""
 
     async def pending_interactions(self) -> list[InteractionRecord]:
-        """Recorded but not yet committed interactions, oldest first."""
+        """Recorded but not yet committed interactions, oldest first (none of a member
+        whose forget-me is under way: it is about to delete them)."""
 
     async def mark_interaction_failed(
         self, interaction_id: str, error: str, usage: Sequence[UsageRecord] = ()

@@ -16,6 +16,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from storage.base import Conn, SqlBase, ensure_community, execute, fetchone, to_db_time
+from storage.forgotten import forgotten_since
 from storage.models import Role, StorageError
 
 MAX_EXCHANGES_PER_USER = 50
@@ -33,16 +34,22 @@ class BufferStore(SqlBase):
         at: datetime,
         *,
         keep_exchanges: int = MAX_EXCHANGES_PER_USER,
-    ) -> None:
+        asked_at: datetime | None = None,
+    ) -> bool:
         """Store one user message and the bot's reply (one transaction), then prune.
 
         Keeps at most `keep_exchanges` exchanges for this user in this community.
+        With `asked_at` (when the message came in), nothing is stored if the user ran
+        forget-me since or is being forgotten (`forgotten_since`); returns whether it
+        was stored.
         """
         if keep_exchanges < 1:
             raise StorageError("keep_exchanges must be at least 1")
         stamp = to_db_time(at)
 
-        def work(conn: Conn) -> None:
+        def work(conn: Conn) -> bool:
+            if asked_at is not None and forgotten_since(conn, community_id, user_id, asked_at):
+                return False
             ensure_community(conn, community_id, at)
             row = fetchone(
                 conn,
@@ -65,8 +72,9 @@ class BufferStore(SqlBase):
                 "AND exchange <= ?",
                 (community_id, user_id, exchange - keep_exchanges),
             )
+            return True
 
-        await self._run_write(work, scope=community_id)
+        return await self._run_write(work, scope=community_id)
 
     async def recent_turns(
         self,

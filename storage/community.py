@@ -47,6 +47,7 @@ from storage.base import (
     to_json,
 )
 from storage.coordination import EPISODES, Coordinator, LearningLease
+from storage.forgotten import forgotten_since
 from storage.history import ChainTip, plan_row, read_chain, read_span, rebuild, replay
 from storage.models import (
     InteractionAlreadyDoneError,
@@ -480,11 +481,14 @@ class CommunityStore:
 
     # --- outbox --------------------------------------------------------------------------
 
-    async def record_interaction(self, record: InteractionRecord) -> None:
+    async def record_interaction(self, record: InteractionRecord) -> bool:
         """Durably store an answered message (committed on return) plus the reply's usage.
 
         Idempotent per id: recording the same interaction again changes nothing, so a
-        retried handler can't double-count usage or queue the message twice.
+        retried handler can't double-count usage or queue the message twice. Refused
+        (False, nothing written) when the speaker ran forget-me after the message was
+        asked (`record.created_at`) or is being forgotten now (`forgotten_since`): a
+        reply in flight during a forget-me leaves nothing behind.
         """
         cid = self.community_id
         tz = self._db.tz
@@ -501,27 +505,46 @@ class CommunityStore:
             to_db_time(utcnow()),
         )
 
-        def work(conn: Conn) -> None:
+        insert = (
+            "INSERT INTO interactions (id, community_id, speaker_id, speaker_name, "
+            "message, reply, model, usage_json, created_at, status, attempts, updated_at) "
+            "SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0, ? WHERE {guard} "
+            "ON CONFLICT DO NOTHING"
+        )
+        # The common case costs no statement more: the insert itself is skipped while
+        # any forget-me of the community could concern this message; only then is the
+        # member's key checked, and the row inserted if it is someone else's.
+        anyone = (
+            "NOT EXISTS (SELECT 1 FROM forget_requests WHERE community_id = ? "
+            "AND (finished_at IS NULL OR started_at >= ?))"
+        )
+        asked = to_db_time(record.created_at)
+
+        def work(conn: Conn) -> bool:
             advance_time(conn, cid, "last_activity_at", record.created_at)
-            inserted = execute(
-                conn,
-                "INSERT INTO interactions (id, community_id, speaker_id, speaker_name, "
-                "message, reply, model, usage_json, created_at, status, attempts, updated_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0, ?) ON CONFLICT DO NOTHING",
-                params,
-            )
+            inserted = execute(conn, insert.format(guard=anyone), (*params, cid, asked))
+            if not inserted:
+                if forgotten_since(conn, cid, record.speaker.id, record.created_at):
+                    return False
+                inserted = execute(conn, insert.format(guard="1 = 1"), params)
             if inserted:
                 insert_usage(
                     conn, cid, "reply", record.model, record.reply_usage, record.created_at, tz
                 )
+            return True
 
-        await self._db._run_write(work, scope=cid)
+        return await self._db._run_write(work, scope=cid)
 
     async def pending_interactions(self) -> list[InteractionRecord]:
-        """Recorded, not yet committed and not given up on; oldest (first recorded) first."""
+        """Recorded, not yet committed and not given up on; oldest (first recorded) first.
+        A member's rows are left out while a forget-me of theirs is under way: it is
+        about to delete them, and nothing is to learn from them meanwhile."""
         rows = await self._db._fetchall(
             "SELECT id, speaker_id, speaker_name, message, reply, model, usage_json, created_at "
-            "FROM interactions WHERE community_id = ? AND status = 'pending' ORDER BY seq",
+            "FROM interactions i WHERE community_id = ? AND status = 'pending' "
+            "AND NOT EXISTS (SELECT 1 FROM forget_requests f WHERE f.community_id = "
+            "i.community_id AND f.member_id = i.speaker_id AND f.finished_at IS NULL) "
+            "ORDER BY seq",
             (self.community_id,),
         )
         return [

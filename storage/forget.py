@@ -11,7 +11,18 @@ version's text columns change only while a forget-me of that community holds the
 redaction gate (`redacting = 1`), which `erase_member` opens and closes inside one
 transaction; the number, cause, counts, time and chain of every version stay as written.
 Past versions keep their opinions; they lose the member's identity (replaced by a
-pseudonym, the same one in every table) and the summaries of their messages.
+pseudonym, the same one in every table), the summaries and insights of their messages,
+and their own topics (labels no other member's message produced).
+
+Why by exact keys and never by substring: ids are prefixes of one another
+("terminal-bob", "terminal-bobby") and short ones occur inside any text. Rows are
+selected by the columns and JSON fields that hold a member id; JSON is parsed and a
+value is replaced only if it IS the member (their id, or "Name (id)" as history names
+an actor), and an id inside free text only where it stands alone. Their words are
+replaced where a row quotes them whole (a summary, an insight, a provenance line
+"ESS 0.80: <summary>"), and their topics as whole labels (`without_labels`) in the
+personality's own texts: past versions, change lines and non-message audit events,
+never in another member's words.
 
 The pseudonym ("member-7f3a9c") is random, drawn once per request and stored in the
 journal, so nothing about the member can be recovered from it (a keyed hash of an
@@ -20,25 +31,34 @@ enumerable platform id would need a secret the bot does not always have).
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
 import secrets
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from sonality.replay import FORGOTTEN_TEXT, without_labels
 from storage.base import (
     Conn,
     SqlBase,
     execute,
     fetchall,
     fetchone,
+    from_db_time,
     from_json,
+    id_chunks,
     insert_returning_id,
     to_db_time,
+    to_json,
 )
 from storage.community import delete_from_outbox
 from storage.flood import member_key
+from storage.forgotten import forget_key, key_matches
 
 #: The tables `erase_member` deletes from or rewrites.
 FORGET_TABLES = (
@@ -52,11 +72,16 @@ FORGET_TABLES = (
     "flood_windows",
 )
 
-#: What a forgotten member's words are replaced with in past versions.
-FORGOTTEN_TEXT = "(forgotten)"
+__all__ = ["FORGOTTEN_TEXT", "ForgetRequest", "ForgetStore", "JournalEntry", "MemberWords"]
 
+#: Who asked for a forget-me that a restore (or a start) re-applied from the journal file.
+REAPPLIED_BY = "forget journal"
 
-BLANK_ACTOR = "COALESCE(actor, '')"
+#: Versions read per query while looking for the ones that name a forgotten member.
+VERSIONS_PER_READ = 2_000
+
+#: Needles per query while looking for another member's use of a topic.
+TOPICS_PER_QUERY = 100
 
 
 class ForgetRequest(BaseModel):
@@ -69,6 +94,39 @@ class ForgetRequest(BaseModel):
     requested_by: str
     reason: str
     version: int | None
+    member_key: str | None = None
+    started_at: datetime | None = None
+
+
+class MemberWords(BaseModel):
+    """What of a member's words other rows may quote: the ESS summaries and insights of
+    their messages (`texts`), and their own topics (`topics`: labels only their
+    messages produced; a topic another member argued too stays)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    texts: tuple[str, ...] = ()
+    topics: tuple[str, ...] = ()
+
+
+class KnownMember(BaseModel):
+    """A member the community has seen (spoke, or ran a command), under their latest name."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    name: str = ""
+
+
+class JournalEntry(BaseModel):
+    """One forget-me as the journal file outside the database keeps it (`bot.forget_journal`):
+    the pseudonym, and the salted key of community and member (`storage.forgotten`)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    pseudonym: str
+    key: str
+    at: datetime
 
 
 def _request(row: Sequence[object]) -> ForgetRequest:
@@ -80,10 +138,14 @@ def _request(row: Sequence[object]) -> ForgetRequest:
         requested_by=str(row[4]),
         reason=str(row[5]),
         version=None if row[6] is None else int(str(row[6])),
+        member_key=None if row[7] is None else str(row[7]),
+        started_at=from_db_time(str(row[8])),
     )
 
 
-_COLUMNS = "id, community_id, member_id, pseudonym, requested_by, reason, version"
+_COLUMNS = (
+    "id, community_id, member_id, pseudonym, requested_by, reason, version, member_key, started_at"
+)
 
 
 def _json_forms(text: str) -> set[str]:
@@ -91,22 +153,140 @@ def _json_forms(text: str) -> set[str]:
     return {json.dumps(text)[1:-1], json.dumps(text, ensure_ascii=False)[1:-1]}
 
 
-def _redact(text: str, member_id: str, pseudonym: str, words: Iterable[str]) -> str:
-    for form in _json_forms(member_id):
-        text = text.replace(f'"{form}"', f'"{pseudonym}"')
-    for word in words:
-        for form in _json_forms(word):
-            if form:
-                text = text.replace(form, FORGOTTEN_TEXT)
-    return text
+#: A JSON string literal's contents, escapes kept.
+_STRING = r'"((?:[^"\\]|\\.)*)"'
+_JSON_STRING = re.compile(_STRING)
+
+#: Where a state quotes a message's words: a provenance line ("ESS 0.80: <summary>") and
+#: the insights waiting for a reflection (compact JSON, as the store writes it).
+_PROVENANCE = re.compile(r'"provenance":' + _STRING)
+_INSIGHTS = re.compile(r'"pending_insights":\[((?:"(?:[^"\\]|\\.)*",?)*)\]')
+
+#: Fields of the state whose keys are topics (a forgotten member's own topics leave them).
+_TOPIC_MAPS = frozenset({"opinion_vectors", "belief_meta", "topic_engagement"})
+
+_DROP = object()
+
+
+@dataclass(frozen=True)
+class Redaction:
+    """How one forgotten member's id and words are replaced in the rows that stay."""
+
+    member: str
+    pseudonym: str
+    texts: frozenset[str]
+    topics: frozenset[str]
+    _id: re.Pattern[str] = field(init=False, repr=False)
+    _quoted: frozenset[str] = field(init=False, repr=False)
+    _text_forms: frozenset[str] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # An id stands alone when no id character ([\w-]) touches it, nor a dot that
+        # joins it to more of a word ("e.g.", "bob.example").
+        alone = rf"(?<![\w-])(?<!\w\.){re.escape(self.member)}(?![\w-]|\.\w)"
+        object.__setattr__(self, "_id", re.compile(alone))
+        forms = _json_forms(self.member)
+        object.__setattr__(
+            self, "_quoted", frozenset({f'"{f}"' for f in forms} | {f' ({f})"' for f in forms})
+        )
+        object.__setattr__(
+            self, "_text_forms", frozenset(f for t in self.texts for f in _json_forms(t))
+        )
+
+    # ------------------------------------------------------------------ finding rows
+
+    def in_json(self, raw: str) -> bool:
+        """Whether a stored state may name the member or quote their words (a cheap
+        look at the text, where a state quotes words; `value` decides exactly)."""
+        if any(q in raw for q in self._quoted) or any(t in raw for t in self.topics):
+            return True
+        forms = self._text_forms
+        if not forms:
+            return False
+        if any(m.group(1).partition(": ")[2] in forms for m in _PROVENANCE.finditer(raw)):
+            return True
+        insights = _INSIGHTS.search(raw)
+        return insights is not None and any(
+            literal in forms for literal in _JSON_STRING.findall(insights.group(1))
+        )
+
+    def in_text(self, text: str) -> bool:
+        return self.member in text or any(t in text for t in self.topics)
+
+    def versions_in(self, rows: Iterable[Sequence[Any]]) -> list[int]:
+        """Of (version, state_json, change, actor) rows, the versions to look at."""
+        return [
+            int(version)
+            for version, state_json, change, actor in rows
+            if self.in_json(str(state_json))
+            or self.in_text(str(change))
+            or (actor is not None and self.member in str(actor))
+        ]
+
+    # ------------------------------------------------------------------ replacing
+
+    def text(self, value: str, labels: bool = True, free: bool = False) -> str:
+        """A string that stays: the member becomes the pseudonym, a quoted summary or
+        insight "(forgotten)", and (with `labels`) their own topics too. A `free` text
+        (a change line) is never taken for an actor's name as a whole."""
+        if value == self.member or (not free and value.endswith(f" ({self.member})")):
+            return self.pseudonym  # an id, or an actor as history names one
+        if value in self.texts:
+            return FORGOTTEN_TEXT
+        head, sep, tail = value.partition(": ")
+        if sep and tail in self.texts:
+            value = head + sep + FORGOTTEN_TEXT  # a provenance line
+        if self.member in value:
+            value = self._id.sub(self.pseudonym, value)
+        return without_labels(value, self.topics) if labels else value
+
+    def value(self, data: Any, labels: bool = True, topic_keys: bool = False) -> Any:
+        """Parsed JSON with the member and their words replaced; their topics leave
+        topic-keyed maps and lists of topics."""
+        if isinstance(data, str):
+            return self.text(data, labels)
+        if isinstance(data, list):
+            kept = (self._item(x, labels) for x in data)
+            return [x for x in kept if x is not _DROP]
+        if isinstance(data, dict):
+            return {
+                self.pseudonym if key == self.member else key: self.value(
+                    item, labels, key in _TOPIC_MAPS
+                )
+                for key, item in data.items()
+                if not (topic_keys and key in self.topics)
+            }
+        return data
+
+    def _item(self, item: Any, labels: bool) -> Any:
+        if isinstance(item, str) and item in self.topics:
+            return _DROP  # a list of topics (dropped beliefs, moved topics)
+        if isinstance(item, dict) and item.get("topic") in self.topics:
+            return _DROP  # a staged update of their topic
+        return self.value(item, labels)
+
+    def json(self, raw: str, labels: bool = True) -> str:
+        """Stored JSON redacted; the same text when nothing in it concerned the member."""
+        data = from_json(raw)
+        new = self.value(data, labels)
+        return raw if new == data else to_json(new)
 
 
 class ForgetStore(SqlBase):
     async def begin_forget(
-        self, community_id: str, member_id: str, requested_by: str, reason: str, at: datetime
+        self,
+        community_id: str,
+        member_id: str,
+        requested_by: str,
+        reason: str,
+        at: datetime,
+        *,
+        pseudonym: str | None = None,
+        key: str | None = None,
     ) -> ForgetRequest:
         """Journal a forget-me before anything is deleted; an unfinished request for the
-        same member is returned as it is (a repeated request resumes, never restarts)."""
+        same member is returned as it is (a repeated request resumes, never restarts).
+        From this moment no message of the member is recorded (`forgotten_since`)."""
 
         def work(conn: Conn) -> ForgetRequest:
             row = fetchone(
@@ -117,12 +297,19 @@ class ForgetStore(SqlBase):
             )
             if row is not None:
                 return _request(row)
-            pseudonym = f"member-{secrets.token_hex(3)}"
             rowid = insert_returning_id(
                 conn,
                 "INSERT INTO forget_requests (community_id, member_id, pseudonym, "
-                "requested_by, reason, started_at) VALUES (?, ?, ?, ?, ?, ?)",
-                (community_id, member_id, pseudonym, requested_by, reason, to_db_time(at)),
+                "requested_by, reason, started_at, member_key) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    community_id,
+                    member_id,
+                    pseudonym or f"member-{secrets.token_hex(3)}",
+                    requested_by,
+                    reason,
+                    to_db_time(at),
+                    key or forget_key(community_id, member_id),
+                ),
             )
             found = fetchone(conn, f"SELECT {_COLUMNS} FROM forget_requests WHERE id = ?", (rowid,))
             assert found is not None
@@ -155,12 +342,71 @@ class ForgetStore(SqlBase):
             )
         )
 
-    async def member_words(self, community_id: str, member_id: str) -> list[str]:
-        """What of the member's words other rows may quote: the ESS summaries and the
-        insights drawn from their messages (read before `erase_member` deletes them)."""
+    # ------------------------------------------------------------------ who and what
 
-        def work(conn: Conn) -> list[str]:
+    async def community_members(self, community_id: str) -> list[KnownMember]:
+        """Every member the community has seen: who spoke (their messages, their
+        evidence, their conversation buffer) or ran a command, with the latest name
+        they used; forgotten members (now pseudonyms) are not among them."""
+
+        def work(conn: Conn) -> list[KnownMember]:
+            ids: set[str] = set()
+            for sql in (
+                "SELECT DISTINCT speaker_id FROM interactions WHERE community_id = ?",
+                "SELECT DISTINCT member FROM evidence_log WHERE community_id = ? "
+                "AND kind = 'message'",
+                "SELECT DISTINCT user_id FROM conversation_turns WHERE community_id = ?",
+                "SELECT DISTINCT actor_id FROM moderator_actions WHERE community_id = ?",
+            ):
+                ids.update(str(r[0]) for r in fetchall(conn, sql, (community_id,)) if r[0])
+            ids -= {
+                str(r[0])
+                for r in fetchall(
+                    conn,
+                    "SELECT pseudonym FROM forget_requests WHERE community_id = ?",
+                    (community_id,),
+                )
+            }
+            names: dict[str, str] = {}
+            for sql in (
+                "SELECT actor_id, actor_name FROM moderator_actions WHERE community_id = ? "
+                "ORDER BY id",
+                "SELECT speaker_id, speaker_name FROM interactions WHERE community_id = ? "
+                "ORDER BY seq",
+            ):
+                names.update({str(i): str(n) for i, n in fetchall(conn, sql, (community_id,)) if n})
+            return [KnownMember(id=i, name=names.get(i, "")) for i in sorted(ids)]
+
+        return await self._run_read(work)
+
+    async def keeps_member(self, community_id: str, member_id: str) -> bool:
+        """Whether anything of the member is kept here: a message, a rating, a turn of
+        their conversation, a command they ran (what `community_members` lists)."""
+        speaker = self.dialect.json_text("payload_json", "speaker")
+        wheres = (
+            "interactions WHERE community_id = ? AND speaker_id = ?",
+            "evidence_log WHERE community_id = ? AND member = ?",
+            "conversation_turns WHERE community_id = ? AND user_id = ?",
+            "moderator_actions WHERE community_id = ? AND actor_id = ?",
+            f"audit_events WHERE community_id = ? AND kind = 'ess' AND {speaker} = ?",
+        )
+
+        def work(conn: Conn) -> bool:
+            return any(
+                fetchone(conn, f"SELECT 1 FROM {where} LIMIT 1", (community_id, member_id))
+                for where in wheres
+            )
+
+        return await self._run_read(work)
+
+    async def member_words(self, community_id: str, member_id: str) -> MemberWords:
+        """What of the member's words other rows may quote (read before `erase_member`
+        deletes their rows): the ESS summaries and insights of their messages, and the
+        topics only their messages produced."""
+
+        def work(conn: Conn) -> MemberWords:
             words: list[str] = []
+            topics: set[str] = set()
             for (step,) in fetchall(
                 conn,
                 "SELECT step_json FROM evidence_log WHERE community_id = ? AND member = ?",
@@ -168,7 +414,9 @@ class ForgetStore(SqlBase):
             ):
                 ess = from_json(str(step)).get("ess") or {}
                 if ess.get("summary"):
+                    words.append(str(ess["summary"]))
                     words.append(str(ess["summary"])[:160])
+                topics.update(str(t) for t in ess.get("topics") or () if t)
             for (payload,) in fetchall(
                 conn,
                 "SELECT payload_json FROM audit_events WHERE community_id = ? AND kind = 'ess' "
@@ -181,7 +429,12 @@ class ForgetStore(SqlBase):
                         words.append(str(event[key]))
                 if event.get("summary"):
                     words.append(str(event["summary"])[:160])
-            return sorted(set(words), key=len, reverse=True)
+                topics.update(str(t) for t in event.get("topics") or () if t)
+            own = topics - _used_by_others(conn, community_id, member_id, topics)
+            return MemberWords(
+                texts=tuple(sorted(set(words), key=len, reverse=True)),
+                topics=tuple(sorted(own)),
+            )
 
         return await self._run_read(work)
 
@@ -192,7 +445,9 @@ class ForgetStore(SqlBase):
         )
         return [str(r[0]) for r in rows]
 
-    async def erase_member(self, request: ForgetRequest, words: Sequence[str], at: datetime) -> int:
+    # ------------------------------------------------------------------ erasing
+
+    async def erase_member(self, request: ForgetRequest, words: MemberWords, at: datetime) -> int:
         """Delete the member's rows and redact their id and words from the rest, then
         close the request; one transaction, so it happens entirely or not at all.
         Returns the rows deleted or rewritten."""
@@ -200,6 +455,10 @@ class ForgetStore(SqlBase):
         if member is None:
             return 0
         cid, pseudonym = request.community_id, request.pseudonym
+        redact = Redaction(member, pseudonym, frozenset(words.texts), frozenset(words.topics))
+        # Found outside the transaction (versions never change but by a forget-me, which
+        # re-reads each one below): reading every version is the slow part.
+        versions = await self._versions_to_redact(cid, redact)
 
         def work(conn: Conn) -> int:
             ids = [
@@ -211,71 +470,80 @@ class ForgetStore(SqlBase):
                 )
             ]
             changed = delete_from_outbox(conn, cid, ids)
-            changed += execute(
-                conn,
-                "DELETE FROM interactions WHERE community_id = ? AND speaker_id = ?",
-                (cid, member),
-            )
-            changed += execute(
-                conn,
-                "DELETE FROM conversation_turns WHERE community_id = ? AND user_id = ?",
-                (cid, member),
-            )
-            changed += execute(
-                conn,
-                "DELETE FROM evidence_log WHERE community_id = ? AND member = ?",
-                (cid, member),
-            )
+            speaker = conn.dialect.json_text("payload_json", "speaker")
+            for sql, args in (
+                ("DELETE FROM interactions WHERE community_id = ? AND speaker_id = ?", ()),
+                ("DELETE FROM conversation_turns WHERE community_id = ? AND user_id = ?", ()),
+                ("DELETE FROM evidence_log WHERE community_id = ? AND member = ?", ()),
+                (
+                    "DELETE FROM audit_events WHERE community_id = ? AND kind = 'ess' "
+                    f"AND {speaker} = ?",
+                    (),
+                ),
+                (
+                    "UPDATE moderator_actions SET actor_id = ?, actor_name = ? "
+                    "WHERE community_id = ? AND actor_id = ?",
+                    (pseudonym, pseudonym),
+                ),
+            ):
+                changed += execute(conn, sql, (*args, cid, member))
             changed += execute(
                 conn,
                 "DELETE FROM flood_windows WHERE community_id = ? AND member_key = ?",
                 (cid, member_key(cid, member)),
             )
-            changed += execute(
-                conn,
-                "DELETE FROM audit_events WHERE community_id = ? AND kind = 'ess' "
-                f"AND {conn.dialect.json_text('payload_json', 'speaker')} = ?",
-                (cid, member),
-            )
-            changed += execute(
-                conn,
-                "UPDATE moderator_actions SET actor_id = ?, actor_name = ? "
-                "WHERE community_id = ? AND actor_id = ?",
-                (pseudonym, pseudonym, cid, member),
-            )
-            # Rows that quote the member's words also name them (a summary travels with
-            # its update's `member`, an ESS event with its speaker), so SQLite's own
-            # instr() (strpos() on PostgreSQL) picks the rows to rewrite without Python
-            # reading every version.
             has = conn.dialect.contains
+            for row_id, args, reason in fetchall(
+                conn,
+                "SELECT id, args, reason FROM moderator_actions WHERE community_id = ? "
+                f"AND ({has('args')} OR {has('reason')})",
+                (cid, member, member),
+            ):
+                new = (
+                    redact.text(str(args), labels=False, free=True),
+                    redact.text(str(reason), labels=False, free=True),
+                )
+                if new != (args, reason):
+                    changed += execute(
+                        conn,
+                        "UPDATE moderator_actions SET args = ?, reason = ? WHERE id = ?",
+                        (*new, row_id),
+                    )
+            # The personality's own events (reflections, rollbacks, forget-me): another
+            # member's "ess" events hold only their own words.
             for row_id, payload in fetchall(
                 conn,
                 "SELECT id, payload_json FROM audit_events WHERE community_id = ? "
-                f"AND {has('payload_json')}",
-                (cid, member),
+                "AND kind != 'ess'",
+                (cid,),
             ):
-                new = _redact(str(payload), member, pseudonym, words).replace(member, pseudonym)
-                changed += execute(
-                    conn, "UPDATE audit_events SET payload_json = ? WHERE id = ?", (new, row_id)
-                )
+                new_payload = redact.json(str(payload))
+                if new_payload != payload:
+                    changed += execute(
+                        conn,
+                        "UPDATE audit_events SET payload_json = ? WHERE id = ?",
+                        (new_payload, row_id),
+                    )
             execute(conn, "UPDATE forget_requests SET redacting = 1 WHERE id = ?", (request.id,))
-            for version, state_json, change, actor in fetchall(
-                conn,
-                "SELECT version, state_json, change, actor FROM personality_versions "
-                f"WHERE community_id = ? AND ({has('state_json')} OR {has('change')} "
-                f"OR {has(BLANK_ACTOR)})",
-                (cid, member, member, member),
-            ):
-                texts = [str(state_json), str(change), str(actor or "")]
-                new_state = _redact(texts[0], member, pseudonym, words)
-                new_change = _redact(texts[1], member, pseudonym, words).replace(member, pseudonym)
-                new_actor = None if actor is None else texts[2].replace(member, pseudonym)
-                changed += execute(
+            for chunk, marks in id_chunks([str(v) for v in versions]):
+                for version, state_json, change, actor in fetchall(
                     conn,
-                    "UPDATE personality_versions SET state_json = ?, change = ?, actor = ? "
-                    "WHERE community_id = ? AND version = ?",
-                    (new_state, new_change, new_actor, cid, version),
-                )
+                    "SELECT version, state_json, change, actor FROM personality_versions "
+                    f"WHERE community_id = ? AND version IN ({marks})",
+                    (cid, *chunk),
+                ):
+                    redacted = (
+                        redact.json(str(state_json)),
+                        redact.text(str(change), free=True),
+                        None if actor is None else redact.text(str(actor), labels=False),
+                    )
+                    if redacted != (state_json, change, actor):
+                        changed += execute(
+                            conn,
+                            "UPDATE personality_versions SET state_json = ?, change = ?, "
+                            "actor = ? WHERE community_id = ? AND version = ?",
+                            (*redacted, cid, version),
+                        )
             execute(
                 conn,
                 "UPDATE forget_requests SET redacting = 0, member_id = NULL, finished_at = ? "
@@ -287,3 +555,112 @@ class ForgetStore(SqlBase):
         changed = await self._run_write(work, scope=cid)
         await self._scrub_deleted(FORGET_TABLES, rebuild=True)
         return changed
+
+    async def _versions_to_redact(self, community_id: str, redact: Redaction) -> list[int]:
+        """The versions whose state, change line or actor may name the member or quote
+        their words, read a page at a time."""
+        found: list[int] = []
+        after = -1
+        while True:
+            rows = await self._fetchall(
+                "SELECT version, state_json, change, actor FROM personality_versions "
+                "WHERE community_id = ? AND version > ? ORDER BY version LIMIT ?",
+                (community_id, after, VERSIONS_PER_READ),
+            )
+            if not rows:
+                return found
+            # Off the event loop: a long history takes seconds to look through.
+            found += await asyncio.to_thread(redact.versions_in, rows)
+            after = int(rows[-1][0])
+
+    # ------------------------------------------------------------------ restoring
+
+    async def journal_pseudonyms(self) -> set[str]:
+        """The pseudonyms of every forget-me this database knows of."""
+        return {str(r[0]) for r in await self._fetchall("SELECT pseudonym FROM forget_requests")}
+
+    async def rejournal(self, entries: Sequence[JournalEntry], at: datetime) -> list[str]:
+        """Journal again the forget-me requests of `entries` this database lacks (it was
+        restored from before them): each is matched by its key against every member the
+        database holds and journaled unfinished, to be finished on start
+        (`bot.forget.resume_forgets`); one that matches no one is recorded as done.
+        Returns the pseudonyms of those that matched."""
+
+        def work(conn: Conn) -> list[str]:
+            known = {str(r[0]) for r in fetchall(conn, "SELECT pseudonym FROM forget_requests")}
+            missing = [e for e in entries if e.pseudonym not in known]
+            if not missing:
+                return []
+            members = _all_members(conn)
+            matched: list[str] = []
+            for entry in missing:
+                found = next((m for m in members if key_matches(entry.key, *m)), None)
+                community, member = found if found is not None else ("", None)
+                execute(
+                    conn,
+                    "INSERT INTO forget_requests (community_id, member_id, pseudonym, "
+                    "requested_by, reason, started_at, finished_at, member_key) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        community,
+                        member,
+                        entry.pseudonym,
+                        REAPPLIED_BY,
+                        "re-applied: the database was restored from before this forget-me",
+                        to_db_time(entry.at),
+                        None if member is not None else to_db_time(at),
+                        entry.key,
+                    ),
+                )
+                if member is not None:
+                    matched.append(entry.pseudonym)
+            return matched
+
+        return await self._run_write(work)
+
+
+def _used_by_others(
+    conn: Conn, community_id: str, member_id: str, topics: Iterable[str]
+) -> set[str]:
+    """Those of `topics` another member's message produced too (by the evidence log,
+    kept for good). Rows are found by the topic's JSON text and then read exactly; a
+    topic stops being looked for once found."""
+    every = sorted(set(topics))
+    shared: set[str] = set()
+    has = conn.dialect.contains
+    for start in range(0, len(every), TOPICS_PER_QUERY):
+        chunk = set(every[start : start + TOPICS_PER_QUERY])
+        after = -1
+        while needles := sorted(chunk - shared):
+            rows = fetchall(
+                conn,
+                "SELECT seq, step_json FROM evidence_log WHERE community_id = ? "
+                "AND member != ? AND kind = 'message' AND seq > ? "
+                f"AND ({' OR '.join(has('step_json') for _ in needles)}) ORDER BY seq LIMIT 500",
+                (
+                    community_id,
+                    member_id,
+                    after,
+                    *(json.dumps(t, ensure_ascii=False) for t in needles),
+                ),
+            )
+            if not rows:
+                break
+            for seq, step in rows:
+                after = int(seq)
+                ess = from_json(str(step)).get("ess") or {}
+                shared.update(str(t) for t in ess.get("topics") or () if t in chunk)
+    return shared
+
+
+def _all_members(conn: Conn) -> list[tuple[str, str]]:
+    """(community, member) for every member any community has seen."""
+    pairs: set[tuple[str, str]] = set()
+    for sql in (
+        "SELECT DISTINCT community_id, speaker_id FROM interactions",
+        "SELECT DISTINCT community_id, member FROM evidence_log WHERE kind = 'message'",
+        "SELECT DISTINCT community_id, user_id FROM conversation_turns",
+        "SELECT DISTINCT community_id, actor_id FROM moderator_actions",
+    ):
+        pairs.update((str(c), str(m)) for c, m in fetchall(conn, sql) if m)
+    return sorted(pairs)

@@ -546,6 +546,15 @@ _V9_FLOOD_SLIDING: list[Statement] = [
     "CREATE INDEX flood_windows_by_last_hit ON flood_windows (last_hit)",
 ]
 
+# ---- issue 22: forget journal keys (one block; renumber freely) ---------------------
+_V10_FORGET_KEYS: list[Statement] = [
+    # A finished forget-me clears `member_id`; `member_key` (a salt and the SHA-256 of
+    # salt, community and member: storage/forgotten.py) lets a reply that was in flight
+    # be refused when it lands, and a restore re-apply the forget-me. Requests from
+    # before this step have none: they finished long before any reply now in flight.
+    "ALTER TABLE forget_requests ADD COLUMN member_key TEXT",
+]
+
 MIGRATIONS: list[list[Statement]] = [
     _V1,
     _V2,
@@ -556,6 +565,7 @@ MIGRATIONS: list[list[Statement]] = [
     _V7_FORGET,
     _V8_FLOOD,
     _V9_FLOOD_SLIDING,
+    _V10_FORGET_KEYS,
 ]
 """Index i holds the statements that take the schema from version i to i + 1."""
 

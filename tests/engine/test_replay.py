@@ -194,3 +194,36 @@ def test_a_rollback_to_a_state_the_log_never_reached_is_refused() -> None:
     bad = [EvidenceStep(kind="rollback", interaction=0, version=1, target_version=5)]
     with pytest.raises(ReplayError):
         replay(bad)
+
+
+async def test_a_forget_me_recomputes_every_derived_field_and_drops_their_own_topics(
+    agents: dict[str, tuple[SonalityAgent, ScriptedLLM]],
+) -> None:
+    """Issue 22, finding 2: topic counts, the disagreement rate and the recent shifts are
+    those of a community that never heard the member, and a topic only their messages
+    produced leaves the state, the narrative and the change line."""
+    own = "alicesecretword"
+    steps = [
+        (who, {**answer, "topics": [*answer["topics"], own]} if who is ALICE and answer else answer)
+        for who, answer in script(4, 40)
+    ]
+    whole, whole_llm = agents["test:whole"]
+    fresh, fresh_llm = agents["test:fresh"]
+    await run(whole, whole_llm, steps)
+    await run(fresh, fresh_llm, [(who, answer) for who, answer in steps if who is not ALICE])
+    assert own in whole.sponge.behavioral_signature.topic_engagement  # so the check can fail
+    whole.sponge.snapshot += f" Lately I keep coming back to {own}."
+
+    state = await whole.forget_member(ALICE.id, actor="member-abc123")
+
+    signature, expected = state.behavioral_signature, fresh.sponge.behavioral_signature
+    assert signature.topic_engagement == expected.topic_engagement
+    assert math.isclose(
+        signature.disagreement_rate, expected.disagreement_rate, rel_tol=0, abs_tol=1e-12
+    )
+    assert [s.description for s in state.recent_shifts] == [
+        s.description for s in fresh.sponge.recent_shifts
+    ]
+    assert own not in state.model_dump_json()
+    [latest] = await whole.store.versions(limit=1)
+    assert latest.cause == "forget-me" and own not in latest.change

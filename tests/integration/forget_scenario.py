@@ -15,6 +15,7 @@ and the fresh one that only ever hears the other two) get the same ESS results.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -24,12 +25,15 @@ from typing import Any, Literal
 
 import pytest
 
+from bot.messages import Community, IncomingMessage, Reply, User
+from bot.runtime import Runtime
 from sonality import config
 from sonality.agent import SonalityAgent
 from sonality.memory.sponge import SpongeState
 from storage import Database
 from storage.export import MemberRows
-from tests.fakes.anthropic_server import Brain
+from tests.fakes.anthropic_server import AnthropicFake, Brain, Delay
+from tests.integration.conftest import eventually
 
 #: The forgotten member's unique word: in their messages and in the summaries of them.
 TOKEN = "zebraquokka42"
@@ -223,3 +227,15 @@ def assert_nothing_left(
     assert on_disk == [], f"still on disk: {on_disk}"
     sent = requests_holding(requests, needles)
     assert sent == [], f"sent to the model after the forget-me: {sent}"
+
+
+async def reply_in_flight(
+    runtime: Runtime, server: AnthropicFake, community: Community, user: User, text: str
+) -> asyncio.Task[Reply | None]:
+    """`user` says `text` and the model takes 1.5 s to answer; returns (the reply still
+    to come) once the request for that answer has reached the fake."""
+    server.enqueue(Delay(1.5))
+    message = IncomingMessage(community=community, channel_id="c1", user=user, text=text)
+    task = asyncio.create_task(runtime.handle(message))
+    assert await eventually(lambda: server.in_flight > 0, 10)
+    return task

@@ -121,7 +121,16 @@ async def test_a_restored_backup_recalls_the_same_memories_and_answers_the_same(
     assert any(path.startswith("chromadb/") for path in listed), "the memories are in it"
     assert manifest["total_bytes"] == sum(listed.values())
 
-    put_back = await asyncio.to_thread(bot_command, tmp_path, restored, "restore", str(backup_dir))
+    journal = original / "forget-journal.json"  # a new data directory needs the old one's
+    put_back = await asyncio.to_thread(
+        bot_command,
+        tmp_path,
+        restored,
+        "restore",
+        str(backup_dir),
+        "--forget-journal",
+        str(journal),
+    )
     assert put_back.returncode == 0, put_back.stderr
     assert f"restored into {restored}" in put_back.stdout
 

@@ -61,3 +61,33 @@ async def test_forget_user_is_for_moderators_only_on_slack(
     answer = await bot.command("forget-user U2 asked by e-mail", user="U1")
     assert answer["response_type"] == "ephemeral"
     assert "Only moderators" in answer["text"]
+
+
+async def test_forget_user_on_slack_takes_a_mention_or_a_name(
+    bot: SlackBot,  # noqa: F811
+    anthropic_server: AnthropicFake,
+) -> None:
+    """Issue 22, finding 4: `<@U2|bob>` (escaped mentions), `<@U2>` and `@Bob` name the
+    member exactly; a mention of someone never seen here forgets nothing."""
+    _rate(anthropic_server, TOKEN)
+    _rate(anthropic_server, OTHER)
+    await bot.mention(f"<@UBOT> A 2023 study ({TOKEN}) found remote work helps.", user="U1")
+    await bot.mention(f"<@UBOT> My own study ({OTHER}) agrees.", user="U2")
+    store = (await bot.agent("slack:T1")).store
+    versions = await store.versions(limit=100)
+
+    for stranger in ("<@U9|zed> asked by e-mail", "<@U9> asked by e-mail", "@Zed asked"):
+        refused = await bot.command(f"forget-user {stranger}", user="UADMIN")
+        assert "Nothing was forgotten" in refused["text"], refused
+    assert await store.versions(limit=100) == versions
+
+    done = await bot.command("forget-user <@U2|bob> asked by e-mail", user="UADMIN")
+    assert "Forgotten" in done["text"], done
+    assert json.loads(await _export(bot, "U2"))["messages"] == []
+    assert TOKEN.encode() in await _export(bot, "U1")
+    [logged, *_] = await bot.runtime.db.moderator_actions("slack:T1")
+    assert (logged.reason, logged.args) == ("asked by e-mail", "(member withheld)")
+
+    done = await bot.command("forget-user @Alice she asked in a DM", user="UADMIN")
+    assert "Forgotten" in done["text"], done
+    assert json.loads(await _export(bot, "U1"))["messages"] == []

@@ -3,15 +3,24 @@
 from __future__ import annotations
 
 from storage import Database
+from storage.buffers import MAX_EXCHANGES_PER_USER
 
 from .conftest import at
 
 C = "discord:1"
 
 
-async def _talk(db: Database, n: int, user: str = "u1", size: int = 1, **kw: int) -> None:
+async def _talk(
+    db: Database,
+    n: int,
+    user: str = "u1",
+    size: int = 1,
+    keep_exchanges: int = MAX_EXCHANGES_PER_USER,
+) -> None:
     for i in range(n):
-        await db.append_exchange(C, user, f"q{i}" * size, f"a{i}" * size, at(i), **kw)
+        await db.append_exchange(
+            C, user, f"q{i}" * size, f"a{i}" * size, at(i), keep_exchanges=keep_exchanges
+        )
 
 
 async def test_turns_come_back_oldest_first_as_pairs(db: Database) -> None:

@@ -21,6 +21,7 @@ from chroma_memory.write_behind import WriteBehindMemory
 from sonality.store import SEMANTIC, Episode, Speaker
 from storage import Database
 from storage.community import EpisodeGuard
+from storage.forget import MemberWords
 from tests.engine.test_agent_learning import RecordingMemory
 
 from .conftest import T0, Backend, ReusedDatabase, commit_of, episode, record
@@ -83,7 +84,7 @@ async def test_only_episodes_still_waiting_and_not_being_forgotten_are_to_write(
         request = await db.begin_forget(COMMUNITY, ADA.id, ADA.id, "", T0)
         assert await guard.still_to_write(everything) == {"insight-v2-0"}
         # ... nor once her rows are gone and the request is closed.
-        await db.erase_member(request, [], T0)
+        await db.erase_member(request, MemberWords(), T0)
         assert await guard.still_to_write(everything) == {"insight-v2-0"}
         # An insight drawn from her words, discarded by the forget-me (found by its text).
         await guard.discard(["insight-v2-0", "never-committed"])

@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 
 from storage import Database
 from storage.flood import FloodCount, member_key
+from storage.forget import MemberWords
 
 from .conftest import Backend, at
 
@@ -98,7 +99,7 @@ async def test_a_forget_me_deletes_the_members_window_only(db: Database, backend
     await db.flood_hit(CID, OTHER, at(0), WINDOW)
     await db.flood_hit("slack:T2", MEMBER, at(0), WINDOW)
     request = await db.begin_forget(CID, MEMBER, requested_by=MEMBER, reason="", at=at(1))
-    await db.erase_member(request, [], at(2))
+    await db.erase_member(request, MemberWords(), at(2))
     assert [(r[0], r[1]) for r in stored(backend)] == sorted(
         [(CID, member_key(CID, OTHER)), ("slack:T2", member_key("slack:T2", MEMBER))]
     )

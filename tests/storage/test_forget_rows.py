@@ -73,7 +73,7 @@ async def test_a_forgotten_member_leaves_no_id_or_words_and_the_gate_closes(
     request = await db.begin_forget(CID, MEMBER, requested_by="mod", reason="", at=at(3))
     assert (await db.begin_forget(CID, MEMBER, "mod", "", at(4))).id == request.id  # resumes
     words = await db.member_words(CID, MEMBER)
-    assert summary in words
+    assert summary in words.texts
     assert await db.erase_member(request, words, at(5)) > 0
 
     assert rows_holding(backend, MEMBER) == []

@@ -1,0 +1,54 @@
+"""Who was forgotten, kept as a salted hash, and the check every write of a member's
+words makes against it.
+
+Why a hash: a finished forget-me keeps no member id (the journal row's `member_id` is
+cleared), yet two things must still recognise the member afterwards. A reply that was
+being written while they confirmed forget-me must not be recorded when it lands
+(`forgotten_since`), and a restored backup from before the forget-me must be forgotten
+again (`bot.forget_journal`, which keeps the same keys in a file outside the database).
+So the journal keeps `member_key`: a random salt and the SHA-256 of salt, community and
+member. Anyone holding an id can test it against the key (that is what recognising
+means), but the key names no one by itself, and the salt keeps one installation's keys
+useless for another's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from datetime import datetime
+
+from storage.base import Conn, fetchall, to_db_time
+
+
+def forget_key(community_id: str, member_id: str, salt: str | None = None) -> str:
+    """``salt:digest`` for one member of one community (a new salt unless given)."""
+    salt = secrets.token_hex(16) if salt is None else salt
+    digest = hashlib.sha256(f"{salt}\x00{community_id}\x00{member_id}".encode()).hexdigest()
+    return f"{salt}:{digest}"
+
+
+def key_matches(key: str | None, community_id: str, member_id: str) -> bool:
+    """Whether `key` (from `forget_key`) is this member's."""
+    if not key or ":" not in key:
+        return False
+    salt = key.split(":", 1)[0]
+    return hmac.compare_digest(forget_key(community_id, member_id, salt), key)
+
+
+def forgotten_since(conn: Conn, community_id: str, member_id: str, since: datetime) -> bool:
+    """Whether the member is being forgotten now, or ran a forget-me at or after
+    `since` (when their message was asked): then nothing of that message is written.
+    Usually no row qualifies, so this costs one indexed read on the write it guards."""
+    rows = fetchall(
+        conn,
+        "SELECT member_id, member_key FROM forget_requests WHERE community_id = ? "
+        "AND (finished_at IS NULL OR started_at >= ?)",
+        (community_id, to_db_time(since)),
+    )
+    return any(
+        (found is not None and str(found) == member_id)
+        or key_matches(None if key is None else str(key), community_id, member_id)
+        for found, key in rows
+    )
