@@ -50,6 +50,7 @@ FORGET_TABLES = (
     "moderator_actions",
     "personality_versions",
     "flood_windows",
+    "member_spend",
 )
 
 #: What a forgotten member's words are replaced with in past versions.
@@ -230,6 +231,11 @@ class ForgetStore(SqlBase):
                 conn,
                 "DELETE FROM flood_windows WHERE community_id = ? AND member_key = ?",
                 (cid, member_key(cid, member)),
+            )
+            changed += execute(
+                conn,
+                "DELETE FROM member_spend WHERE community_id = ? AND member_id = ?",
+                (cid, member),
             )
             changed += execute(
                 conn,
