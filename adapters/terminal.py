@@ -260,6 +260,7 @@ class TerminalAdapter:
             is_moderator=True,
             name=parts[1],
             args=tuple(parts[2:]),
+            trusted=True,
         )
         result = await self.runtime.run_command(request)
         header = f"[{result.title}]\n" if result.title and self.interactive else ""

@@ -1,6 +1,6 @@
 """Benchmarks of the whole bot against a loopback LLM of fixed latency.
 
-Run: `python3 scripts/bench.py` (or `.venv/bin/python -m bench.run`); `--help` lists
+Run: `python3 scripts/bench.py` (or `.venv/bin/python -m bench`); `--help` lists
 the figures by name and `--only 1,3b,5` runs some of them. Prints one line
 per figure, each with the workload that produced it and the target it is held to.
 Nothing here is a test: the figures depend on the machine and are for people to read.
@@ -31,6 +31,13 @@ Figures:
      messages for good, growth linear and independent of topics)
   7. forget one member with 1,000 of a community's 100,000 interactions: the whole
      forget-me in SQLite, replay included (see bench/forget.py; target < 10 s)
+  8. time to first visible text ÷ the model's time to first token, streaming (≤ 1.1)
+  9. `/sonality timeline` on 3,000 versions × 200 beliefs: one, cold (target ≤ 5 s);
+     ten at once: the event loop's worst stall (≤ 100 ms) and another community's
+     replies against idle (≤ 1.10×) (see bench/timeline.py)
+  10. one member flooding long messages at list prices against a $1 daily limit: when
+     the member share stops them and what is left for the others, with the share and
+     without it (see bench/share.py)
 """
 
 from __future__ import annotations
@@ -58,7 +65,9 @@ from bench.cli import Figure
 from bench.cost import describe, measure_cost
 from bench.forget import figure_forget
 from bench.scale import figure_scale_memory, figure_scale_reply_ratio, figure_scale_throughput
+from bench.share import figure_share
 from bench.storage import figure_storage
+from bench.timeline import figure_timeline
 from bot.app import open_runtime
 from bot.messages import Community, IncomingMessage, User
 from bot.runtime import Runtime
@@ -629,6 +638,16 @@ async def figure_cost(work: Path) -> None:
         )
 
 
+def _figure_9(work: Path, args: argparse.Namespace) -> None:
+    """The timeline against another community's replies from a 50 ms loopback model."""
+    with llm_server(0.05) as url:
+
+        def runtime_in(data: Path) -> contextlib.AbstractAsyncContextManager[Runtime]:
+            return open_runtime(settings_for(data, url))
+
+        asyncio.run(figure_timeline(work, report, runtime_in, args.timeline_versions))
+
+
 def _figure_1(work: Path, args: argparse.Namespace) -> None:
     url = args.chroma_url
     asyncio.run(figure_reply_ratio(work, args.episodes, args.latency, 20, chroma_url=url))
@@ -711,6 +730,17 @@ FIGURES: tuple[Figure, ...] = (
         "time to first visible text ÷ the model's time to first token, streaming (≤ 1.1)",
         lambda work, a: asyncio.run(figure_stream_ratio(work, 20, 0.5, 50.0)),
     ),
+    Figure(
+        "9",
+        "/sonality timeline, 3,000 versions × 200 beliefs: ≤ 5 s; ten at once: loop stall "
+        "≤ 100 ms, other replies ≤ 1.10× idle",
+        _figure_9,
+    ),
+    Figure(
+        "10",
+        "one member flooding at list prices: stopped at their share, the rest left to others",
+        lambda work, a: asyncio.run(figure_share(work, report)),
+    ),
 )
 
 
@@ -754,6 +784,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=100_000,
         help="interactions in figure 7's community (default %(default)s)",
+    )
+    parser.add_argument(
+        "--timeline-versions",
+        type=int,
+        default=3000,
+        help="versions in figure 9's community (default %(default)s)",
     )
     parser.add_argument(
         "--active",

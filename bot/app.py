@@ -35,6 +35,7 @@ from providers.anthropic import AnthropicLLM
 from providers.openai import OpenAILLM
 from sonality.agent import SonalityAgent
 from sonality.llm import LLMClient
+from sonality.store import InteractionRecord
 from storage import Database, StorageError, open_database
 from storage.platform import KEY_HOWTO
 
@@ -108,9 +109,11 @@ async def open_runtime(
         async def load_agent(community: Community) -> SonalityAgent:
             episodes = await asyncio.to_thread(memory.store_for, community.id, embed)
             store = db.community(community.id)
-            return await SonalityAgent.load(
-                # Each community's calls are checked against its daily limit and counted.
-                client=MeteredLLM(client, budget, community.id),
+            # Each community's calls are checked against its daily limit and counted, for
+            # the member whose message they serve.
+            metered = MeteredLLM(client, budget, community.id)
+            agent = await SonalityAgent.load(
+                client=metered,
                 store=store,
                 episodes=WriteBehindMemory(
                     episodes,
@@ -125,6 +128,9 @@ async def open_runtime(
                 ess_model=settings.ess_model,
                 label=community.id,
             )
+            # Set before learning's first step: `load` queues the outbox and returns.
+            metered.learning_member = lambda: _speaker(agent.learning.current)
+            return agent
 
         registry = CommunityRegistry(load_agent, settings.agent_idle_evict_minutes * 60)
         runtime = Runtime(settings, db, registry, memory, budget)
@@ -143,6 +149,10 @@ async def open_runtime(
         )
         await _resume_unfinished(db, registry)
         yield runtime
+
+
+def _speaker(record: InteractionRecord | None) -> str | None:
+    return None if record is None else record.speaker.id
 
 
 def _memory_eraser(memory: MemoryHost) -> Callable[[str], Awaitable[None]]:

@@ -23,6 +23,24 @@ running at that moment); after that no call is made until midnight.
 The engine never sees any of this: `MeteredLLM` is an `LLMClient` like any other, and
 a refused call is an `LLMError` (`BudgetExceeded`) whose `retry_after` says when the
 day ends, so learning that was refused waits and resumes in order.
+
+A member's share. One member flooding long messages could otherwise spend the whole
+day for everyone, so no member may spend more than `member_share` of the community's
+limit (SONALITY_MEMBER_BUDGET_SHARE, default half; 1 turns it off). A call is the
+member's when it is made for their message: the reply (the runtime names the member in
+`SPENDER` around the reply) and the ESS and insight calls that learn from it (the
+agent's learning queue says whose message it is learning). Reflection is shared work
+and nobody's: it counts against the community only. Past their share a member's
+messages get no reply (one short notice a day, claimed in the database so that several
+processes tell them once) and the others are still answered. Only replies are held
+back: learning from messages already answered still runs (learning goes in order, so
+holding one member's back would hold back everyone's), and counts, so a member can
+end slightly over their share. The terminal's operator is never held back.
+
+Each member's figure is kept like the community's, in memory as calls return, and
+written to `member_spend` right after (in the background, so a reply waits for no
+write): a restart starts from the stored figures, and with several processes on one
+PostgreSQL database each takes the others' figures in at the same sync.
 """
 
 from __future__ import annotations
@@ -31,6 +49,7 @@ import asyncio
 import logging
 import time as time_module
 from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta, tzinfo
 from typing import Literal
@@ -52,6 +71,7 @@ from sonality.llm import (
 )
 from sonality.store import utcnow
 from storage import Database
+from storage.spend import MemberSpend
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +95,35 @@ class BudgetExceeded(LLMError):
         self.community_id = community_id
         self.spent_usd = spent_usd
         self.limit_usd = limit_usd
+
+
+class MemberShareExceeded(BudgetExceeded):
+    """The member has spent their share of the community's day: no reply to them until
+    midnight (the community's other members are still answered)."""
+
+    def __init__(
+        self,
+        community_id: str,
+        member_id: str,
+        spent_usd: float,
+        share_usd: float,
+        retry_after: float,
+    ) -> None:
+        super().__init__(community_id, spent_usd, share_usd, retry_after)
+        self.member_id = member_id
+
+
+@dataclass(frozen=True)
+class Spender:
+    """Whose message a reply call is made for; `limited` False for the terminal's
+    operator, who is counted but never held back."""
+
+    member_id: str
+    limited: bool = True
+
+
+SPENDER: ContextVar[Spender | None] = ContextVar("sonality_spender", default=None)
+"""Set by the runtime around a member's reply: the member the reply call is for."""
 
 
 class SpendLimit(BaseModel):
@@ -128,6 +177,10 @@ class _Day:
     refused_calls: int = 0
     # Members already told today that the limit is reached (each is told once).
     noticed: set[str] = field(default_factory=set)
+    # Today's spend of each member (USD), and the members whose reaching their share
+    # was logged.
+    members: dict[str, float] = field(default_factory=dict)
+    stopped: set[str] = field(default_factory=set)
 
 
 class BudgetLedger:
@@ -145,9 +198,11 @@ class BudgetLedger:
         timezone: str | tzinfo = "UTC",
         clock: Clock = utcnow,
         dm_moderation: bool = False,
+        member_share: float = 1.0,
     ) -> None:
         self.db = db
         self.default_limit_usd = default_limit_usd
+        self.member_share = member_share
         # Off: a DM personality's own limit (set before DMs lost their moderator) is
         # ignored, so SONALITY_DAILY_BUDGET_USD binds every DM.
         self.dm_moderation = dm_moderation
@@ -159,6 +214,10 @@ class BudgetLedger:
         self._loading: dict[str, asyncio.Lock] = {}
         # Communities whose day ended since the scheduler last asked (`roll_over`).
         self._rolled: set[str] = set()
+        # Members' spend not yet written to `member_spend`, and the task writing it.
+        self._unwritten: dict[tuple[str, date, str], MemberSpend] = {}
+        self._writing: asyncio.Task[None] | None = None
+        self._write_failed = False
 
     @classmethod
     def from_settings(cls, db: Database, settings: Settings, clock: Clock = utcnow) -> BudgetLedger:
@@ -169,6 +228,7 @@ class BudgetLedger:
             timezone=settings.timezone,
             clock=clock,
             dm_moderation=settings.dm_moderation,
+            member_share=settings.member_budget_share,
         )
 
     # ------------------------------------------------------------------ time
@@ -251,18 +311,119 @@ class BudgetLedger:
                 community_id, status.spent_usd, status.limit.usd, self.seconds_until_midnight()
             )
 
-    async def record(self, community_id: str, model: str, usage: Usage) -> float:
-        """Count one finished call; returns what it cost (USD).
+    async def record(
+        self, community_id: str, model: str, usage: Usage, member_id: str | None = None
+    ) -> float:
+        """Count one finished call, made for `member_id`'s message (None: shared work);
+        returns what it cost (USD).
 
         No look at the other processes' spend here: counting needs none, and this runs
-        between a reply's model call and its sending. The next check takes it in.
+        between a reply's model call and its sending. The next check takes it in; the
+        member's part is written to the database in the background.
         """
         cost = cost_usd(model, usage, self.prices)
         entry = await self._entry(community_id, sync=False)
         entry.spent_usd += cost
         entry.usage = entry.usage + usage
+        if member_id is not None:
+            entry.members[member_id] = entry.members.get(member_id, 0.0) + cost
+            self._write_later(community_id, entry.day, member_id, cost, total_tokens(usage))
         self._maybe_warn(community_id, await self._status(community_id, entry))
         return cost
+
+    # ------------------------------------------------------------------ members
+    async def share_usd(self, community_id: str) -> float | None:
+        """The most one member may spend today; None when no share applies (no limit,
+        or the share turned off)."""
+        limit = await self.limit(community_id)
+        if limit.usd is None or self.member_share >= 1:
+            return None
+        return self.member_share * limit.usd
+
+    async def member_spent(self, community_id: str) -> dict[str, float]:
+        """Today's spend of each member who spent anything (USD)."""
+        entry = await self._entry(community_id)
+        return {m: usd for m, usd in entry.members.items() if usd > 0}
+
+    async def member_over_share(self, community_id: str, member_id: str) -> bool:
+        """Whether the member has spent their share of the community's day."""
+        entry = await self._entry(community_id)
+        share = await self.share_usd(community_id)
+        spent = entry.members.get(member_id, 0.0)
+        if share is None or spent < share:
+            return False
+        if member_id not in entry.stopped:
+            entry.stopped.add(member_id)
+            log.info(
+                "a member of %s spent their share of the daily limit (%s of %s): no replies "
+                "to them until midnight %s",
+                community_id,
+                format_usd(spent),
+                format_usd(share),
+                self.tz,
+                extra={"community": community_id},
+            )
+        return True
+
+    async def check_member(self, community_id: str, member_id: str) -> None:
+        """Raise `MemberShareExceeded` if a reply to the member may not be made now."""
+        if await self.member_over_share(community_id, member_id):
+            share = await self.share_usd(community_id)
+            assert share is not None
+            spent = (await self._entry(community_id)).members.get(member_id, 0.0)
+            raise MemberShareExceeded(
+                community_id, member_id, spent, share, self.seconds_until_midnight()
+            )
+
+    async def first_share_notice_today(self, community_id: str, member_id: str) -> bool:
+        """True the first time today, in any process, that the member is to be told their
+        share is spent (claimed in the database: a restart does not tell them again)."""
+        return await self.db.claim_share_notice(community_id, self.today(), member_id)
+
+    def _write_later(
+        self, community_id: str, day: date, member_id: str, usd: float, tokens: int
+    ) -> None:
+        key = (community_id, day, member_id)
+        known = self._unwritten.get(key)
+        self._unwritten[key] = MemberSpend(
+            community_id=community_id,
+            day=day,
+            member_id=member_id,
+            usd=usd + (known.usd if known else 0.0),
+            calls=1 + (known.calls if known else 0),
+            tokens=tokens + (known.tokens if known else 0),
+        )
+        if self._writing is None or self._writing.done():
+            self._writing = asyncio.create_task(self._write(), name="member-spend")
+
+    async def _write(self) -> None:
+        """Write the members' spend until none is left; on a fault keep it for the next
+        call (or `flush`), with one warning per outage."""
+        while self._unwritten:
+            batch, self._unwritten = self._unwritten, {}
+            try:
+                await self.db.add_member_spend([batch[k] for k in sorted(batch)])
+            except Exception as exc:
+                for key, amount in batch.items():
+                    later = self._unwritten.get(key)
+                    self._unwritten[key] = amount if later is None else _added(amount, later)
+                if not self._write_failed:
+                    log.warning("could not store the members' spend (kept for later): %s", exc)
+                self._write_failed = True
+                return
+            if self._write_failed:
+                log.info("the members' spend is stored again")
+            self._write_failed = False
+
+    async def flush(self) -> None:
+        """Write what members spent and is not stored yet (at shutdown)."""
+        if self._writing is not None:
+            await asyncio.gather(self._writing, return_exceptions=True)
+        await self._write()
+
+    async def prune_members(self) -> int:
+        """Delete the stored figures of past days (housekeeping): nothing reads them."""
+        return await self.db.prune_member_spend(self.today())
 
     def refused_today(self, community_id: str) -> int:
         """Calls refused so far today (learning retrying while it waits counts each time)."""
@@ -332,6 +493,7 @@ class BudgetLedger:
                         spent_usd=sum(cost_usd(r.model, r.usage, self.prices) for r in rows),
                         usage=sum((r.usage for r in rows), Usage()),
                     )
+                    self._take_members(entry, await self.db.member_spend(community_id, today))
                     self._days[community_id] = entry
             self._loading.pop(community_id, None)
         if entry.day != today:
@@ -361,26 +523,72 @@ class BudgetLedger:
         if stored > entry.spent_usd:
             entry.spent_usd = stored
             entry.usage = sum((r.usage for r in rows), Usage())
+        self._take_members(entry, await self.db.member_spend(community_id, entry.day))
         self._limits.pop(community_id, None)  # read again: it may have changed elsewhere
+
+    def _take_members(self, entry: _Day, stored: list[MemberSpend]) -> None:
+        """Take each member's stored figure, plus what this process has not written
+        yet, where it is higher than the one counted here (the other processes' calls)."""
+        for row in stored:
+            waiting = self._unwritten.get((row.community_id, entry.day, row.member_id))
+            figure = row.usd + (waiting.usd if waiting else 0.0)
+            if figure > entry.members.get(row.member_id, 0.0):
+                entry.members[row.member_id] = figure
 
 
 class MeteredLLM(ForwardingLLM):
     """One community's view of the shared LLM client: checked against its daily limit
-    before each call, and counted after it."""
+    (and a reply against its member's share) before each call, and counted after it,
+    for the member whose message it serves.
 
-    def __init__(self, inner: LLMClient, ledger: BudgetLedger, community_id: str) -> None:
+    `learning_member` says whose message the community's learning works on now (set
+    once the agent exists; None: nobody's).
+    """
+
+    def __init__(
+        self,
+        inner: LLMClient,
+        ledger: BudgetLedger,
+        community_id: str,
+        learning_member: Callable[[], str | None] = lambda: None,
+    ) -> None:
         super().__init__(inner)
         self.ledger = ledger
         self.community_id = community_id
+        self.learning_member = learning_member
+
+    def _member(self, purpose: str) -> str | None:
+        if purpose == REPLY:
+            spender = SPENDER.get()
+            return None if spender is None else spender.member_id
+        if purpose == REFLECTION:
+            return None  # shared work: the community's, nobody's share
+        return self.learning_member()
 
     async def _forward(
         self, purpose: str, model: str | None, call: Callable[[], Awaitable[R]]
     ) -> R:
         await self.ledger.check(self.community_id)
+        spender = SPENDER.get()
+        if purpose == REPLY and spender is not None and spender.limited:
+            await self.ledger.check_member(self.community_id, spender.member_id)
         return await super()._forward(purpose, model, call)
 
     async def _after(self, purpose: str, result: TextResult | ToolResult) -> None:
-        await self.ledger.record(self.community_id, result.model, result.usage)
+        await self.ledger.record(
+            self.community_id, result.model, result.usage, self._member(purpose)
+        )
+
+
+#: The purposes `MeteredLLM` attributes by (the engine's names for its calls).
+REPLY = "reply"
+REFLECTION = "reflection"
+
+
+def _added(a: MemberSpend, b: MemberSpend) -> MemberSpend:
+    return a.model_copy(
+        update={"usd": a.usd + b.usd, "calls": a.calls + b.calls, "tokens": a.tokens + b.tokens}
+    )
 
 
 # ---------------------------------------------------------------------- formatting
@@ -393,6 +601,69 @@ def format_usd(value: float) -> str:
     if value < 1:
         return f"${value:.3f}"
     return f"${value:,.2f}"
+
+
+#: Members listed by name in `usage`; the rest are summed on one line.
+MAX_MEMBERS_SHOWN = 10
+NAME_WIDTH = 20
+
+
+def member_share_lines(
+    spent: Mapping[str, float],
+    names: Mapping[str, str],
+    status: BudgetStatus,
+    share_usd: float | None,
+) -> list[str]:
+    """Moderators' view: today's spend of each member, largest first, by name, against
+    the community's limit; what no member caused (reflection) on a line of its own.
+    At most 60 characters wide."""
+    limit = status.limit.usd
+    lines = ["", f"Member share: {_share_rule(status, share_usd)}", "Members today:"]
+    ranked = sorted(spent.items(), key=lambda kv: (-kv[1], kv[0]))
+    for member, usd in ranked[:MAX_MEMBERS_SHOWN]:
+        name = _short_name(names.get(member) or "a member (no name stored)")
+        part = f"{usd / limit:>5.0%}" if limit else ""
+        mark = "  stopped" if share_usd is not None and usd >= share_usd else ""
+        lines.append(f"  {name:<{NAME_WIDTH}}{format_usd(usd):>9} {part}{mark}".rstrip())
+    rest = ranked[MAX_MEMBERS_SHOWN:]
+    if rest:
+        usd = sum(u for _, u in rest)
+        label = f"{len(rest)} more member{'s' if len(rest) != 1 else ''}"
+        lines.append(f"  {label:<{NAME_WIDTH}}{format_usd(usd):>9}")
+    if not ranked:
+        lines.append("  nobody has spent anything yet")
+    shared = status.spent_usd - sum(spent.values())
+    if shared >= 0.0005:
+        lines.append(f"  {'shared (reflection)':<{NAME_WIDTH}}{format_usd(shared):>9}")
+    return lines
+
+
+def own_share_lines(usd: float, status: BudgetStatus, share_usd: float | None) -> list[str]:
+    """A member's view: their own spend today, and the rule."""
+    limit = status.limit.usd
+    part = f" ({usd / limit:.0%} of the daily limit)" if limit else ""
+    return [
+        "",
+        f"Member share: {_share_rule(status, share_usd)}",
+        f"Your messages today: {format_usd(usd)}{part}",
+    ]
+
+
+def _share_rule(status: BudgetStatus, share_usd: float | None) -> str:
+    """What one member may spend today, in words (at most 45 characters)."""
+    if status.limit.usd is None:
+        return "none (no daily limit)"
+    if share_usd is None:
+        return "off (SONALITY_MEMBER_BUDGET_SHARE=1)"
+    return (
+        f"up to {format_usd(share_usd)} each "
+        f"({share_usd / status.limit.usd if status.limit.usd else 0:.0%} of the limit)"
+    )
+
+
+def _short_name(name: str) -> str:
+    name = " ".join(name.split())
+    return name if len(name) <= NAME_WIDTH - 1 else name[: NAME_WIDTH - 2] + "…"
 
 
 def format_tokens(count: int) -> str:

@@ -19,6 +19,8 @@ from bot.budget import (
     SpendLimit,
     format_tokens,
     format_usd,
+    member_share_lines,
+    own_share_lines,
     total_tokens,
 )
 from bot.forget import forget_member, reapply_after_rollback, resolve_member
@@ -32,7 +34,7 @@ from bot.messages import (
     needs_moderator,
 )
 from bot.mydata import run_my_data
-from bot.timeline import run_timeline
+from bot.timeline import Timelines
 from providers.pricing import ModelPrice, cost_usd
 from sonality import config
 from sonality.agent import RollbackError, SonalityAgent, cumulative_shift
@@ -117,6 +119,7 @@ class CommandHandlers:
         self._budget = budget
         self._dm_moderation = dm_moderation
         self._forget_journal = forget_journal
+        self.timelines = Timelines(db)  # its worker process and kept answers
 
     async def run(self, request: CommandRequest) -> CommandResult:
         name = request.name.strip().lower()
@@ -339,10 +342,18 @@ class CommandHandlers:
             timezone=str(self._budget.tz),
             limit=spend.limit,
         )
-        return CommandResult(text=text, title="Usage")
+        # Members' shares of today: every member's for moderators, one's own otherwise.
+        spent = await self._budget.member_spent(cid)
+        share = await self._budget.share_usd(cid)
+        if request.is_moderator:
+            names = await self._db.speaker_names(cid, spent)
+            lines = member_share_lines(spent, names, spend, share)
+        else:
+            lines = own_share_lines(spent.get(request.caller.id, 0.0), spend, share)
+        return CommandResult(text="\n".join([text, *lines]), title="Usage")
 
     async def _cmd_timeline(self, request: CommandRequest) -> CommandResult:
-        return await run_timeline(self._db, request)
+        return await self.timelines.run(request)
 
     async def _cmd_my_data(self, request: CommandRequest) -> CommandResult:
         agent = await self._agent_for(request.community)

@@ -92,6 +92,8 @@ class CommandRequest(BaseModel):
     is_moderator: bool  # decided by the adapter (Manage Server, workspace admin, ...)
     name: str
     args: tuple[str, ...] = ()
+    # As for `IncomingMessage`: the operator at the terminal is never flood-limited.
+    trusted: bool = False
 
 
 class Attachment(BaseModel):
@@ -130,6 +132,10 @@ CUT_OFF = (
     "Please ask again in a moment.)"
 )
 SLOW_DOWN = "You're sending messages faster than I can think. Please slow down a little."
+SHARE_REACHED = (
+    "You've used your share of today's spending limit here, so I'll leave the rest of "
+    "today to the others and answer you again tomorrow."
+)
 BUDGET_REACHED = (
     "I've reached today's spending limit for this community, so I'm resting until "
     "tomorrow. A moderator can raise it with /sonality budget."

@@ -33,6 +33,7 @@ from storage.export import (
     StoredMessage,
     StoredModeratorAction,
     StoredRating,
+    StoredSpend,
     StoredTurn,
 )
 from storage.people import StagedEntry
@@ -107,6 +108,7 @@ class MemberExport(BaseModel):
     credited_moves: tuple[CreditedMove, ...] = ()
     moderator_actions: tuple[StoredModeratorAction, ...]
     flood_count: StoredFloodCount | None = None
+    spend_per_day: tuple[StoredSpend, ...] = ()
     reply_usage: UsageTotal
     not_per_member: str = NOT_PER_MEMBER
 
@@ -157,6 +159,7 @@ def build_export(
         opinion_updates=tuple(updates),
         moderator_actions=rows.moderator_actions,
         flood_count=rows.flood,
+        spend_per_day=rows.spend,
         reply_usage=usage,
     )
 

@@ -14,7 +14,7 @@ from collections.abc import Coroutine
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
-from bot.budget import BudgetExceeded, BudgetLedger
+from bot.budget import SPENDER, BudgetExceeded, BudgetLedger, MemberShareExceeded, Spender
 from bot.commands import CommandHandlers, describe_ess, ranked_topics
 from bot.forget_journal import ForgetJournal
 from bot.messages import (
@@ -22,6 +22,7 @@ from bot.messages import (
     CUT_OFF,
     INTERNAL_ERROR,
     LLM_DOWN,
+    SHARE_REACHED,
     SLOW_DOWN,
     CommandRequest,
     CommandResult,
@@ -110,12 +111,7 @@ class Runtime:
         if not text:
             return None
         community, user = message.community, message.user
-        if message.trusted:
-            verdict = Verdict.ALLOW
-        elif self.shared_limiter is not None:
-            verdict = await self.shared_limiter.check(community.id, user.id)
-        else:
-            verdict = self.rate_limiter.check(community.id, user.id)
+        verdict = await self._flood_verdict(community.id, user.id, message.trusted)
         if verdict is Verdict.DROP:
             log.info("dropping flood message from %s in %s", user.id, community.id)
             return None
@@ -139,9 +135,12 @@ class Runtime:
             log.info("cut a %d-char message from %s in %s", len(text), user.id, community.id)
             text = text[:limit]
 
+        spender = SPENDER.set(Spender(user.id, limited=not message.trusted))
         try:
             if await self.budget.exhausted(community.id):
                 return await self._budget_notice(community.id, user.id)
+            if not message.trusted and await self.budget.member_over_share(community.id, user.id):
+                return await self._share_notice(community.id, user.id)
             agent = await self.registry.agent_for(community)
             now = datetime.now(UTC)
             self.last_message_at[community.id] = now
@@ -149,6 +148,8 @@ class Runtime:
             reply = await agent.respond(
                 text, Speaker(id=user.id, name=user.name), history, on_text=sink
             )
+        except MemberShareExceeded:  # spent while this message waited for its turn
+            return await self._share_notice(community.id, user.id)
         except BudgetExceeded:  # reached while this message waited for its turn
             return await self._budget_notice(community.id, user.id)
         except LLMError as exc:
@@ -168,6 +169,8 @@ class Runtime:
         except Exception:
             log.exception("failed to answer in %s for %s", community.id, user.id)
             return Reply(text=INTERNAL_ERROR, kind=ReplyKind.NOTICE)
+        finally:
+            SPENDER.reset(spender)
 
         # The reply is already durable in the outbox (which also notes the activity); the
         # conversation buffer and the community's name are written after it leaves, so
@@ -183,12 +186,28 @@ class Runtime:
             )
         return Reply(text=reply, truncated=truncated, streamed=bool(shown))
 
+    async def _flood_verdict(self, community_id: str, user_id: str, trusted: bool) -> Verdict:
+        """One count per member for messages and commands alike (see `bot.ratelimit`)."""
+        if trusted:
+            return Verdict.ALLOW
+        if self.shared_limiter is not None:
+            return await self.shared_limiter.check(community_id, user_id)
+        return self.rate_limiter.check(community_id, user_id)
+
     async def _budget_notice(self, community_id: str, user_id: str) -> Reply | None:
         """Past the daily limit each member is told once a day; after that, silence
         (a reply to every message would only be noise)."""
         if await self.budget.first_notice_today(community_id, user_id):
             log.info("spending limit reached in %s: told %s", community_id, user_id)
             return Reply(text=BUDGET_REACHED, kind=ReplyKind.NOTICE)
+        return None
+
+    async def _share_notice(self, community_id: str, user_id: str) -> Reply | None:
+        """A member past their share of the day is told once a day, whichever process
+        sees their message; the community's other members are still answered."""
+        if await self.budget.first_share_notice_today(community_id, user_id):
+            log.info("member share spent in %s: told %s", community_id, user_id)
+            return Reply(text=SHARE_REACHED, kind=ReplyKind.NOTICE)
         return None
 
     def _needs_touch(self, community: Community, now: datetime) -> bool:
@@ -248,6 +267,21 @@ class Runtime:
         return agent
 
     async def run_command(self, request: CommandRequest) -> CommandResult:
+        # Commands cost work too (a timeline is seconds of CPU, `reflect` model calls),
+        # so they count with the caller's messages, moderators' included. A command over
+        # the limit is still answered, privately: a slash command left unanswered shows
+        # the caller an error, and nobody else sees the answer.
+        verdict = await self._flood_verdict(
+            request.community.id, request.caller.id, request.trusted
+        )
+        if verdict is not Verdict.ALLOW:
+            log.info(
+                "rate limited /sonality %s by %s in %s",
+                request.name,
+                request.caller.id,
+                request.community.id,
+            )
+            return CommandResult(text=SLOW_DOWN, ok=False, private=True)
         log.debug(
             "command %s (%d args) by %s in %s",
             request.name,
@@ -330,4 +364,6 @@ class Runtime:
     async def close(self) -> None:
         self.stop_accepting()
         await self._wait_background()
+        await self.commands.timelines.close()
         await self.registry.close_all()
+        await self.budget.flush()  # what members spent, learning's last calls included

@@ -170,6 +170,10 @@ class ReflectionScheduler:
         except Exception:
             log.exception("retention failed; it is tried again at the next housekeeping")
         try:
+            await self.runtime.budget.prune_members()  # past days' shares: member data
+        except Exception:
+            log.exception("pruning the members' spend failed; tried again next time")
+        try:
             # Communities the bot was removed from, once SONALITY_DELETE_AFTER_REMOVAL_DAYS
             # have passed without it being added back (bot/removal.py).
             await self.runtime.removals.erase_due(now)

@@ -63,6 +63,11 @@ class Settings(BaseSettings):
     prices: dict[str, ModelPrice] = Field(default_factory=dict, alias="SONALITY_PRICES")
     # Default daily spending limit per community in USD; unset = no limit.
     daily_budget_usd: float | None = Field(default=None, ge=0, alias="SONALITY_DAILY_BUDGET_USD")
+    # The most one member may spend of a community's daily limit, as a share of it
+    # (0.5: half); 1 turns the rule off. See bot/budget.py.
+    member_budget_share: float = Field(
+        default=0.5, ge=0, le=1, alias="SONALITY_MEMBER_BUDGET_SHARE"
+    )
     max_concurrent_llm: int = Field(default=16, ge=1, alias="SONALITY_MAX_CONCURRENT_LLM")
     llm_max_retries: int = Field(default=3, ge=0, alias="SONALITY_LLM_MAX_RETRIES")
     llm_timeout_seconds: float = Field(default=60.0, gt=0, alias="SONALITY_LLM_TIMEOUT_SECONDS")

@@ -9,11 +9,18 @@ requests happened.
 What is drawn comes from the stored history and nothing else, in two steps:
 
 1. `build_timeline` reads the versions (newest first, at most `MAX_VERSIONS`, or those
-   of the last `days`), the state of every version where a belief could have changed,
-   the audit trail and the members' names, into a `Timeline` (pydantic, so tests check
-   the data behind the picture rather than pixels).
+   of the last `days`), the stored rows of the whole range in one read, the audit
+   trail and the members' names; `compute_timeline` replays the rows once, reading the
+   beliefs of every version where one could have changed, into a `Timeline` (pydantic,
+   so tests check the data behind the picture rather than pixels).
 2. `render_png` draws it with matplotlib's object API on the Agg canvas (no display,
    no pyplot state), imported only when a picture is made.
+
+Why the replay and the drawing run in a worker process (`Timelines`, `bot.offload`):
+3,000 versions of a community holding 200 beliefs are seconds of CPU, and any member
+may ask. On the event loop that stalled every community's replies; in a thread it
+still held the GIL the loop needs. Answers are kept per community version, and the
+command shares the member flood limit with messages (`bot.runtime`).
 
 Credit for a move. Commits record no per-member provenance yet, so it is rebuilt from
 the audit trail: an "ess" event lists what its speaker staged (topic, signed delta,
@@ -35,19 +42,30 @@ from __future__ import annotations
 import asyncio
 import io
 import math
-from collections.abc import Iterable, Sequence
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from bot.messages import Attachment, CommandRequest, CommandResult
+from bot.offload import Worker
 from sonality import config
 from sonality.ess import normalize_topic
-from sonality.memory.sponge import SpongeState
 from sonality.opinions import resisted
 from sonality.store import VersionInfo
-from storage.people import StagedArgument
+from storage.base import Conn
+from storage.history import (
+    HistoryReader,
+    VersionRange,
+    VersionSpan,
+    read_events,
+    read_spans,
+    read_versions,
+)
+from storage.people import StagedArgument, StagedRow, parse_staged_arguments, staged_rows
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -65,7 +83,6 @@ MAX_MEMBERS = 7
 WIDTH_PX = 1000
 HEIGHT_PX = 600
 DPI = 100
-_PAGE = 500  # versions per read
 
 MarkerKind = Literal["reflection", "rollback", "forget-me"]
 #: Version causes that can change a belief without the change line saying so.
@@ -82,6 +99,14 @@ class TimelineError(Exception):
         super().__init__(text)
         self.text = text
         self.ok = ok
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Raised in the worker process: pickled by hand, as `ok` is keyword-only.
+        return (_timeline_error, (self.text, self.ok))
+
+
+def _timeline_error(text: str, ok: bool) -> TimelineError:
+    return TimelineError(text, ok=ok)
 
 
 class BeliefPoint(BaseModel):
@@ -184,33 +209,107 @@ def reach(stance: float, confidence: float) -> tuple[float, float]:
 
 # ---------------------------------------------------------------------- the command
 
+#: Answers kept per runtime (a picture is about 100 KB).
+CACHE_SIZE = 16
 
-async def run_timeline(
-    db: Database, request: CommandRequest, *, now: datetime | None = None
-) -> CommandResult:
-    """The whole command: arguments, data, picture; errors as short private answers."""
-    try:
-        topic, days = parse_args(request.args)
-        name = request.community.name or await _stored_name(db, request.community.id)
-        timeline = await build_timeline(
-            db, request.community.id, name, topic=topic, days=days, now=now
-        )
-    except TimelineError as exc:
+Offload = Callable[[Callable[[Any], Any], Any], Awaitable[Any]]
+"""Runs `fn(arg)` somewhere else and returns its result: a `Worker` process's `call`,
+or `in_thread` for callers without one (tests, scripts)."""
+
+#: What the worker imports as it starts: this module, and what `render_png` draws with.
+WORKER_PRELOAD = ("bot.timeline", "matplotlib.backends.backend_agg", "matplotlib.figure")
+
+_CacheKey = tuple[str, str, str | None, int | None, int, int, bool]
+
+
+async def in_thread(fn: Callable[[Any], Any], arg: Any) -> Any:
+    return await asyncio.to_thread(fn, arg)
+
+
+class Timelines:
+    """`/sonality timeline` for one runtime: the history read in one pass, the replay
+    and the picture made in the worker process (`bot.offload`), answers kept.
+
+    An answer is kept by community, its name, topic, days and the versions it covers
+    (first, last, cut or not). Anything that changes what is drawn (a message, a
+    rollback, a forget-me) commits a version and so makes a new key; identical requests
+    that arrive while one is being made wait for it rather than make it again. Names
+    are read when an answer is made: a member who renames shows under the old name
+    until the next version.
+    """
+
+    def __init__(
+        self, db: Database, worker: Worker | None = None, cache_size: int = CACHE_SIZE
+    ) -> None:
+        self._db = db
+        self.worker = worker or Worker(preload=WORKER_PRELOAD)
+        self._cache_size = cache_size
+        self._cache: OrderedDict[_CacheKey, CommandResult] = OrderedDict()
+        self._making: dict[_CacheKey, asyncio.Task[CommandResult]] = {}
+        # One answer made at a time: the worker replays one anyway, and reading ten
+        # histories at once only piles their parsing onto the event loop.
+        self._turn = asyncio.Lock()
+
+    async def run(self, request: CommandRequest, *, now: datetime | None = None) -> CommandResult:
+        """The whole command; errors as short answers."""
+        cid = request.community.id
+        try:
+            topic, days = parse_args(request.args)
+            name = request.community.name or await _stored_name(self._db, cid)
+            span = await read_range(self._db, cid, days, now)
+        except TimelineError as exc:
+            return _answer_error(exc)
+        key = (cid, name, topic, days, span.first, span.last, span.truncated)
+        kept = self._cache.get(key)
+        if kept is not None:
+            self._cache.move_to_end(key)
+            return kept
+        task = self._making.get(key)
+        if task is None:
+            job = self._make(TimelineJob(self._db.history_reader(), cid, name, topic, days, span))
+            task = asyncio.create_task(job, name=f"timeline:{cid}")
+            self._making[key] = task
+            task.add_done_callback(lambda done: self._made(key, done))
+        # Shielded: a caller who gives up does not cancel it for the others waiting.
+        return await asyncio.shield(task)
+
+    async def _make(self, job: TimelineJob) -> CommandResult:
+        async with self._turn:
+            try:
+                timeline = await _build(self._db, job, self.worker.call)
+            except TimelineError as exc:
+                return _answer_error(exc)
+            png = await self.worker.call(render_png, timeline)
         return CommandResult(
-            text=exc.text, ok=exc.ok, private=not exc.ok, title="" if not exc.ok else "Timeline"
-        )
-    png = await asyncio.to_thread(render_png, timeline)
-    return CommandResult(
-        text=caption(timeline),
-        title="Timeline",
-        files=(
-            Attachment(
-                name=timeline.file_name,
-                data=png,
-                mime_type="image/png",
-                description=alt_text(timeline),
+            text=caption(timeline),
+            title="Timeline",
+            files=(
+                Attachment(
+                    name=timeline.file_name,
+                    data=png,
+                    mime_type="image/png",
+                    description=alt_text(timeline),
+                ),
             ),
-        ),
+        )
+
+    def _made(self, key: _CacheKey, task: asyncio.Task[CommandResult]) -> None:
+        self._making.pop(key, None)
+        if task.cancelled() or task.exception() is not None:  # retrieved: its waiters raise it
+            return
+        self._cache[key] = task.result()
+        while len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+
+    async def close(self) -> None:
+        for task in list(self._making.values()):
+            task.cancel()
+        await self.worker.close()
+
+
+def _answer_error(exc: TimelineError) -> CommandResult:
+    return CommandResult(
+        text=exc.text, ok=exc.ok, private=not exc.ok, title="" if not exc.ok else "Timeline"
     )
 
 
@@ -278,28 +377,21 @@ def _can_change_beliefs(version: VersionInfo) -> bool:
     return any(word in version.change for word in _CHANGE_WORDS)
 
 
-async def _versions_in_range(
-    db: Database, community_id: str, cutoff: datetime | None
-) -> tuple[list[VersionInfo], bool]:
-    """Oldest first; and whether older versions were left out for `MAX_VERSIONS`."""
-    store = db.community(community_id)
-    found: list[VersionInfo] = []
-    before: int | None = None
-    while len(found) < MAX_VERSIONS:
-        page = await store.versions(limit=min(_PAGE, MAX_VERSIONS - len(found)), before=before)
-        if not page:
-            break
-        for version in page:
-            if cutoff is not None and version.created_at < cutoff:
-                found.reverse()
-                return found, False
-            found.append(version)
-        before = page[-1].version
-        if before == 0:
-            break
-    found.reverse()
-    truncated = bool(found) and found[0].version > 0 and len(found) >= MAX_VERSIONS
-    return found, truncated
+async def read_range(
+    db: Database, community_id: str, days: int | None, now: datetime | None = None
+) -> VersionRange:
+    """The versions to draw: the newest `MAX_VERSIONS`, or those of the last `days`;
+    `TimelineError` when there are none."""
+    since = (now or datetime.now(UTC)) - timedelta(days=days) if days else None
+    found = await db.community(community_id).version_range(since, MAX_VERSIONS)
+    if found is not None:
+        return found
+    if days:
+        raise TimelineError(
+            f"Nothing changed in the last {days} day{'s' if days != 1 else ''}; try more days.",
+            ok=True,
+        )
+    raise TimelineError(_NO_BELIEFS, ok=True)
 
 
 async def build_timeline(
@@ -310,128 +402,208 @@ async def build_timeline(
     topic: str | None = None,
     days: int | None = None,
     now: datetime | None = None,
+    offload: Offload = in_thread,
 ) -> Timeline:
     """Read the history into a `Timeline`; `TimelineError` when there is nothing to draw
-    or the topic is unknown."""
-    now = now or datetime.now(UTC)
-    cutoff = now - timedelta(days=days) if days else None
-    versions, truncated = await _versions_in_range(db, community_id, cutoff)
-    if not versions:
-        if days:
-            raise TimelineError(
-                f"Nothing changed in the last {days} day{'s' if days != 1 else ''}; try more days.",
-                ok=True,
-            )
-        raise TimelineError(_NO_BELIEFS, ok=True)
-    store = db.community(community_id)
-    first, last = versions[0], versions[-1]
+    or the topic is unknown. The reading and the replay run through `offload`."""
+    span = await read_range(db, community_id, days, now)
+    job = TimelineJob(db.history_reader(), community_id, community_name, topic, days, span)
+    return await _build(db, job, offload)
 
+
+@dataclass(frozen=True)
+class TimelineJob:
+    """What the worker needs to read and replay one timeline: a few numbers and how
+    to open the database (`HistoryReader`), so that sending it costs the bot's process
+    nothing and the rows never pass through it."""
+
+    reader: HistoryReader
+    community_id: str
+    name: str  # the community's, for the title
+    topic: str | None
+    days: int | None
+    span: VersionRange
+
+
+async def _build(db: Database, job: TimelineJob, offload: Offload) -> Timeline:
+    """The replay through `offload`, then the members' names."""
+    timeline: Timeline = await offload(compute_timeline, job)
+    members = await _members(db, job.community_id, timeline.series)
+    return timeline.model_copy(update={"members": members})
+
+
+@dataclass(frozen=True)
+class _History:
+    """What `compute_timeline` reads, in one snapshot."""
+
+    versions: list[VersionInfo]  # oldest first
+    wanted: set[int]  # versions whose beliefs are read
+    spans: list[VersionSpan]  # the rows to rebuild them
+    rollbacks: dict[int, int]  # rollback version -> its target
+    reflections: dict[int, dict[str, Any]]
+    arguments: list[StagedRow]
+
+    def states(self) -> dict[int, _Beliefs]:
+        """The beliefs of every wanted version, the spans replayed once, in order."""
+        states: dict[int, _Beliefs] = {}
+        for span in self.spans:
+            for number, state in span.replay():
+                if number in self.wanted:
+                    states[number] = _beliefs_of(state)
+        return states
+
+
+def _read_history(conn: Conn, job: TimelineJob) -> _History:
+    """Everything the timeline draws from, in one pass: the versions, the rows to
+    rebuild the range in order (a rollback's target before the range is read from its
+    own keyframe, not by stretching the range back to it), and the audit trail. Only
+    reading: the replay waits until the connection is closed, so the snapshot is held
+    no longer than the reads take (a forget-me's VACUUM waits for it)."""
+    cid, first, last = job.community_id, job.span.first, job.span.last
+    versions = read_versions(conn, cid, first, last)
     rollbacks = {
         e.version: int(e.payload.get("to_version", -1))
-        for e in await store.audit_events(kind="rollback", limit=MAX_VERSIONS)
-        if first.version <= e.version <= last.version
+        for e in read_events(conn, cid, "rollback", first, last)
     }
-    reflections = {
-        e.version: e.payload
-        for e in await store.audit_events(kind="reflection", limit=MAX_VERSIONS)
-        if first.version <= e.version <= last.version
-    }
-    wanted = {first.version, last.version}
-    wanted |= {v.version for v in versions if _can_change_beliefs(v)}
+    reflections = {e.version: e.payload for e in read_events(conn, cid, "reflection", first, last)}
+    wanted = {first, last, *(v.version for v in versions if _can_change_beliefs(v))}
     wanted |= {t for t in rollbacks.values() if t >= 0}
-    states: dict[int, SpongeState] = {}
-    for number in sorted(wanted):
-        state = await store.state_at(number)
-        if state is not None:
-            states[number] = state
-
-    series = _series(versions, states)
-    if not series:
-        raise TimelineError(_NO_BELIEFS, ok=True)
-    shown = _choose(series, states[last.version], topic)
-    arguments = await db.staged_arguments(community_id, up_to_version=last.version)
-    moves = _moves(versions, states, rollbacks, arguments)
-    chosen = tuple(
-        s.model_copy(update={"moves": tuple(m for m in moves if m.topic == s.topic)}) for s in shown
-    )
-    members = await _members(db, community_id, chosen)
-    return Timeline(
-        community=community_name or "this community",
-        topic=topic and chosen[0].topic,
-        days=days,
-        first_version=first.version,
-        last_version=last.version,
-        first_interaction=first.interaction_count,
-        last_interaction=last.interaction_count,
-        truncated=truncated,
-        series=chosen,
-        markers=_markers(versions, rollbacks, reflections),
-        members=members,
-    )
+    ranges = [(first, last), *((t, t) for t in sorted(t for t in wanted if t < first))]
+    spans = read_spans(conn, cid, ranges)
+    return _History(versions, wanted, spans, rollbacks, reflections, staged_rows(conn, cid, last))
 
 
 _NO_BELIEFS = "I hold no beliefs yet: nobody has given me a strong enough argument."
 
+_Key = tuple[str, int, int]  # (topic, staged at interaction, due at interaction)
 
-def _series(versions: list[VersionInfo], states: dict[int, SpongeState]) -> list[BeliefSeries]:
-    """Every topic held at some read version, as a step function over the range."""
+
+@dataclass(frozen=True, slots=True)
+class _Beliefs:
+    """What the timeline reads of one version's stored state, taken from its JSON
+    without building a `SpongeState` (1,500 of those were most of a long timeline's
+    time). The field names and defaults are the state's own."""
+
+    opinions: dict[str, float]
+    confidence: dict[str, float]
+    staged: list[_Key]  # the updates still cooling, in order
+    # Topics committed at this version -> the members of that move, largest first.
+    moved_by: dict[str, list[str]]
+
+
+def _beliefs_of(state: dict[str, Any]) -> _Beliefs:
+    count = state.get("interaction_count", 0)
+    confidence: dict[str, float] = {}
+    moved_by: dict[str, list[str]] = {}
+    for topic, meta in (state.get("belief_meta") or {}).items():
+        confidence[topic] = meta.get("confidence", 0.0)
+        # A commit reinforces its topic at the commit's interaction: only then are its
+        # sources this version's move (the fallback credit of `_moves`).
+        if meta.get("last_reinforced") == count and meta.get("moved_by"):
+            moved_by[topic] = [str(s.get("member", "")) for s in meta["moved_by"]]
+    return _Beliefs(
+        opinions=dict(state.get("opinion_vectors") or {}),
+        confidence=confidence,
+        staged=[
+            (str(u["topic"]), int(u["staged_at"]), int(u["due_interaction"]))
+            for u in state.get("staged_opinion_updates") or ()
+        ],
+        moved_by=moved_by,
+    )
+
+
+def compute_timeline(job: TimelineJob) -> Timeline:
+    """The replay and everything drawn from it, without member names (`_build` adds
+    them). Runs in the worker process, which reads the history itself."""
+    history = job.reader.read(lambda conn: _read_history(conn, job))
+    states = history.states()
+    versions = history.versions
+    if not versions:  # removed meanwhile (history only grows otherwise)
+        raise TimelineError(_NO_BELIEFS, ok=True)
+    first, last = versions[0], versions[-1]
     in_range = [v for v in versions if v.version in states]
-    topics = sorted({t for v in in_range for t in states[v.version].opinion_vectors})
-    out = []
-    for topic in topics:
-        points: list[BeliefPoint] = []
-        for version in in_range:
-            state = states[version.version]
-            stance = state.opinion_vectors.get(topic)
-            meta = state.belief_meta.get(topic)
-            confidence = meta.confidence if meta is not None and stance is not None else 0.0
-            point = BeliefPoint(
+    peaks: dict[str, float] = {}
+    for version in in_range:
+        for topic, stance in states[version.version].opinions.items():
+            if abs(stance) >= peaks.get(topic, 0.0):
+                peaks[topic] = abs(stance)
+    if not peaks:
+        raise TimelineError(_NO_BELIEFS, ok=True)
+    topics = _choose(peaks, states[last.version].opinions, job.topic)
+    moves = _moves(versions, states, history.rollbacks, parse_staged_arguments(history.arguments))
+    series = tuple(
+        BeliefSeries(
+            topic=topic,
+            points=_points(in_range, states, topic),
+            moves=tuple(m for m in moves if m.topic == topic),
+        )
+        for topic in topics
+    )
+    return Timeline(
+        community=job.name or "this community",
+        topic=job.topic and series[0].topic,
+        days=job.days,
+        first_version=first.version,
+        last_version=last.version,
+        first_interaction=first.interaction_count,
+        last_interaction=last.interaction_count,
+        truncated=job.span.truncated,
+        series=series,
+        markers=_markers(versions, history.rollbacks, history.reflections),
+    )
+
+
+def _points(
+    in_range: list[VersionInfo], states: dict[int, _Beliefs], topic: str
+) -> tuple[BeliefPoint, ...]:
+    """One belief as a step function over the read versions: a point where it changed."""
+    points: list[BeliefPoint] = []
+    last: tuple[float | None, float] | None = None
+    for version in in_range:
+        state = states[version.version]
+        stance = state.opinions.get(topic)
+        confidence = state.confidence.get(topic, 0.0) if stance is not None else 0.0
+        if (stance, confidence) == last:
+            continue
+        last = (stance, confidence)
+        points.append(
+            BeliefPoint(
                 version=version.version,
                 interaction=version.interaction_count,
                 stance=stance,
                 confidence=confidence,
             )
-            if points and (points[-1].stance, points[-1].confidence) == (stance, confidence):
-                continue
-            points.append(point)
-        out.append(BeliefSeries(topic=topic, points=tuple(points)))
-    return out
+        )
+    return tuple(points)
 
 
-def _choose(
-    series: list[BeliefSeries], latest: SpongeState, topic: str | None
-) -> list[BeliefSeries]:
+def _choose(peaks: dict[str, float], now: dict[str, float], topic: str | None) -> list[str]:
     """The asked-for belief, or the strongest ones: held now by |stance|, then those no
-    longer held by the largest |stance| they reached."""
-    by_topic = {s.topic: s for s in series}
+    longer held by the largest |stance| they reached (`peaks`: every topic held in the
+    range)."""
     if topic is not None:
-        if topic in by_topic:
-            return [by_topic[topic]]
-        close = sorted(t for t in by_topic if topic in t)
+        if topic in peaks:
+            return [topic]
+        close = sorted(t for t in peaks if topic in t)
         if len(close) == 1:
-            return [by_topic[close[0]]]
+            return close
         if close:
             raise TimelineError(
                 f"`{topic}` matches several beliefs: {', '.join(close[:6])}. Pick one.", ok=False
             )
         raise TimelineError(f"I have no belief about `{topic}`.", ok=False)
-    now = latest.opinion_vectors
 
-    def strength(s: BeliefSeries) -> tuple[int, float, str]:
-        if s.topic in now:
-            return (0, -abs(now[s.topic]), s.topic)
-        peak = max((abs(p.stance) for p in s.points if p.stance is not None), default=0.0)
-        return (1, -peak, s.topic)
+    def strength(t: str) -> tuple[int, float, str]:
+        if t in now:
+            return (0, -abs(now[t]), t)
+        return (1, -peaks[t], t)
 
-    return sorted(series, key=strength)[:MAX_PANELS]
-
-
-_Key = tuple[str, int, int]  # (topic, staged at interaction, due at interaction)
+    return sorted(peaks, key=strength)[:MAX_PANELS]
 
 
 def _moves(
     versions: list[VersionInfo],
-    states: dict[int, SpongeState],
+    states: dict[int, _Beliefs],
     rollbacks: dict[int, int],
     arguments: Iterable[StagedArgument],
 ) -> list[CommittedMove]:
@@ -444,10 +616,7 @@ def _moves(
             key = (entry.topic, argument.interaction, entry.due)
             credit.setdefault(key, []).append((argument.speaker, entry.delta))
 
-    def keys_of(state: SpongeState) -> list[_Key]:
-        return [(u.topic, u.staged_at, u.due_interaction) for u in state.staged_opinion_updates]
-
-    pending: list[_Key] = keys_of(states[versions[0].version])
+    pending: list[_Key] = list(states[versions[0].version].staged)
     moves: list[CommittedMove] = []
     for version in versions[1:]:
         count = version.interaction_count
@@ -458,16 +627,16 @@ def _moves(
             for topic in dict.fromkeys(k[0] for k in due):
                 shares = [c for k in due if k[0] == topic for c in credit.get(k, [])]
                 shares.sort(key=lambda c: -abs(c[1]))
-                if not shares and state is not None and topic in state.belief_meta:
+                if not shares and state is not None:
                     # No audit row credits it (a forget-me deleted them): the committed
                     # state's own sources, where a forgotten member is a pseudonym.
-                    shares = [(s.member, 0.0) for s in state.belief_meta[topic].moved_by]
+                    shares = [(member, 0.0) for member in state.moved_by.get(topic, [])]
                 moves.append(
                     CommittedMove(
                         version=version.version,
                         interaction=count,
                         topic=topic,
-                        stance=state.opinion_vectors.get(topic) if state is not None else None,
+                        stance=state.opinions.get(topic) if state is not None else None,
                         member_id=shares[0][0] if shares else None,
                         updates=sum(1 for k in due if k[0] == topic),
                         contributors=tuple(dict.fromkeys(c[0] for c in shares)),
@@ -482,10 +651,10 @@ def _moves(
         if target is not None:
             # The restored cooling updates are the target's, in order, shifted by the
             # rollback's interaction offset: they keep their speakers.
-            for old, new in zip(keys_of(target), keys_of(state), strict=False):
+            for old, new in zip(target.staged, state.staged, strict=False):
                 if old in credit and new not in credit:
                     credit[new] = credit[old]
-        pending = keys_of(state)
+        pending = list(state.staged)
     return moves
 
 

@@ -10,4 +10,4 @@ from _bootstrap import ROOT, ensure_venv
 if __name__ == "__main__":
     python = ensure_venv()
     os.chdir(ROOT)
-    os.execv(str(python), [str(python), "-m", "bench.run", *sys.argv[1:]])
+    os.execv(str(python), [str(python), "-m", "bench", *sys.argv[1:]])

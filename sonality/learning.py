@@ -95,6 +95,12 @@ class LearningQueue:
         self._resume.set()
 
     @property
+    def current(self) -> InteractionRecord | None:
+        """The interaction being learned now, if any (a host attributes the model calls
+        made meanwhile to its speaker)."""
+        return self._current
+
+    @property
     def backlog(self) -> int:
         return self._queue.qsize() + (1 if self._current is not None else 0)
 

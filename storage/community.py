@@ -17,6 +17,7 @@ and `latest_state` rebuild the full state, so callers never see the difference.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 from typing import Any
 
 from sonality.evidence import EvidenceStep
@@ -48,7 +49,20 @@ from storage.base import (
 )
 from storage.coordination import EPISODES, Coordinator, LearningLease
 from storage.forgotten import forgotten_since
-from storage.history import ChainTip, plan_row, read_chain, read_span, rebuild, replay
+from storage.history import (
+    AUDIT_COLUMNS,
+    VERSION_COLUMNS,
+    ChainTip,
+    VersionRange,
+    VersionSpan,
+    audit_event,
+    plan_row,
+    read_chain,
+    read_span,
+    rebuild,
+    version_info,
+    version_range,
+)
 from storage.models import (
     InteractionAlreadyDoneError,
     StoredAuditEvent,
@@ -257,14 +271,24 @@ class CommunityStore:
         wanted = {v for v in versions if v >= 0}
         if not wanted:
             return {}
-        cid = self.community_id
-        low, high = min(wanted), max(wanted)
-        rows = await self._db._run_read(lambda conn: read_span(conn, cid, low, high))
+        span = await self.version_span(min(wanted), max(wanted))
         return {
             version: _load_state(to_json(state))
-            for version, state in replay(cid, rows)
+            for version, state in span.replay()
             if version in wanted
         }
+
+    async def version_range(self, since: datetime | None, at_most: int) -> VersionRange | None:
+        """The newest `at_most` versions (created at or after `since`), as a range."""
+        cid = self.community_id
+        return await self._db._run_read(lambda conn: version_range(conn, cid, since, at_most))
+
+    async def version_span(self, low: int, high: int) -> VersionSpan:
+        """The rows to rebuild every version from `low` to `high`, read in one go; the
+        caller replays them where it likes (`VersionSpan.replay`)."""
+        cid = self.community_id
+        rows = await self._db._run_read(lambda conn: read_span(conn, cid, low, high))
+        return VersionSpan.of(cid, low, high, rows)
 
     async def _read_tip(self, version: int | None) -> ChainTip | None:
         """Version `version` (None: the latest) rebuilt from its keyframe. The rows are
@@ -289,10 +313,7 @@ class CommunityStore:
 
     async def versions(self, limit: int = 20, before: int | None = None) -> list[VersionInfo]:
         """Newest first; `before` pages back (versions strictly below it)."""
-        sql = (
-            "SELECT version, cause, change, interaction_count, created_at, actor "
-            "FROM personality_versions WHERE community_id = ?"
-        )
+        sql = f"SELECT {VERSION_COLUMNS} FROM personality_versions WHERE community_id = ?"
         params: list[object] = [self.community_id]
         if before is not None:
             sql += " AND version < ?"
@@ -300,17 +321,7 @@ class CommunityStore:
         rows = await self._db._fetchall(
             sql + " ORDER BY version DESC LIMIT ?", [*params, max(0, limit)]
         )
-        return [
-            VersionInfo(
-                version=r[0],
-                cause=r[1],
-                change=r[2],
-                interaction_count=r[3],
-                created_at=from_db_time(r[4]),
-                actor=r[5],
-            )
-            for r in rows
-        ]
+        return [version_info(r) for r in rows]
 
     async def commit(self, commit: StateCommit) -> None:
         """Append version + audit events + usage, ack the outbox row: all or nothing.
@@ -635,22 +646,10 @@ class CommunityStore:
         self, kind: str | None = None, limit: int = 50
     ) -> list[StoredAuditEvent]:
         """Newest first, optionally only one kind ("ess", "reflection", "rollback", ...)."""
-        sql = (
-            "SELECT version, kind, interaction, payload_json, created_at FROM audit_events "
-            "WHERE community_id = ?"
-        )
+        sql = f"SELECT {AUDIT_COLUMNS} FROM audit_events WHERE community_id = ?"
         params: list[object] = [self.community_id]
         if kind is not None:
             sql += " AND kind = ?"
             params.append(kind)
         rows = await self._db._fetchall(sql + " ORDER BY id DESC LIMIT ?", [*params, max(0, limit)])
-        return [
-            StoredAuditEvent(
-                version=r[0],
-                kind=r[1],
-                interaction=r[2],
-                payload=from_json(r[3]),
-                created_at=from_db_time(r[4]),
-            )
-            for r in rows
-        ]
+        return [audit_event(r) for r in rows]

@@ -51,6 +51,7 @@ from storage.coordination import LEARNING, LOCK_SPACE, Coordinator
 from storage.export import ExportStore
 from storage.flood import FloodStore
 from storage.forget import ForgetStore
+from storage.history import HistoryReader
 from storage.migrations import migrate
 from storage.models import (
     BudgetOverride,
@@ -66,6 +67,7 @@ from storage.platform import PlatformStore
 from storage.postgres import POOL_SIZE, open_postgres
 from storage.removal import RemovalStore
 from storage.retention import RetentionStore
+from storage.spend import MemberSpendStore
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +84,7 @@ class Database(
     RemovalStore,
     ForgetStore,
     FloodStore,
+    MemberSpendStore,
 ):
     """The open database. Create with `await Database.open(path)`; `await close()` at exit."""
 
@@ -98,6 +101,13 @@ class Database(
         # PostgreSQL: locks that let several processes share the database (who learns a
         # community, who runs a scheduled job). SQLite: None, one process per file.
         self.coordinator: Coordinator | None = None
+        self._url: str | None = None  # PostgreSQL's, for `history_reader`
+
+    def history_reader(self) -> HistoryReader:
+        """How a worker process reads this database's history on its own connection."""
+        if self._path is not None:
+            return HistoryReader(sqlite_path=str(self._path))
+        return HistoryReader(postgres_url=self._url)
 
     @property
     def path(self) -> Path:
@@ -150,6 +160,7 @@ class Database(
         log.debug("opened PostgreSQL at %s (schema v%d)", engine.where, version)
         db = cls(engine, None, version, tz)
         db.coordinator = Coordinator(url)
+        db._url = url
         return db
 
     async def close(self) -> None:

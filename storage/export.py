@@ -12,7 +12,8 @@ Chroma), ``audit_events`` of kind "ess" whose speaker is them (how each message 
 rated and which opinion updates it staged), ``evidence_log`` (the same ratings kept for
 good, with their one-line summaries, for the forget-me replay: the audit trail's copy
 expires), ``moderator_actions`` they took and, on PostgreSQL, their ``flood_windows``
-count (found by its hash of community and member). Token
+count (found by its hash of community and member), and ``member_spend`` (what the model
+calls for their messages cost today, for their share of the spending limit). Token
 usage per day (``usage_daily``) is per community, not per member, so it is not theirs;
 the per-message usage is.
 """
@@ -93,6 +94,18 @@ class StoredFloodCount(BaseModel):
     previous_window_messages: int
 
 
+class StoredSpend(BaseModel):
+    """What the member's messages cost on one day (their share of the spending limit)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    day: str
+    usd: float
+    calls: int
+    tokens: int
+    told_share_spent: bool
+
+
 class StoredModeratorAction(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -115,6 +128,7 @@ class MemberRows(BaseModel):
     evidence: tuple[StoredEvidence, ...] = ()
     moderator_actions: tuple[StoredModeratorAction, ...] = ()
     flood: StoredFloodCount | None = None
+    spend: tuple[StoredSpend, ...] = ()
 
     @property
     def interaction_ids(self) -> list[str]:
@@ -216,6 +230,21 @@ class ExportStore(SqlBase):
                     (community_id, member_id),
                 )
             )
+            spend = tuple(
+                StoredSpend(
+                    day=str(r[0]),
+                    usd=float(r[1]),
+                    calls=int(r[2]),
+                    tokens=int(r[3]),
+                    told_share_spent=bool(r[4]),
+                )
+                for r in fetchall(
+                    conn,
+                    "SELECT day, usd, calls, tokens, noticed FROM member_spend "
+                    "WHERE community_id = ? AND member_id = ? ORDER BY day",
+                    (community_id, member_id),
+                )
+            )
             return MemberRows(
                 messages=messages,
                 conversation_turns=turns,
@@ -231,6 +260,7 @@ class ExportStore(SqlBase):
                     last_message=from_db_time(flood[2]),
                     previous_window_messages=int(flood[3]),
                 ),
+                spend=spend,
             )
 
         return await self._run_read(work)

@@ -70,6 +70,7 @@ FORGET_TABLES = (
     "moderator_actions",
     "personality_versions",
     "flood_windows",
+    "member_spend",
 )
 
 __all__ = ["FORGOTTEN_TEXT", "ForgetRequest", "ForgetStore", "JournalEntry", "MemberWords"]
@@ -491,6 +492,11 @@ class ForgetStore(SqlBase):
                 conn,
                 "DELETE FROM flood_windows WHERE community_id = ? AND member_key = ?",
                 (cid, member_key(cid, member)),
+            )
+            changed += execute(
+                conn,
+                "DELETE FROM member_spend WHERE community_id = ? AND member_id = ?",
+                (cid, member),
             )
             has = conn.dialect.contains
             for row_id, args, reason in fetchall(

@@ -41,14 +41,32 @@ updated nor deleted (history is evidence).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+import sqlite3
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
 from sonality.memory.sponge import SpongeState
-from storage.base import Conn, Row, fetchall, fetchone, from_json, to_json
-from storage.models import StorageError
+from sonality.store import VersionInfo
+from storage.base import (
+    POSTGRES,
+    SQLITE,
+    Conn,
+    Row,
+    fetchall,
+    fetchone,
+    from_db_time,
+    from_json,
+    to_db_time,
+    to_json,
+)
+from storage.models import StorageError, StoredAuditEvent
+
+T = TypeVar("T")
 
 KEYFRAME_RATIO = 4
 """A new keyframe once the patches since the last one would exceed this many times its
@@ -254,6 +272,40 @@ def replay(community_id: str, rows: list[Row]) -> Iterator[tuple[int, dict[str, 
         yield version, state
 
 
+@dataclass(frozen=True)
+class VersionSpan:
+    """The stored rows from which every version from `low` to `high` can be rebuilt,
+    read in one snapshot (`read_span`).
+
+    Why a value of its own: rebuilding many versions is CPU work (JSON and merge
+    patches) that a caller may want off its event loop, even in another process. The
+    span is plain data (it pickles), and `replay` needs nothing but it.
+    """
+
+    community_id: str
+    low: int
+    high: int
+    rows: tuple[tuple[int, int | None, str], ...]  # (version, keyframe, state_json)
+
+    @classmethod
+    def of(cls, community_id: str, low: int, high: int, rows: list[Row]) -> VersionSpan:
+        return cls(
+            community_id,
+            low,
+            high,
+            tuple((int(v), None if k is None else int(k), str(t)) for v, k, t in rows),
+        )
+
+    def replay(self) -> Iterator[tuple[int, dict[str, Any]]]:
+        """Each version from `low` to `high` with its full state, in order (the dict is
+        changed in place by the next step, as in `replay`)."""
+        for version, state in replay(self.community_id, list(self.rows)):
+            if version > self.high:
+                return
+            if version >= self.low:
+                yield version, state
+
+
 def rebuild(community_id: str, rows: list[Row]) -> ChainTip | None:
     """The full state at the last of `rows` (as `read_chain` returns them)."""
     if not rows:
@@ -279,3 +331,146 @@ def rebuild(community_id: str, rows: list[Row]) -> ChainTip | None:
         keyframe_chars=len(first[2]),
         patch_chars=sum(len(r[2]) for r in rows[1:]),
     )
+
+
+class VersionRange(BaseModel):
+    """The versions a history view covers: `first` to `last`, and whether older ones
+    were left out for its limit."""
+
+    model_config = ConfigDict(frozen=True)
+
+    first: int
+    last: int
+    truncated: bool
+
+
+def version_range(
+    conn: Conn, community_id: str, since: datetime | None, at_most: int
+) -> VersionRange | None:
+    """The newest `at_most` versions, those created at or after `since` if given; None
+    when there are none. Two lookups on the primary key, however long the history."""
+    row = fetchone(
+        conn,
+        "SELECT MAX(version) FROM personality_versions WHERE community_id = ?",
+        (community_id,),
+    )
+    if row is None or row[0] is None:
+        return None
+    last = int(row[0])
+    low = max(0, last - at_most + 1)
+    if since is None:
+        return VersionRange(first=low, last=last, truncated=low > 0)
+    row = fetchone(
+        conn,
+        "SELECT MIN(version) FROM personality_versions "
+        "WHERE community_id = ? AND version >= ? AND created_at >= ?",
+        (community_id, low, to_db_time(since)),
+    )
+    if row is None or row[0] is None:
+        return None
+    first = int(row[0])
+    return VersionRange(first=first, last=last, truncated=first == low > 0)
+
+
+def read_versions(conn: Conn, community_id: str, low: int, high: int) -> list[VersionInfo]:
+    """The versions from `low` to `high`, oldest first (what `CommunityStore.versions`
+    says of each)."""
+    rows = fetchall(
+        conn,
+        f"SELECT {VERSION_COLUMNS} FROM personality_versions "
+        "WHERE community_id = ? AND version BETWEEN ? AND ? ORDER BY version",
+        (community_id, low, high),
+    )
+    return [version_info(r) for r in rows]
+
+
+VERSION_COLUMNS = "version, cause, change, interaction_count, created_at, actor"
+AUDIT_COLUMNS = "version, kind, interaction, payload_json, created_at"
+
+
+def version_info(row: Row) -> VersionInfo:
+    """A row of `VERSION_COLUMNS` as the engine describes a version."""
+    return VersionInfo(
+        version=row[0],
+        cause=row[1],
+        change=row[2],
+        interaction_count=row[3],
+        created_at=from_db_time(row[4]),
+        actor=row[5],
+    )
+
+
+def audit_event(row: Row) -> StoredAuditEvent:
+    """A row of `AUDIT_COLUMNS`."""
+    return StoredAuditEvent(
+        version=row[0],
+        kind=row[1],
+        interaction=row[2],
+        payload=from_json(row[3]),
+        created_at=from_db_time(row[4]),
+    )
+
+
+def read_events(
+    conn: Conn, community_id: str, kind: str, low: int, high: int
+) -> list[StoredAuditEvent]:
+    """The audit events of one kind recorded with the versions `low` to `high`, oldest
+    first."""
+    rows = fetchall(
+        conn,
+        f"SELECT {AUDIT_COLUMNS} FROM audit_events "
+        "WHERE community_id = ? AND kind = ? AND version BETWEEN ? AND ? ORDER BY id",
+        (community_id, kind, low, high),
+    )
+    return [audit_event(r) for r in rows]
+
+
+def read_spans(
+    conn: Conn, community_id: str, ranges: Sequence[tuple[int, int]]
+) -> list[VersionSpan]:
+    """One `VersionSpan` per (low, high) of `ranges`, on one connection."""
+    return [
+        VersionSpan.of(community_id, low, high, read_span(conn, community_id, low, high))
+        for low, high in ranges
+    ]
+
+
+READER_TIMEOUT_S = 5.0
+"""How long a reader waits for a write lock it never takes anyway (SQLite's busy
+timeout, for the moment a checkpoint holds the file) or for PostgreSQL to answer."""
+
+
+@dataclass(frozen=True)
+class HistoryReader:
+    """Reads the stored history from another process, on a connection of its own.
+
+    Why: rebuilding thousands of versions is done in a worker process (`bot.offload`),
+    and sending it megabytes of rows from the bot's process costs that process the GIL
+    (reading them, then pickling them) while its event loop waits. The worker reads
+    them itself instead, read-only: the SQLite file (WAL lets readers in beside the
+    bot's writer) or the PostgreSQL database. History is append-only, so a reader that
+    starts after the caller looked at the versions finds at least those.
+    """
+
+    sqlite_path: str | None = None
+    postgres_url: str | None = None
+
+    def read(self, fn: Callable[[Conn], T]) -> T:
+        if self.sqlite_path is not None:
+            uri = Path(self.sqlite_path).resolve().as_uri() + "?mode=ro"
+            raw = sqlite3.connect(uri, uri=True, timeout=READER_TIMEOUT_S, isolation_level=None)
+            try:
+                raw.execute("BEGIN")  # one snapshot for everything `fn` reads
+                return fn(Conn(raw, SQLITE))
+            finally:
+                raw.close()
+        if self.postgres_url is None:
+            raise StorageError("a history reader needs a SQLite file or a PostgreSQL URL")
+        import psycopg
+
+        with psycopg.connect(self.postgres_url, connect_timeout=int(READER_TIMEOUT_S)) as pg:
+            pg.read_only = True
+            try:
+                return fn(Conn(pg, POSTGRES))
+            finally:
+                pg.rollback()

@@ -555,6 +555,29 @@ _V10_FORGET_KEYS: list[Statement] = [
     "ALTER TABLE forget_requests ADD COLUMN member_key TEXT",
 ]
 
+_V11_MEMBER_SPEND: list[Statement] = [
+    # What each member spent of their community's day, for the member share of the
+    # spending limit (storage/spend.py, bot/budget.py): one row per community, local day
+    # and member; `noticed` is set by the one process that told the member their share
+    # is spent. Member data: a forget-me deletes the member's rows, housekeeping the
+    # past days (the index on `day` serves that prune, which spans communities). No
+    # reference to `communities`: a call's spend may be written before the community's
+    # row, and erasing a community finds these rows by `community_id`.
+    """
+    CREATE TABLE member_spend (
+        community_id TEXT NOT NULL,
+        day TEXT NOT NULL,
+        member_id TEXT NOT NULL,
+        usd REAL NOT NULL,
+        calls INTEGER NOT NULL,
+        tokens INTEGER NOT NULL,
+        noticed INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (community_id, day, member_id)
+    ) WITHOUT ROWID
+    """,
+    "CREATE INDEX member_spend_by_day ON member_spend (day)",
+]
+
 MIGRATIONS: list[list[Statement]] = [
     _V1,
     _V2,
@@ -566,6 +589,7 @@ MIGRATIONS: list[list[Statement]] = [
     _V8_FLOOD,
     _V9_FLOOD_SLIDING,
     _V10_FORGET_KEYS,
+    _V11_MEMBER_SPEND,
 ]
 """Index i holds the statements that take the schema from version i to i + 1."""
 

@@ -88,28 +88,45 @@ class PeopleStore(SqlBase):
     ) -> list[StagedArgument]:
         """ "ess" events that staged updates, oldest first, at or below `up_to_version`
         (the newest `MAX_STAGED_EVENTS` of them)."""
-        sql_of = self.dialect
-        sql = (
-            f"SELECT version, interaction, {sql_of.json_text('payload_json', 'speaker')}, "
-            f"{sql_of.json_text('payload_json', 'staged')} FROM audit_events "
-            "WHERE community_id = ? AND kind = 'ess' "
-            f"AND {sql_of.json_array_not_empty('payload_json', 'staged')}"
-        )
-        params: list[object] = [community_id]
-        if up_to_version is not None:
-            sql += " AND version <= ?"
-            params.append(up_to_version)
-        rows = await self._fetchall(sql + " ORDER BY id DESC LIMIT ?", [*params, MAX_STAGED_EVENTS])
-        found = []
-        for version, interaction, speaker, staged in reversed(rows):
-            entries = _staged_entries(from_json(staged) if staged else None)
-            if entries:
-                found.append(
-                    StagedArgument(
-                        version=int(version),
-                        interaction=int(interaction),
-                        speaker=str(speaker or ""),
-                        staged=entries,
-                    )
+        rows = await self._run_read(lambda conn: staged_rows(conn, community_id, up_to_version))
+        return parse_staged_arguments(rows)
+
+
+def staged_rows(conn: Conn, community_id: str, up_to_version: int | None = None) -> list[StagedRow]:
+    """The "ess" events behind `PeopleStore.staged_arguments`, oldest first, unparsed:
+    for a caller that parses them elsewhere (the timeline's worker process) with
+    `parse_staged_arguments`."""
+    sql_of = conn.dialect
+    sql = (
+        f"SELECT version, interaction, {sql_of.json_text('payload_json', 'speaker')}, "
+        f"{sql_of.json_text('payload_json', 'staged')} FROM audit_events "
+        "WHERE community_id = ? AND kind = 'ess' "
+        f"AND {sql_of.json_array_not_empty('payload_json', 'staged')}"
+    )
+    params: list[object] = [community_id]
+    if up_to_version is not None:
+        sql += " AND version <= ?"
+        params.append(up_to_version)
+    rows = fetchall(conn, sql + " ORDER BY id DESC LIMIT ?", (*params, MAX_STAGED_EVENTS))
+    return [
+        (int(version), int(interaction), str(speaker or ""), str(staged or ""))
+        for version, interaction, speaker, staged in reversed(rows)
+    ]
+
+
+#: (version, interaction, speaker, staged list as JSON) of one "ess" event.
+StagedRow = tuple[int, int, str, str]
+
+
+def parse_staged_arguments(rows: Iterable[StagedRow]) -> list[StagedArgument]:
+    """The events of `staged_argument_rows` that staged at least one valid update."""
+    found = []
+    for version, interaction, speaker, staged in rows:
+        entries = _staged_entries(from_json(staged) if staged else None)
+        if entries:
+            found.append(
+                StagedArgument(
+                    version=version, interaction=interaction, speaker=speaker, staged=entries
                 )
-        return found
+            )
+    return found

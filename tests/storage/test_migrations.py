@@ -34,6 +34,7 @@ EXPECTED_TABLES = {
     "evidence_log",
     "forget_requests",
     "flood_windows",
+    "member_spend",
 }
 
 

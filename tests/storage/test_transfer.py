@@ -20,6 +20,7 @@ from sonality.llm import Usage
 from sonality.store import AuditEvent, Episode, UsageRecord
 from storage import Database, transfer
 from storage.models import StorageError
+from storage.spend import MemberSpend
 from tests.pg import PostgresServer
 from tests.storage.conftest import at, commit_of, record
 
@@ -64,6 +65,11 @@ async def fill(path: Path, key: str) -> None:
         await db.save_installation(INSTALL, {"bot_token": TOKEN, "team_id": "T1"})
         await db.issue_oauth_state("state-1", at(10**7))
         await db.flood_hit("slack:T1", "u2", at(60), timedelta(seconds=60))
+        day = at(60).date()
+        await db.add_member_spend(
+            [MemberSpend(community_id="slack:T1", day=day, member_id="u2", usd=0.25, calls=1)]
+        )
+        await db.claim_share_notice("slack:T1", day, "u2")
     finally:
         await db.close()
 
