@@ -1,7 +1,9 @@
-"""The bot's episode store: the seed's, made to host thousands of communities.
+"""One community's episodes among thousands: the bot's store, on the embedded Chroma
+or a Chroma server.
 
-Same ranking, hiding and documents as :class:`sonality.memory.episodes.EpisodeStore`
-(it uses that module's helpers), with three differences:
+Same ranking, hiding and documents as the seed's
+:class:`sonality.memory.episodes.EpisodeStore` (it uses that module's helpers), with
+three differences:
 
 * one Chroma client shared by all communities (:class:`SharedChroma`, reopened when
   too many collections are open, so every operation fetches its collection handles
@@ -23,9 +25,9 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any, Protocol, TypeVar, cast
 
 import numpy as np
 from chromadb.api import ClientAPI
@@ -56,7 +58,15 @@ from sonality.memory.episodes import (
 )
 from sonality.store import EPISODIC, SEMANTIC, Episode, HiddenRange
 
-__all__ = ["EpisodeStore", "WaitingAwareMemory", "collection_name_for"]
+__all__ = [
+    "CommunityEpisodeStore",
+    "ForwardingStore",
+    "WaitingAwareMemory",
+    "collection_name_for",
+    "community_collections",
+]
+
+T = TypeVar("T")
 
 _SLUG_MAX = 64
 _HASH_CHARS = 16
@@ -73,6 +83,12 @@ def collection_name_for(community_id: str) -> str:
     digest = hashlib.sha256(community_id.encode("utf-8")).hexdigest()[:_HASH_CHARS]
     slug = re.sub(r"[^a-zA-Z0-9]+", "-", community_id).strip("-")[:_SLUG_MAX].strip("-")
     return f"episodes-{slug}-{digest}" if slug else f"episodes-{digest}"
+
+
+def community_collections(community_id: str) -> list[str]:
+    """Both of a community's collections: episodes, and consolidated insights."""
+    name = collection_name_for(community_id)
+    return [name, f"{name}-semantic"]
 
 
 def scored_waiting(
@@ -120,16 +136,17 @@ class WaitingAwareMemory(EpisodeMemory, Protocol):
     ) -> list[str]: ...
 
 
-class EpisodeStore(SeedStoreMethods):
+class CommunityEpisodeStore(SeedStoreMethods):
     """One community's memories: store, retrieve by meaning, list recent ones.
 
     One embedding space: each memory's vector is its document's (an episode's ESS
     summary, an insight's text), given with the episode or computed here, so one
     ``min_relevance`` means the same for all of them.
 
-    ``EpisodeStore(persist_dir)`` works as the seed API describes; the keyword arguments
-    let the bot share one client and one embedding function across all communities.
-    With a ``client`` no directory is needed (a Chroma server's has none here).
+    ``CommunityEpisodeStore(persist_dir)`` alone opens its own client and the default
+    model; the keyword arguments let the bot share one client and one embedding
+    function across all communities. With a ``client`` no directory is needed (a Chroma
+    server's has none here).
     """
 
     def __init__(
@@ -153,7 +170,7 @@ class EpisodeStore(SeedStoreMethods):
         self._embed = embedding_function
         if client is None:
             if self.persist_dir is None:
-                raise TypeError("EpisodeStore needs a persist_dir or a client")
+                raise TypeError("CommunityEpisodeStore needs a persist_dir or a client")
             client = SharedChroma(self.persist_dir)
         self.chroma = client
         self._name = collection
@@ -219,7 +236,7 @@ class EpisodeStore(SeedStoreMethods):
         embedding_function: EmbeddingFunction[Documents] | None = None,
         model_cache_dir: Path | None = None,
         shared: bool = False,
-    ) -> EpisodeStore:
+    ) -> CommunityEpisodeStore:
         """The store of one Discord guild / Slack workspace / terminal session."""
         return cls(
             persist_dir,
@@ -456,3 +473,74 @@ class EpisodeStore(SeedStoreMethods):
         waiting = [e for e in unwritten if e.id not in stored]  # a write may have just landed
         scored += scored_waiting(query_embedding, waiting, hidden, min_relevance)
         return best(scored, n_results)
+
+
+class ForwardingStore(SeedStoreMethods):
+    """Every memory call, run on a :class:`CommunityEpisodeStore` held behind something
+    (opened lazily, reopened, retried): written once here, so a store of that kind says
+    only how a write (`_call`) and a query (`_read`) reach the store underneath."""
+
+    def _call(self, operation: Callable[[CommunityEpisodeStore], T]) -> T:
+        raise NotImplementedError
+
+    def _read(self, operation: Callable[[CommunityEpisodeStore], T]) -> T:
+        return self._call(operation)
+
+    def store_many(self, episodes: Sequence[Episode]) -> None:
+        self._call(lambda store: store.store_many(episodes))
+
+    def delete(self, ids: Sequence[str]) -> None:
+        if ids:
+            self._call(lambda store: store.delete(ids))
+
+    def stored(self, ids: Sequence[str]) -> list[dict[str, Any]]:
+        return self._read(lambda store: store.stored(ids)) if ids else []
+
+    def count(self) -> int:
+        return self._read(lambda store: store.count())
+
+    def semantic_ids(self, documents: Sequence[str]) -> list[str]:
+        return self._read(lambda store: store.semantic_ids(documents))
+
+    def retrieve_typed(
+        self,
+        query: str,
+        episodic_n: int = EPISODIC_N,
+        semantic_n: int = SEMANTIC_N,
+        min_relevance: float = MIN_RELEVANCE,
+        *,
+        query_embedding: Embeddings | None = None,
+        unwritten: Sequence[Episode] = (),
+        hidden: Sequence[HiddenRange] = (),
+    ) -> list[str]:
+        return self._read(
+            lambda store: store.retrieve_typed(
+                query,
+                episodic_n,
+                semantic_n,
+                min_relevance,
+                query_embedding=query_embedding,
+                unwritten=unwritten,
+                hidden=hidden,
+            )
+        )
+
+    def retrieve(
+        self,
+        query: str,
+        n_results: int = N_RESULTS,
+        min_relevance: float = MIN_RELEVANCE,
+        where: dict[str, Any] | None = None,
+        *,
+        query_embedding: Embeddings | None = None,
+    ) -> list[str]:
+        return self._read(
+            lambda store: store.retrieve(
+                query, n_results, min_relevance, where, query_embedding=query_embedding
+            )
+        )
+
+    def recent_summaries(
+        self, since_interaction: int, limit: int = RECENT_N, hidden: Sequence[HiddenRange] = ()
+    ) -> list[str]:
+        return self._read(lambda store: store.recent_summaries(since_interaction, limit, hidden))
