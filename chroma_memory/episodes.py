@@ -48,6 +48,7 @@ from sonality.memory.episodes import (
     SeedStoreMethods,
     best,
     document_of,
+    ids_with,
     in_order,
     outside,
     relevance,
@@ -326,10 +327,9 @@ class CommunityEpisodeStore(SeedStoreMethods):
             return self._episodic().count() + (semantic.count() if semantic is not None else 0)
 
     def semantic_ids(self, documents: Sequence[str]) -> list[str]:
-        """Ids of the semantic memories (consolidated insights) whose text is one of
-        `documents`. Why by text: an insight is consolidated as it was extracted, and
-        the audit trail records which member's message it was drawn from, so a
-        forget-me finds the member's insights this way (the collection is small)."""
+        """Why by text: an insight is consolidated as it was extracted, and the audit
+        trail records which member's message it was drawn from, so a forget-me finds
+        the member's insights this way (the collection is small)."""
         wanted = set(documents)
         if not wanted:
             return []
@@ -338,16 +338,17 @@ class CommunityEpisodeStore(SeedStoreMethods):
             if semantic is None:
                 return []
             got = semantic.get(include=["documents"])
-        texts = got.get("documents") or []
-        return sorted(i for i, text in zip(got["ids"], texts, strict=True) if text in wanted)
+        return ids_with(got["ids"], got.get("documents") or [], wanted)
 
     def stored(self, ids: Sequence[str]) -> list[dict[str, Any]]:
-        """The episodes with these ids exactly as Chroma holds them (document and
+        """The memories with these ids exactly as Chroma holds them (document and
         metadata, no vector), so a member's data export shows what is really kept."""
         if not ids:
             return []
         with self.chroma.use():
-            return stored_in(self._episodic(), ids)
+            semantic = self._semantic(create=False)
+            found = stored_in(self._episodic(), ids)
+            return found + (stored_in(semantic, ids) if semantic is not None else [])
 
     def embed_query(self, query: str) -> Embeddings:
         """Embed a query once so several filtered passes can reuse the vector."""

@@ -25,7 +25,7 @@ from chroma_memory.episodes import CommunityEpisodeStore
 from chroma_memory.server import ServerMemory
 from chroma_memory.write_behind import WriteBehindMemory
 from sonality.agent import SonalityAgent
-from sonality.memory.episodes import Episode
+from sonality.memory.episodes import SEMANTIC, Episode, EpisodeStore
 from storage import Database
 from tests.chroma_server import ChromaServer, chroma_server  # noqa: F401 (fixture)
 from tests.engine import test_replay as harness
@@ -156,6 +156,35 @@ async def test_forget_me_deletes_the_insights_a_reflection_drew_from_the_member(
     after = semantic_documents(episodes)
     assert after == [d for d in before if TOKEN not in d]  # the others' insights stay
     assert files_holding([persist_dir], [TOKEN]) == []
+
+
+async def test_forget_me_deletes_the_members_insights_from_the_seeds_store(
+    db: Database, tmp_path: Path, embedding_function: FastMiniLML6V2
+) -> None:
+    """The agent given the seed's plain store (written at each commit, one collection):
+    the forget-me finds the member's insights through the memory interface too. It used
+    to look for a method only the bot's stores had, and left them here."""
+    episodes = EpisodeStore(tmp_path / "seed", embedding_function=embedding_function)
+    llm = ScriptedLLM()
+    agent = await SonalityAgent.load(
+        client=llm, store=db.community(COMMUNITY), episodes=episodes, model="m", ess_model="m"
+    )
+    try:
+        await reflected(agent, llm)
+        assert await db.community(COMMUNITY).pending_episodes() == []  # all in Chroma
+        before = seed_insights(episodes)
+        assert any(TOKEN in d for d in before) and any(TOKEN not in d for d in before)
+
+        await forget_member(db, agent, COMMUNITY, ALICE.id, requested_by="self")
+
+        assert seed_insights(episodes) == [d for d in before if TOKEN not in d]
+    finally:
+        await agent.close(grace_seconds=5)
+
+
+def seed_insights(episodes: EpisodeStore) -> list[str]:
+    got = episodes._collection.get(where={"memory_type": SEMANTIC}, include=["documents"])
+    return sorted(d or "" for d in got.get("documents") or [])
 
 
 async def test_forget_me_drops_the_members_insights_still_waiting_to_be_written(

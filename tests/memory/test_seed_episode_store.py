@@ -96,3 +96,17 @@ def test_both_stores_hide_alike_and_the_bots_ranks_waiting_episodes(
     assert ATOMIC not in got and waiting_text in got
     assert plain.recent_summaries(0, hidden=hidden) == [NUCLEAR, SOURDOUGH, TAX]
     assert fast.recent_summaries(0, hidden=hidden) == [NUCLEAR, SOURDOUGH, TAX]
+
+
+def test_both_stores_find_insights_by_text_and_show_what_they_keep(
+    both: tuple[EpisodeStore, CommunityEpisodeStore],
+) -> None:
+    """What a forget-me (`semantic_ids`) and a member's data export (`stored`) ask of
+    any `EpisodeMemory`: the seed's store answered neither question before."""
+    plain, fast = both
+    wanted = [REACTORS, NUCLEAR, "never stored"]  # NUCLEAR is an episode, not an insight
+    assert plain.semantic_ids(wanted) == fast.semantic_ids(wanted) == ["s1"]
+    assert plain.semantic_ids([]) == fast.semantic_ids([]) == []
+    for store in both:
+        rows = store.stored(["e1", "s1", "absent"])
+        assert sorted(r["document"] for r in rows) == sorted([NUCLEAR, REACTORS])

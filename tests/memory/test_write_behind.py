@@ -58,7 +58,7 @@ async def test_episodes_are_written_in_batches_and_reported_in_order(
     inner = memory.episodes
     assert isinstance(inner, RecordingMemory)
     assert [len(batch) for batch in written] == [EPISODE_BATCH, 3]
-    assert [i for batch in written for i in batch] == [e.id for e in inner.stored]
+    assert [i for batch in written for i in batch] == [e.id for e in inner.writes]
     assert memory.unwritten == []
 
 
@@ -76,7 +76,7 @@ async def test_forget_drops_waiting_episodes_and_deletes_stored_ones(
     inner = memory.episodes
     assert isinstance(inner, RecordingMemory)
     assert sorted(inner.by_id) == ["e0", "e3"]
-    assert "e2" not in [e.id for e in inner.stored]  # never written, not written later
+    assert "e2" not in [e.id for e in inner.writes]  # never written, not written later
 
 
 def stored_documents(store: CommunityEpisodeStore) -> dict[str, str]:
