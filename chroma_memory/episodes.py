@@ -27,7 +27,7 @@ import hashlib
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar, cast
 
 import numpy as np
 from chromadb.api import ClientAPI
@@ -68,6 +68,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 _SLUG_MAX = 64
 _HASH_CHARS = 16
@@ -476,6 +477,20 @@ class CommunityEpisodeStore(SeedStoreMethods):
         return best(scored, n_results)
 
 
+def _forwarded(
+    method: Callable[Concatenate[CommunityEpisodeStore, P], T], *, read: bool = True
+) -> Callable[Concatenate[ForwardingStore, P], T]:
+    """`method` of the store underneath, reached through `_read` (or `_call`), with its
+    signature: the parameters and defaults are written once, on the store."""
+
+    def forward(self: ForwardingStore, *args: P.args, **kwargs: P.kwargs) -> T:
+        reach = self._read if read else self._call
+        return reach(lambda store: method(store, *args, **kwargs))
+
+    forward.__doc__ = method.__doc__
+    return forward
+
+
 class ForwardingStore(SeedStoreMethods):
     """Every memory call, run on a :class:`CommunityEpisodeStore` held behind something
     (opened lazily, reopened, retried): written once here, so a store of that kind says
@@ -487,9 +502,7 @@ class ForwardingStore(SeedStoreMethods):
     def _read(self, operation: Callable[[CommunityEpisodeStore], T]) -> T:
         return self._call(operation)
 
-    def store_many(self, episodes: Sequence[Episode]) -> None:
-        self._call(lambda store: store.store_many(episodes))
-
+    # Without ids nothing is asked: the store would be opened for nothing.
     def delete(self, ids: Sequence[str]) -> None:
         if ids:
             self._call(lambda store: store.delete(ids))
@@ -497,51 +510,9 @@ class ForwardingStore(SeedStoreMethods):
     def stored(self, ids: Sequence[str]) -> list[dict[str, Any]]:
         return self._read(lambda store: store.stored(ids)) if ids else []
 
-    def count(self) -> int:
-        return self._read(lambda store: store.count())
-
-    def semantic_ids(self, documents: Sequence[str]) -> list[str]:
-        return self._read(lambda store: store.semantic_ids(documents))
-
-    def retrieve_typed(
-        self,
-        query: str,
-        episodic_n: int = EPISODIC_N,
-        semantic_n: int = SEMANTIC_N,
-        min_relevance: float = MIN_RELEVANCE,
-        *,
-        query_embedding: Embeddings | None = None,
-        unwritten: Sequence[Episode] = (),
-        hidden: Sequence[HiddenRange] = (),
-    ) -> list[str]:
-        return self._read(
-            lambda store: store.retrieve_typed(
-                query,
-                episodic_n,
-                semantic_n,
-                min_relevance,
-                query_embedding=query_embedding,
-                unwritten=unwritten,
-                hidden=hidden,
-            )
-        )
-
-    def retrieve(
-        self,
-        query: str,
-        n_results: int = N_RESULTS,
-        min_relevance: float = MIN_RELEVANCE,
-        where: dict[str, Any] | None = None,
-        *,
-        query_embedding: Embeddings | None = None,
-    ) -> list[str]:
-        return self._read(
-            lambda store: store.retrieve(
-                query, n_results, min_relevance, where, query_embedding=query_embedding
-            )
-        )
-
-    def recent_summaries(
-        self, since_interaction: int, limit: int = RECENT_N, hidden: Sequence[HiddenRange] = ()
-    ) -> list[str]:
-        return self._read(lambda store: store.recent_summaries(since_interaction, limit, hidden))
+    store_many = _forwarded(CommunityEpisodeStore.store_many, read=False)
+    count = _forwarded(CommunityEpisodeStore.count)
+    semantic_ids = _forwarded(CommunityEpisodeStore.semantic_ids)
+    retrieve_typed = _forwarded(CommunityEpisodeStore.retrieve_typed)
+    retrieve = _forwarded(CommunityEpisodeStore.retrieve)
+    recent_summaries = _forwarded(CommunityEpisodeStore.recent_summaries)
