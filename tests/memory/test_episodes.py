@@ -1,4 +1,5 @@
-"""CommunityEpisodeStore against a real Chroma and the real MiniLM model: meaning, not keywords.
+"""The bot's CommunityEpisodeStore against a real Chroma and the real MiniLM model:
+meaning, not keywords.
 
 Tests taking `store` or `chroma` run on embedded Chroma and on a Chroma server.
 """
@@ -254,7 +255,7 @@ def test_concurrent_use_of_different_communities(
 # -- persistence ----------------------------------------------------------------------------
 
 
-def test_seed_signature_uses_default_client_and_model_dir(
+def test_a_directory_alone_gives_the_default_client_and_model_dir(
     tmp_path: Path, model_cache_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from sonality import config
