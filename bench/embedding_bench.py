@@ -20,7 +20,7 @@ import numpy as np
 from chromadb.utils.embedding_functions.onnx_mini_lm_l6_v2 import ONNXMiniLM_L6_V2
 
 from chroma_memory.embedding import FastMiniLML6V2, close_chroma_client, ensure_minilm_onnx
-from chroma_memory.episodes import EpisodeStore
+from chroma_memory.episodes import CommunityEpisodeStore
 from sonality.memory.episodes import Episode
 
 TOPICS = [
@@ -78,7 +78,7 @@ def main() -> None:
         )
 
         persist = root / "chroma"
-        store = EpisodeStore.for_community("discord:bench", persist, embedding_function=ef)
+        store = CommunityEpisodeStore.for_community("discord:bench", persist, embedding_function=ef)
         n = 10_000
         rng = np.random.default_rng(0)
         vectors = rng.standard_normal((n, 384)).astype(np.float32)

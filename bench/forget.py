@@ -76,6 +76,12 @@ class _NoMemory:
     def count(self) -> int:
         return 0
 
+    def stored(self, ids: Any) -> list[Any]:
+        return []
+
+    def semantic_ids(self, documents: Any) -> list[str]:
+        return []
+
 
 def _ess(rng: random.Random, member: int) -> ESSResult:
     if rng.random() >= 0.3:

@@ -13,10 +13,10 @@ Figures:
      (target p50 ≤ 25 ms, p99 ≤ 100 ms)
   3. 100 communities at once, LLM latency 200 ms, cap 32: LLM calls per second
      (target ≥ 80% of cap ÷ latency) and reply-path time outside the LLM call;
-     3b with SONALITY_CHROMA_MAX_OPEN=128, 3c with SONALITY_MEMORY_PROCESS=true;
+     3b with SONALITY_CHROMA_MAX_OPEN=128;
      3s spread over two bot processes on PostgreSQL and a Chroma server, the cap split
      between them (see bench/scale.py)
-  4. 1,000 known communities, 100 active: memory of all the bot's processes
+  4. 1,000 known communities, 100 active: memory of the bot's process
      (PSS; target < 500 MB)
   4b. the same on PostgreSQL and a Chroma server: 10,000 known, 1,000 active across
      two bot processes; the bots' memory (PSS; target < 1 GB), the servers' beside it
@@ -77,7 +77,7 @@ from chroma_memory.embedding import (
     default_embedding_function,
     make_chroma_client,
 )
-from chroma_memory.episodes import EpisodeStore, collection_name_for
+from chroma_memory.episodes import CommunityEpisodeStore, collection_name_for
 from chroma_memory.server import ServerChroma
 from providers import DEFAULT_MODELS
 from providers.anthropic import AnthropicLLM
@@ -231,7 +231,7 @@ def cached_chroma(community_id: str, episodes: int) -> Path:
     if not (cached / "done").exists():
         shutil.rmtree(cached, ignore_errors=True)
         cached.mkdir(parents=True)
-        store = EpisodeStore.for_community(
+        store = CommunityEpisodeStore.for_community(
             community_id, cached, embedding_function=default_embedding_function(MODEL_CACHE)
         )
         batch: list[Episode] = []
@@ -262,7 +262,7 @@ def seeded_server(url: str, community_id: str, episodes: int) -> tuple[str, floa
     source = make_chroma_client(cached).get_collection(name)
     database = f"bench{uuid.uuid4().hex}"
     server = ServerChroma(url, database=database)
-    store = EpisodeStore.for_community(
+    store = CommunityEpisodeStore.for_community(
         community_id,
         None,
         client=server,
@@ -504,15 +504,11 @@ async def figure_throughput(
     cap: int,
     seconds: float,
     max_open: int | None,
-    process: bool = False,
 ) -> None:
     """With ``max_open`` set, Chroma may keep that many collections open (3b): the
-    default bound is below the 100 active communities, so it keeps reopening. With
-    ``process``, Chroma runs in the memory process (3c)."""
-    data = work / f"throughput-{max_open}-{process}"
+    default bound is below the 100 active communities, so it keeps reopening."""
+    data = work / f"throughput-{max_open}"
     extra: dict[str, Any] = {} if max_open is None else {"SONALITY_CHROMA_MAX_OPEN": max_open}
-    if process:
-        extra["SONALITY_MEMORY_PROCESS"] = True
     with llm_server(latency) as url:
         async with bot(data, url, cap=cap, **extra) as (runtime, llm):
             groups = [Community(id=f"bench:c{i}", name=f"c{i}") for i in range(communities)]
@@ -525,8 +521,7 @@ async def figure_throughput(
     ceiling = cap / latency
     report(
         "3. LLM throughput, 100 communities"
-        + ("" if max_open is None else f" (3b: SONALITY_CHROMA_MAX_OPEN={max_open})")
-        + (" (3c: SONALITY_MEMORY_PROCESS=true)" if process else ""),
+        + ("" if max_open is None else f" (3b: SONALITY_CHROMA_MAX_OPEN={max_open})"),
         f"{rate:.0f} calls/s = {rate / ceiling:.0%} of cap/latency ({ceiling:.0f}/s); "
         f"{replies} replies; reply-path time outside the LLM call p50 "
         f"{fmt_ms(percentile(overheads, 50))}, p99 {fmt_ms(percentile(overheads, 99))}; "
@@ -551,7 +546,9 @@ async def seed_known(data: Path, known: int, per_community: int) -> None:
             StateCommit(state=SpongeState(), cause="seed", change="seed personality")
         )
         await db.touch_community(cid, f"k{i}")
-        store = EpisodeStore.for_community(cid, data / "chromadb", embedding_function=embed)
+        store = CommunityEpisodeStore.for_community(
+            cid, data / "chromadb", embedding_function=embed
+        )
         store.store_many(episodes)
     await db.close()
 
@@ -574,31 +571,19 @@ async def measure_active(data: Path, active: int) -> None:
                 )
             await runtime.drain()
             gc.collect()
-            # Every process of the bot counts (all of ours but the loopback LLM): by
-            # default that is one, with SONALITY_MEMORY_PROCESS=true also the memory
-            # process and its fork server. Shared pages would count twice in a sum of
-            # RSS; PSS splits them between the processes sharing them, so the PSS sum
-            # is the memory the bot really holds.
-            ours = [process] + [
-                child
-                for child in process.children(recursive=True)
-                if "bench.llm_server" not in " ".join(child.cmdline())
-            ]
-            infos = [p.memory_full_info() for p in ours]
-            pss = sum(info.pss for info in infos)
-            rss = sum(info.rss for info in infos)
-            bot_pss = infos[0].pss
+            # PSS, not RSS: pages shared with other processes (the loopback LLM's
+            # interpreter) count only in part, so it is the memory the bot really holds.
+            info = process.memory_full_info()
             loaded = len(runtime.registry.loaded())
             reopens = chroma_reopens(runtime)
     report(
         "4. resident memory",
-        f"{pss / 2**20:.0f} MB PSS over {len(ours)} processes (bot {bot_pss / 2**20:.0f} MB; "
-        f"RSS sum {rss / 2**20:.0f} MB, counting shared pages twice; bot RSS "
+        f"{info.pss / 2**20:.0f} MB PSS (RSS {info.rss / 2**20:.0f} MB; RSS "
         f"{base / 2**20:.0f} MB before any community talked; Chroma reopened {reopens} times)",
         f"{known:,} known communities with episodes, {loaded} of them active "
         "(one message each, learning finished)",
         "< 500 MB",
-        pss < 500 * 2**20,
+        info.pss < 500 * 2**20,
     )
 
 
@@ -683,13 +668,6 @@ FIGURES: tuple[Figure, ...] = (
         lambda work, a: asyncio.run(figure_throughput(work, 100, 0.2, 32, a.seconds, 128)),
     ),
     Figure(
-        "3c",
-        "figure 3 with SONALITY_MEMORY_PROCESS=true",
-        lambda work, a: asyncio.run(
-            figure_throughput(work, 100, 0.2, 32, a.seconds, None, process=True)
-        ),
-    ),
-    Figure(
         "3s",
         "figure 3 on the scale-out stack: 100 communities over 2 bot processes on "
         "PostgreSQL + a Chroma server, cap 32 split between them (≥ 80% of cap)",
@@ -699,7 +677,7 @@ FIGURES: tuple[Figure, ...] = (
     ),
     Figure(
         "4",
-        "memory of all processes, 1,000 communities known, 100 active (PSS < 500 MB)",
+        "memory of the bot, 1,000 communities known, 100 active (PSS < 500 MB)",
         lambda work, a: figure_memory(work, a.known, a.active),
     ),
     Figure(

@@ -43,7 +43,7 @@ import numpy as np
 
 from bot.messages import Community
 from chroma_memory.embedding import close_chroma_client, default_embedding_function
-from chroma_memory.episodes import EpisodeStore
+from chroma_memory.episodes import CommunityEpisodeStore
 from chroma_memory.shared_chroma import SharedChroma
 from sonality.memory.sponge import SpongeState
 from sonality.store import StateCommit
@@ -121,7 +121,7 @@ async def seed(url: str, chroma_path: Path, known: int) -> None:
     chroma = SharedChroma(chroma_path, max_open=64)
 
     def store(i: int) -> None:
-        EpisodeStore.for_community(
+        CommunityEpisodeStore.for_community(
             f"bench:k{i}", None, client=chroma, embedding_function=embed
         ).store_many(episodes)
 

@@ -23,7 +23,7 @@ Two ways to drive it:
   decay) applied to the state without a model, committed through the real
   `CommunityStore` (record, then commit with the ESS audit event, usage, episode and
   evidence-log steps),
-  and the episodes written through the real `EpisodeStore` with vectors from the real
+  and the episodes written through the real `CommunityEpisodeStore` with vectors from the real
   embedding model (each distinct document embedded once). Chroma is written in batches
   of 500 (the bot's write-behind memory writes up to 20) to save time; the episode
   outbox is emptied every 8 episodes as that writer does. Run at 1,000 messages too,
@@ -52,7 +52,7 @@ from bot.messages import Community, IncomingMessage, User
 from bot.runtime import Runtime
 from bot.settings import Settings
 from chroma_memory.embedding import default_embedding_function
-from chroma_memory.episodes import EpisodeStore
+from chroma_memory.episodes import CommunityEpisodeStore
 from providers.anthropic import AnthropicLLM
 from sonality import config
 from sonality.changes import decay_step, message_step
@@ -275,7 +275,7 @@ class Simulation:
     def __init__(
         self,
         store: CommunityStore,
-        episodes: EpisodeStore | None,
+        episodes: CommunityEpisodeStore | None,
         embed: Callable[[str], Any],
     ) -> None:
         self.store = store
@@ -508,7 +508,7 @@ async def fast_path(
             StateCommit(state=SpongeState(), cause="seed", change="seed personality")
         )
         episodes = (
-            EpisodeStore.for_community(COMMUNITY.id, chroma, embedding_function=embedder)
+            CommunityEpisodeStore.for_community(COMMUNITY.id, chroma, embedding_function=embedder)
             if write_chroma
             else None
         )
@@ -626,7 +626,7 @@ def line(report: Report, f: StorageFigures, plain: StorageFigures) -> None:
         else "the fast path (the engine's state arithmetic without a model, the real "
         "CommunityStore"
         + (
-            " and EpisodeStore, Chroma written in batches of 500)"
+            " and CommunityEpisodeStore, Chroma written in batches of 500)"
             if f.chroma_written
             else "; no Chroma: its episodes are plain chat's)"
         )

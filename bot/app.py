@@ -27,8 +27,8 @@ from bot.scheduler import ReflectionScheduler
 from bot.settings import Settings
 from chroma_memory.embed_lane import EmbeddingLane
 from chroma_memory.embedding import default_embedding_function
+from chroma_memory.hosts import LocalMemory, MemoryHost
 from chroma_memory.priority import ReplyPriority
-from chroma_memory.process import LocalMemory, MemoryHost, MemoryProcess
 from chroma_memory.server import ServerMemory, ServerUnreachable
 from chroma_memory.write_behind import WriteBehindMemory
 from providers.anthropic import AnthropicLLM
@@ -186,23 +186,11 @@ async def use_secret_key(db: Database, settings: Settings) -> None:
 
 
 def open_memory(settings: Settings) -> MemoryHost:
-    """Chroma for every community: a Chroma server with CHROMA_URL; else in this
-    process, or in a memory process of its own with SONALITY_MEMORY_PROCESS=true. One
-    client, reopened (embedded only) when too many memory indexes are open."""
+    """Chroma for every community: a Chroma server with CHROMA_URL, else in this
+    process. One client, reopened (embedded only) when too many memory indexes are
+    open."""
     if settings.chroma_url is not None:
         return open_server_memory(settings)
-    if settings.memory_process:
-        try:
-            return MemoryProcess(
-                settings.resolved_chroma_dir,
-                max_open=settings.chroma_max_open,
-                model_cache_dir=settings.resolved_model_cache_dir,
-            )
-        except Exception as err:
-            raise StartupError(
-                f"could not start the memory process ({err!r}); "
-                "set SONALITY_MEMORY_PROCESS=false to keep Chroma in the bot's process"
-            ) from err
     return LocalMemory(settings.resolved_chroma_dir, max_open=settings.chroma_max_open)
 
 
@@ -211,8 +199,6 @@ def open_server_memory(settings: Settings) -> MemoryHost:
     since a bot that answers with no memory at all is worse than one that says why."""
     url = settings.chroma_url
     assert url is not None
-    if settings.memory_process:
-        log.info("CHROMA_URL is set: SONALITY_MEMORY_PROCESS has no effect (no Chroma here)")
     try:
         memory = ServerMemory(
             url, database=settings.chroma_database, timeout=settings.chroma_timeout_seconds

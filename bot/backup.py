@@ -11,7 +11,7 @@ online, its backup API reads a consistent snapshot while others write. Chroma ha
 such API; its directory is a SQLite file plus index files written at different
 moments, and a copy taken while the bot writes them can be a set that never existed
 together. A pause signal to the running bot would have to stop every memory write in
-the engine and the memory process and wait for them, which is a large change for a
+the engine and wait for them, which is a large change for a
 stop that lasts seconds: `systemctl stop`, back up, `systemctl start`. While the backup
 holds the lock, a bot that starts meanwhile is refused the same way, so nothing can
 write behind its back. The database is still copied with the backup API, not as bytes:

@@ -156,8 +156,7 @@ async def _semantic_ids(
         for e in await db.community(community_id).pending_episodes()
         if e.memory_type == SEMANTIC and document_of(e) in wanted
     ]
-    find = getattr(agent.episodes, "semantic_ids", None)
-    found = await asyncio.to_thread(find, list(words)) if callable(find) else []
+    found = await asyncio.to_thread(agent.episodes.semantic_ids, list(words))
     return [*waiting, *(str(i) for i in found if str(i) not in waiting)]
 
 

@@ -19,7 +19,7 @@ import asyncio
 import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -45,13 +45,6 @@ NOT_PER_MEMBER = (
     "messages staged are listed under opinion_updates; a staged update becomes part of "
     "an opinion once its cooling period ends."
 )
-
-
-@runtime_checkable
-class InspectableMemory(Protocol):
-    """Episode memory that can show what it holds for given ids (the Chroma store)."""
-
-    def stored(self, ids: Sequence[str]) -> list[dict[str, Any]]: ...
 
 
 class OpinionUpdate(BaseModel):
@@ -169,10 +162,7 @@ async def run_my_data(db: Any, agent: SonalityAgent, request: CommandRequest) ->
     community_id = request.community.id
     member_id = request.caller.id
     rows: MemberRows = await db.member_rows(community_id, member_id)
-    memory = agent.episodes
-    episodes: list[dict[str, Any]] = []
-    if isinstance(memory, InspectableMemory) and rows.interaction_ids:
-        episodes = await asyncio.to_thread(memory.stored, rows.interaction_ids)
+    episodes = await asyncio.to_thread(agent.episodes.stored, rows.interaction_ids)
     export = build_export(community_id, member_id, rows, episodes, datetime.now(UTC))
     export = export.model_copy(update={"credited_moves": credited_moves(agent.sponge, member_id)})
     data = export.model_dump_json(indent=2).encode()

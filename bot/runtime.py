@@ -42,7 +42,7 @@ from sonality.store import Speaker
 from storage import Database
 
 if TYPE_CHECKING:
-    from chroma_memory.process import MemoryHost
+    from chroma_memory.hosts import MemoryHost
 
 __all__ = ["Runtime"]
 

@@ -4,7 +4,8 @@ Why: pydantic-settings ignores names it has no field for, so the daily budget wr
 without its `_USD` suffix started a bot with no spending limit and said nothing.
 Every name under the bot's prefixes, in the environment or in `.env`, must be one the
 bot reads; one that is not is a warning line naming the closest known setting, or a
-refusal when SONALITY_STRICT_SETTINGS=true.
+refusal when SONALITY_STRICT_SETTINGS=true. A name an earlier release read (`REMOVED`)
+is a note saying so instead, never a refusal: the bot runs as it did without it.
 
 Why the known names come from `Settings` itself: a setting added to the model is known
 at once, with no second list to forget. The few names read outside the model (test
@@ -29,6 +30,11 @@ PREFIXES = ("SONALITY_", "DISCORD_", "SLACK_")
 #: Read with `os.environ` outside the settings model: the forget-me crash hook
 #: (bot/forget.py, tests only).
 READ_OUTSIDE_SETTINGS = frozenset({"SONALITY_TEST_KILL_AT_FORGET_STEP"})
+#: Settings earlier releases read, and why they are gone.
+REMOVED = {
+    "SONALITY_MEMORY_PROCESS": "the memory process was removed; Chroma runs in the bot's "
+    "process, or on a Chroma server with CHROMA_URL",
+}
 #: How alike a known name must be to be offered as "did you mean" (difflib's ratio).
 SIMILAR_ENOUGH = 0.6
 
@@ -52,17 +58,35 @@ def _aliases(alias: str | AliasPath | AliasChoices | None) -> list[str | int]:
     return [a for choice in alias.choices for a in _aliases(choice)]
 
 
-def unknown_names(
-    environ: Mapping[str, str], dotenv: Mapping[str, str | None]
-) -> list[tuple[str, str]]:
-    """(name, where) of every name under the bot's prefixes that it does not read."""
-    known = known_names()
+def _named(environ: Mapping[str, str], dotenv: Mapping[str, str | None]) -> dict[str, str]:
+    """Where each name under the bot's prefixes is set (`.env` first)."""
     found: dict[str, str] = {}
     for where, names in (("in .env", dotenv), ("in the environment", environ)):
         for name in names:
-            if name.upper().startswith(PREFIXES) and name.upper() not in known:
+            if name.upper().startswith(PREFIXES):
                 found.setdefault(name, where)
-    return sorted(found.items())
+    return found
+
+
+def unknown_names(
+    environ: Mapping[str, str], dotenv: Mapping[str, str | None]
+) -> list[tuple[str, str]]:
+    """(name, where) of every name under the bot's prefixes that it does not read and
+    never did."""
+    known = known_names() | REMOVED.keys()
+    return sorted((n, w) for n, w in _named(environ, dotenv).items() if n.upper() not in known)
+
+
+def removed_names(
+    environ: Mapping[str, str], dotenv: Mapping[str, str | None]
+) -> list[tuple[str, str]]:
+    """(name, where) of every setting that is set but was removed (`REMOVED`)."""
+    return sorted((n, w) for n, w in _named(environ, dotenv).items() if n.upper() in REMOVED)
+
+
+def describe_removed(name: str, where: str) -> str:
+    """One line about one removed setting, without its value."""
+    return f"{name} ({where}) is no longer a setting and is ignored: {REMOVED[name.upper()]}"
 
 
 def closest(name: str, known: Iterable[str]) -> str | None:

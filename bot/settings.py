@@ -89,7 +89,6 @@ class Settings(BaseSettings):
     chroma_dir: Path | None = Field(default=None, alias="SONALITY_CHROMA_DIR")
     model_cache_dir: Path | None = Field(default=None, alias="SONALITY_MODEL_CACHE_DIR")
     chroma_max_open: int = Field(default=32, ge=1, alias="SONALITY_CHROMA_MAX_OPEN")
-    memory_process: bool = Field(default=False, alias="SONALITY_MEMORY_PROCESS")
     # A Chroma server (`chroma run`) for episodes instead of the local directory, so
     # several bot processes can share them: http://host:port (https:// for TLS).
     chroma_url: str | None = Field(default=None, alias="CHROMA_URL")

@@ -90,8 +90,12 @@ def load_settings() -> Settings:
 
 
 def check_setting_names(settings: Settings) -> None:
-    """Warn about (or, strict, refuse) every SONALITY_/DISCORD_/SLACK_ name not read."""
-    unknown = setting_names.unknown_names(os.environ, setting_names.read_dotenv())
+    """Warn about (or, strict, refuse) every SONALITY_/DISCORD_/SLACK_ name not read;
+    note each removed setting still set."""
+    dotenv = setting_names.read_dotenv()
+    for name, where in setting_names.removed_names(os.environ, dotenv):
+        print(f"note: {setting_names.describe_removed(name, where)}", file=sys.stderr, flush=True)
+    unknown = setting_names.unknown_names(os.environ, dotenv)
     if not unknown:
         return
     if settings.strict_settings:

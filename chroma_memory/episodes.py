@@ -1,7 +1,9 @@
-"""The bot's episode store: the seed's, made to host thousands of communities.
+"""One community's episodes among thousands: the bot's store, on the embedded Chroma
+or a Chroma server.
 
-Same ranking, hiding and documents as :class:`sonality.memory.episodes.EpisodeStore`
-(it uses that module's helpers), with three differences:
+Same ranking, hiding and documents as the seed's
+:class:`sonality.memory.episodes.EpisodeStore` (it uses that module's helpers), with
+three differences:
 
 * one Chroma client shared by all communities (:class:`SharedChroma`, reopened when
   too many collections are open, so every operation fetches its collection handles
@@ -23,9 +25,9 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar, cast
 
 import numpy as np
 from chromadb.api import ClientAPI
@@ -46,6 +48,7 @@ from sonality.memory.episodes import (
     SeedStoreMethods,
     best,
     document_of,
+    ids_with,
     in_order,
     outside,
     relevance,
@@ -56,7 +59,16 @@ from sonality.memory.episodes import (
 )
 from sonality.store import EPISODIC, SEMANTIC, Episode, HiddenRange
 
-__all__ = ["EpisodeStore", "WaitingAwareMemory", "collection_name_for"]
+__all__ = [
+    "CommunityEpisodeStore",
+    "ForwardingStore",
+    "WaitingAwareMemory",
+    "collection_name_for",
+    "community_collections",
+]
+
+T = TypeVar("T")
+P = ParamSpec("P")
 
 _SLUG_MAX = 64
 _HASH_CHARS = 16
@@ -73,6 +85,12 @@ def collection_name_for(community_id: str) -> str:
     digest = hashlib.sha256(community_id.encode("utf-8")).hexdigest()[:_HASH_CHARS]
     slug = re.sub(r"[^a-zA-Z0-9]+", "-", community_id).strip("-")[:_SLUG_MAX].strip("-")
     return f"episodes-{slug}-{digest}" if slug else f"episodes-{digest}"
+
+
+def community_collections(community_id: str) -> list[str]:
+    """Both of a community's collections: episodes, and consolidated insights."""
+    name = collection_name_for(community_id)
+    return [name, f"{name}-semantic"]
 
 
 def scored_waiting(
@@ -120,16 +138,17 @@ class WaitingAwareMemory(EpisodeMemory, Protocol):
     ) -> list[str]: ...
 
 
-class EpisodeStore(SeedStoreMethods):
+class CommunityEpisodeStore(SeedStoreMethods):
     """One community's memories: store, retrieve by meaning, list recent ones.
 
     One embedding space: each memory's vector is its document's (an episode's ESS
     summary, an insight's text), given with the episode or computed here, so one
     ``min_relevance`` means the same for all of them.
 
-    ``EpisodeStore(persist_dir)`` works as the seed API describes; the keyword arguments
-    let the bot share one client and one embedding function across all communities.
-    With a ``client`` no directory is needed (a Chroma server's has none here).
+    ``CommunityEpisodeStore(persist_dir)`` alone opens its own client and the default
+    model; the keyword arguments let the bot share one client and one embedding
+    function across all communities. With a ``client`` no directory is needed (a Chroma
+    server's has none here).
     """
 
     def __init__(
@@ -153,7 +172,7 @@ class EpisodeStore(SeedStoreMethods):
         self._embed = embedding_function
         if client is None:
             if self.persist_dir is None:
-                raise TypeError("EpisodeStore needs a persist_dir or a client")
+                raise TypeError("CommunityEpisodeStore needs a persist_dir or a client")
             client = SharedChroma(self.persist_dir)
         self.chroma = client
         self._name = collection
@@ -219,7 +238,7 @@ class EpisodeStore(SeedStoreMethods):
         embedding_function: EmbeddingFunction[Documents] | None = None,
         model_cache_dir: Path | None = None,
         shared: bool = False,
-    ) -> EpisodeStore:
+    ) -> CommunityEpisodeStore:
         """The store of one Discord guild / Slack workspace / terminal session."""
         return cls(
             persist_dir,
@@ -309,10 +328,9 @@ class EpisodeStore(SeedStoreMethods):
             return self._episodic().count() + (semantic.count() if semantic is not None else 0)
 
     def semantic_ids(self, documents: Sequence[str]) -> list[str]:
-        """Ids of the semantic memories (consolidated insights) whose text is one of
-        `documents`. Why by text: an insight is consolidated as it was extracted, and
-        the audit trail records which member's message it was drawn from, so a
-        forget-me finds the member's insights this way (the collection is small)."""
+        """Why by text: an insight is consolidated as it was extracted, and the audit
+        trail records which member's message it was drawn from, so a forget-me finds
+        the member's insights this way (the collection is small)."""
         wanted = set(documents)
         if not wanted:
             return []
@@ -321,16 +339,17 @@ class EpisodeStore(SeedStoreMethods):
             if semantic is None:
                 return []
             got = semantic.get(include=["documents"])
-        texts = got.get("documents") or []
-        return sorted(i for i, text in zip(got["ids"], texts, strict=True) if text in wanted)
+        return ids_with(got["ids"], got.get("documents") or [], wanted)
 
     def stored(self, ids: Sequence[str]) -> list[dict[str, Any]]:
-        """The episodes with these ids exactly as Chroma holds them (document and
+        """The memories with these ids exactly as Chroma holds them (document and
         metadata, no vector), so a member's data export shows what is really kept."""
         if not ids:
             return []
         with self.chroma.use():
-            return stored_in(self._episodic(), ids)
+            semantic = self._semantic(create=False)
+            found = stored_in(self._episodic(), ids)
+            return found + (stored_in(semantic, ids) if semantic is not None else [])
 
     def embed_query(self, query: str) -> Embeddings:
         """Embed a query once so several filtered passes can reuse the vector."""
@@ -456,3 +475,44 @@ class EpisodeStore(SeedStoreMethods):
         waiting = [e for e in unwritten if e.id not in stored]  # a write may have just landed
         scored += scored_waiting(query_embedding, waiting, hidden, min_relevance)
         return best(scored, n_results)
+
+
+def _forwarded(
+    method: Callable[Concatenate[CommunityEpisodeStore, P], T], *, read: bool = True
+) -> Callable[Concatenate[ForwardingStore, P], T]:
+    """`method` of the store underneath, reached through `_read` (or `_call`), with its
+    signature: the parameters and defaults are written once, on the store."""
+
+    def forward(self: ForwardingStore, *args: P.args, **kwargs: P.kwargs) -> T:
+        reach = self._read if read else self._call
+        return reach(lambda store: method(store, *args, **kwargs))
+
+    forward.__doc__ = method.__doc__
+    return forward
+
+
+class ForwardingStore(SeedStoreMethods):
+    """Every memory call, run on a :class:`CommunityEpisodeStore` held behind something
+    (opened lazily, reopened, retried): written once here, so a store of that kind says
+    only how a write (`_call`) and a query (`_read`) reach the store underneath."""
+
+    def _call(self, operation: Callable[[CommunityEpisodeStore], T]) -> T:
+        raise NotImplementedError
+
+    def _read(self, operation: Callable[[CommunityEpisodeStore], T]) -> T:
+        return self._call(operation)
+
+    # Without ids nothing is asked: the store would be opened for nothing.
+    def delete(self, ids: Sequence[str]) -> None:
+        if ids:
+            self._call(lambda store: store.delete(ids))
+
+    def stored(self, ids: Sequence[str]) -> list[dict[str, Any]]:
+        return self._read(lambda store: store.stored(ids)) if ids else []
+
+    store_many = _forwarded(CommunityEpisodeStore.store_many, read=False)
+    count = _forwarded(CommunityEpisodeStore.count)
+    semantic_ids = _forwarded(CommunityEpisodeStore.semantic_ids)
+    retrieve_typed = _forwarded(CommunityEpisodeStore.retrieve_typed)
+    retrieve = _forwarded(CommunityEpisodeStore.retrieve)
+    recent_summaries = _forwarded(CommunityEpisodeStore.recent_summaries)

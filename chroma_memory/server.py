@@ -9,15 +9,13 @@ embedding lane batches them) and sent with its document; queries send their vect
 Collections are opened with the bot's embedding function only so that Chroma records
 which function made their vectors, as the embedded path does; the server never embeds.
 
-Why there is no memory process in front of a server: that process
-(:mod:`chroma_memory.process`) exists because the embedded Rust bindings hold the GIL
+Why Chroma's writes run in the server here: the embedded Rust bindings hold the GIL
 while they write, and while the client is closed and reopened to bound the memory of
 open indexes. With a server both happen in the server's process. The bot only sends
 HTTP requests, and httpx waits on its socket without holding the GIL. Nothing needs
-reopening either, as the indexes live in the server's memory. So
-``SONALITY_MEMORY_PROCESS`` has no effect when ``CHROMA_URL`` is set.
+reopening either, as the indexes live in the server's memory.
 
-Why a community's store opens lazily (:class:`ServerEpisodeStore`): loading a
+Why a community's store opens lazily (:class:`ServerCommunityEpisodeStore`): loading a
 community must not need the server. If the server is down when a community first
 writes, the agent still answers; the memory calls fail, and the engine deals with them
 as it does for embedded Chroma: no memories in that reply, and episodes kept in the
@@ -33,21 +31,18 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import TypeVar
 from urllib.parse import urlsplit
 
 import chromadb
 import httpx
 from chromadb.api import ClientAPI
 from chromadb.api.models.Collection import Collection
-from chromadb.api.types import Documents, EmbeddingFunction, Embeddings
+from chromadb.api.types import Documents, EmbeddingFunction
 from chromadb.config import DEFAULT_DATABASE, DEFAULT_TENANT, Settings
 from chromadb.errors import InternalError, NotFoundError
 
-from chroma_memory.episodes import EpisodeStore
-from chroma_memory.process import community_collections
-from sonality.memory.episodes import EPISODIC_N, MIN_RELEVANCE, N_RESULTS, SEMANTIC_N
-from sonality.store import Episode, HiddenRange
+from chroma_memory.episodes import CommunityEpisodeStore, ForwardingStore, community_collections
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -185,7 +180,7 @@ class ServerChroma:
         return future.result(), later
 
     def forget(self, names: Sequence[str]) -> None:
-        """Drop the cached handles of these collections (see ServerEpisodeStore._call)."""
+        """Drop the cached handles of these collections (see ServerCommunityEpisodeStore._call)."""
         with self._lock:
             for name in names:
                 self._open.pop(name, None)
@@ -242,7 +237,7 @@ def _reason(err: BaseException) -> str:
 
 class ServerMemory:
     """The memory host for ``CHROMA_URL``: one :class:`ServerChroma`, a lazy store per
-    community (see the module's docstring for why lazy, and why no memory process)."""
+    community (see the module's docstring for why lazy)."""
 
     def __init__(
         self,
@@ -255,9 +250,9 @@ class ServerMemory:
 
     def store_for(
         self, community_id: str, embedding_function: EmbeddingFunction[Documents]
-    ) -> ServerEpisodeStore:
+    ) -> ServerCommunityEpisodeStore:
         """Contacts no server: the store opens its collections on first use."""
-        return ServerEpisodeStore(self.chroma, community_id, embedding_function)
+        return ServerCommunityEpisodeStore(self.chroma, community_id, embedding_function)
 
     def reopens(self) -> int:
         return 0
@@ -269,9 +264,9 @@ class ServerMemory:
         self.chroma.close()
 
 
-class ServerEpisodeStore:
-    """One community's memories on the server: an :class:`EpisodeStore` made on the
-    first call that reaches the server, and made again by a later call if that failed.
+class ServerCommunityEpisodeStore(ForwardingStore):
+    """One community's memories on the server: a :class:`CommunityEpisodeStore` made on
+    the first call that reaches the server, and made again by a later call if that failed.
 
     Vectors missing from episodes are computed here by the store, never by the server.
     """
@@ -285,13 +280,13 @@ class ServerEpisodeStore:
         self._chroma = chroma
         self._community_id = community_id
         self._embed = embedding_function
-        self._store: EpisodeStore | None = None
+        self._store: CommunityEpisodeStore | None = None
         self._lock = threading.Lock()
 
-    def _opened(self) -> EpisodeStore:
+    def _opened(self) -> CommunityEpisodeStore:
         with self._lock:
             if self._store is None:
-                self._store = EpisodeStore.for_community(
+                self._store = CommunityEpisodeStore.for_community(
                     self._community_id,
                     None,
                     client=self._chroma,
@@ -301,7 +296,7 @@ class ServerEpisodeStore:
                 )
             return self._store
 
-    def _call(self, operation: Callable[[EpisodeStore], T]) -> T:
+    def _call(self, operation: Callable[[CommunityEpisodeStore], T]) -> T:
         """Run `operation` on the store; once more on a freshly opened one if a
         collection it held is gone.
 
@@ -323,7 +318,7 @@ class ServerEpisodeStore:
             )
             return operation(self._opened())
 
-    def _read(self, operation: Callable[[EpisodeStore], T]) -> T:
+    def _read(self, operation: Callable[[CommunityEpisodeStore], T]) -> T:
         """`_call` for a query, tried again a few times, briefly, when the server cannot
         load the collection's index yet (`INDEX_NOT_READY`).
 
@@ -347,75 +342,12 @@ class ServerEpisodeStore:
             time.sleep(pause)
         return self._call(operation)
 
-    def embed_many(self, texts: Sequence[str]) -> Embeddings:
-        return self._embed(list(texts))
-
-    def store_many(self, episodes: Sequence[Episode]) -> None:
-        self._call(lambda store: store.store_many(episodes))
-
-    def delete(self, ids: Sequence[str]) -> None:
-        if ids:
-            self._call(lambda store: store.delete(ids))
-
-    def stored(self, ids: Sequence[str]) -> list[dict[str, Any]]:
-        return self._read(lambda store: store.stored(ids)) if ids else []
-
-    def count(self) -> int:
-        return self._read(lambda store: store.count())
-
-    def semantic_ids(self, documents: Sequence[str]) -> list[str]:
-        """See `EpisodeStore.semantic_ids`: how a forget-me finds the member's insights."""
-        return self._read(lambda store: store.semantic_ids(documents))
-
-    def retrieve_typed(
-        self,
-        query: str,
-        episodic_n: int = EPISODIC_N,
-        semantic_n: int = SEMANTIC_N,
-        min_relevance: float = MIN_RELEVANCE,
-        *,
-        query_embedding: Embeddings | None = None,
-        unwritten: Sequence[Episode] = (),
-        hidden: Sequence[HiddenRange] = (),
-    ) -> list[str]:
-        return self._read(
-            lambda store: store.retrieve_typed(
-                query,
-                episodic_n,
-                semantic_n,
-                min_relevance,
-                query_embedding=query_embedding,
-                unwritten=unwritten,
-                hidden=hidden,
-            )
-        )
-
-    def retrieve(
-        self,
-        query: str,
-        n_results: int = N_RESULTS,
-        min_relevance: float = MIN_RELEVANCE,
-        where: dict[str, Any] | None = None,
-        *,
-        query_embedding: Embeddings | None = None,
-    ) -> list[str]:
-        return self._read(
-            lambda store: store.retrieve(
-                query, n_results, min_relevance, where, query_embedding=query_embedding
-            )
-        )
-
-    def recent_summaries(
-        self, since_interaction: int, limit: int = 20, hidden: Sequence[HiddenRange] = ()
-    ) -> list[str]:
-        return self._read(lambda store: store.recent_summaries(since_interaction, limit, hidden))
-
 
 __all__ = [
     "DEFAULT_TIMEOUT_SECONDS",
     "INDEX_NOT_READY",
     "ServerChroma",
-    "ServerEpisodeStore",
+    "ServerCommunityEpisodeStore",
     "ServerMemory",
     "ServerUnreachable",
 ]

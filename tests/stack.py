@@ -66,12 +66,12 @@ class Stack:
         return self.settings(data_dir).get("DATABASE_URL")
 
     def needs_embedded_memory(self) -> None:
-        """Skip a test about the embedded Chroma directory or its memory process: with a
-        Chroma server the bot has neither (episodes live in the server)."""
+        """Skip a test about the embedded Chroma directory: with a Chroma server the
+        bot has none (episodes live in the server)."""
         if self.on_chroma_server:
             pytest.skip(
-                f"checks the embedded Chroma (its directory or memory process); "
-                f"on {self.name} episodes live in the Chroma server"
+                f"checks the embedded Chroma directory; on {self.name} episodes live in "
+                "the Chroma server"
             )
 
     def close(self) -> None:

@@ -112,7 +112,6 @@ def throwaway_settings(settings: Settings, data_dir: Path) -> Settings:
             "database_url": None,  # never the operator's PostgreSQL: a SQLite file here
             "chroma_dir": None,
             "model_cache_dir": settings.model_cache_dir,
-            "memory_process": False,
             "daily_budget_usd": None,  # `--max-usd` is the evaluation's limit
             "rate_limit_messages": 1_000_000,  # one member sends many messages in a row
             "agent_idle_evict_minutes": 24 * 60.0,

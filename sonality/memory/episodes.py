@@ -83,6 +83,14 @@ class EpisodeMemory(Protocol):
 
     def count(self) -> int: ...
 
+    def stored(self, ids: Sequence[str]) -> list[dict[str, Any]]:
+        """These memories as the store holds them (document and metadata, no vector),
+        for a member's data export; ids not stored are left out."""
+
+    def semantic_ids(self, documents: Sequence[str]) -> list[str]:
+        """Ids of the insights (semantic memories) whose text is one of `documents`:
+        how a forget-me finds those drawn from a member's messages."""
+
 
 class SeedStoreMethods:
     """The seed's one-episode `store`, and batch embedding, over `store_many`."""
@@ -158,10 +166,16 @@ class EpisodeStore(SeedStoreMethods):
         return self._collection.count()
 
     def stored(self, ids: Sequence[str]) -> list[dict[str, Any]]:
-        """These memories as Chroma holds them, for a member's data export."""
         if not ids:
             return []
         return stored_in(self._collection, ids)
+
+    def semantic_ids(self, documents: Sequence[str]) -> list[str]:
+        wanted = set(documents)
+        if not wanted:
+            return []
+        got = self._collection.get(where={"memory_type": SEMANTIC}, include=["documents"])
+        return ids_with(got["ids"], got.get("documents") or [], wanted)
 
     def retrieve(
         self,
@@ -243,6 +257,11 @@ def stored_in(collection: Collection, ids: Sequence[str]) -> list[dict[str, Any]
         {"id": i, "document": d, "metadata": dict(m or {})}
         for i, d, m in zip(got["ids"], documents, metadatas, strict=True)
     ]
+
+
+def ids_with(ids: Sequence[str], documents: Sequence[str | None], wanted: set[str]) -> list[str]:
+    """The ids whose document is one of `wanted`, sorted."""
+    return sorted(i for i, text in zip(ids, documents, strict=True) if text in wanted)
 
 
 def upsert(collection: Collection, episodes: Sequence[Episode]) -> None:

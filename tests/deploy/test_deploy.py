@@ -58,8 +58,7 @@ def shutdown_bound_seconds() -> float:
     return float(CLOSE_GRACE_SECONDS) + 2 * float(grace)
 
 
-#: What a stop timeout must allow beyond the drain: closing Chroma, the memory process
-#: and the database.
+#: What a stop timeout must allow beyond the drain: closing Chroma and the database.
 STOP_MARGIN_SECONDS = 15.0
 
 

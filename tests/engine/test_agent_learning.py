@@ -25,6 +25,7 @@ from chromadb.api.types import Embeddings
 from sonality import config
 from sonality.agent import SonalityAgent
 from sonality.llm import ChatTurn, LLMError, SystemBlock, TextResult, TextSink, ToolResult
+from sonality.memory.episodes import document_of
 from sonality.memory.sponge import SEED_SNAPSHOT, BeliefMeta, Shift, SpongeState
 from sonality.store import SEMANTIC, AuditEvent, Episode, UsageRecord
 from storage import Database
@@ -98,14 +99,14 @@ class RecordingMemory:
     """An `EpisodeMemory` that keeps what is written and recalls nothing."""
 
     def __init__(self) -> None:
-        self.stored: list[Episode] = []  # every write, in order
+        self.writes: list[Episode] = []  # every write, in order
         self.by_id: dict[str, Episode] = {}  # what an upsert by id (Chroma) keeps
 
     def embed_many(self, texts: Sequence[str]) -> Embeddings:
         return [np.full(4, 0.5, dtype=np.float32) for _ in texts]
 
     def store_many(self, episodes: Sequence[Episode]) -> None:
-        self.stored.extend(episodes)
+        self.writes.extend(episodes)
         self.by_id.update((e.id, e) for e in episodes)
 
     def delete(self, ids: Sequence[str]) -> None:
@@ -124,7 +125,18 @@ class RecordingMemory:
         return []
 
     def count(self) -> int:
-        return len(self.stored)
+        return len(self.writes)
+
+    def stored(self, ids: Sequence[str]) -> list[dict[str, Any]]:
+        return [{"id": i, "document": document_of(self.by_id[i])} for i in ids if i in self.by_id]
+
+    def semantic_ids(self, documents: Sequence[str]) -> list[str]:
+        wanted = set(documents)
+        return sorted(
+            i
+            for i, e in self.by_id.items()
+            if e.memory_type == SEMANTIC and document_of(e) in wanted
+        )
 
 
 @pytest.fixture(autouse=True)
@@ -306,7 +318,7 @@ async def test_a_reflection_that_ran_consumes_insights_into_semantic_memory(
     assert event.payload["ran"] and event.payload["accepted"] is accepted
 
     await agent.flush_episodes()
-    semantic = [e for e in memory.stored if e.memory_type == SEMANTIC]
+    semantic = [e for e in memory.writes if e.memory_type == SEMANTIC]
     assert [e.summary for e in semantic] == INSIGHTS
     assert [e.user_message for e in semantic] == INSIGHTS
     assert all(e.interaction == 42 for e in semantic)
@@ -317,7 +329,7 @@ async def test_a_reflection_that_ran_consumes_insights_into_semantic_memory(
     llm.reflection = GOOD_REFLECTION
     await agent.reflect_now("moderator")
     await agent.flush_episodes()
-    assert len([e for e in memory.stored if e.memory_type == SEMANTIC]) == len(INSIGHTS)
+    assert len([e for e in memory.writes if e.memory_type == SEMANTIC]) == len(INSIGHTS)
 
 
 async def test_a_reflection_that_could_not_run_keeps_the_insights(
@@ -332,7 +344,7 @@ async def test_a_reflection_that_could_not_run_keeps_the_insights(
     assert agent.sponge.pending_insights == INSIGHTS
     assert agent.sponge.snapshot == SEED_SNAPSHOT and agent.sponge.last_reflection_at == 30
     await agent.flush_episodes()
-    assert memory.stored == []
+    assert memory.writes == []
     assert await db.community(COMMUNITY).latest_state() == SpongeState()  # still the seed
 
 
@@ -456,7 +468,7 @@ async def test_a_reflection_after_a_rollback_does_not_overwrite_earlier_insights
     await agent.rollback(4, actor="mod-1")  # undo: back to the state that knew NEWER
     await agent.flush_episodes()
 
-    semantic = [e for e in memory.stored if e.memory_type == SEMANTIC]
+    semantic = [e for e in memory.writes if e.memory_type == SEMANTIC]
     assert [e.summary for e in semantic] == [OLDER, NEWER, OLDER]
     kept = {e.summary for e in memory.by_id.values() if e.memory_type == SEMANTIC}
     assert NEWER in kept

@@ -52,7 +52,7 @@ async def test_a_plain_store_gets_each_episode_right_after_its_commit(db: Databa
     try:
         await agent.respond("hello")
         await agent.learning.settled()  # no flush: nothing is left waiting
-        assert [e.interaction for e in memory.stored] == [1]
+        assert [e.interaction for e in memory.writes] == [1]
         assert await db.community(COMMUNITY).pending_episodes() == []
     finally:
         await agent.close(grace_seconds=5)
@@ -71,11 +71,11 @@ async def test_a_failed_write_is_made_on_the_next_start(
     assert "writing memories failed" in caplog.text
     assert agent.sponge.interaction_count == 1  # the learning itself was committed
     [waiting] = await db.community(COMMUNITY).pending_episodes()
-    assert memory.stored == []
+    assert memory.writes == []
 
     again = await load(db, memory)
     try:
-        assert [e.id for e in memory.stored] == [waiting.id]
+        assert [e.id for e in memory.writes] == [waiting.id]
         assert await db.community(COMMUNITY).pending_episodes() == []
     finally:
         await again.close(grace_seconds=5)

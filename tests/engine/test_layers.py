@@ -45,7 +45,7 @@ def test_the_walker_sees_nested_and_aliased_imports() -> None:
         "import os\n"
         "def f():\n"
         "    from storage.db import X\n"
-        "    import chroma_memory.process as p\n"
+        "    import chroma_memory.hosts as p\n"
         "from . import sibling\n"
     )
     assert imported_roots(ast.parse(source)) == {"os", "storage", "chroma_memory"}

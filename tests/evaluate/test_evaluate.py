@@ -381,7 +381,7 @@ def test_throwaway_settings_move_every_community_path(tmp_path: Path) -> None:
     for path in (moved.resolved_database_path, moved.resolved_chroma_dir, moved.data_dir):
         assert path.is_relative_to(scratch), path
     assert moved.resolved_model_cache_dir.is_relative_to(scratch)  # none was named
-    assert moved.daily_budget_usd is None and not moved.memory_process
+    assert moved.daily_budget_usd is None
     assert settings.resolved_database_path == mine / "elsewhere.sqlite3"  # untouched
 
 

@@ -205,8 +205,7 @@ async def member_data(
 ) -> MemberData:
     rows = await db.member_rows(community_id, member_id)
     await agent.flush_episodes()
-    stored = getattr(agent.episodes, "stored", None)
-    episodes = stored(rows.interaction_ids) if callable(stored) else []
+    episodes = agent.episodes.stored(rows.interaction_ids)
     return MemberData(rows, sorted(episodes, key=lambda e: str(e.get("id"))))
 
 

@@ -3,12 +3,12 @@ interactions (ids = interaction ids), whether already written or still waiting i
 agent's write-behind queue, while every other member's episodes stay.
 
 The harness of test_forget_core.py (real agent, real SQLite, scripted LLM), with the
-real Chroma store (chroma_memory.EpisodeStore) and the real embedding model of the
-memory tests instead of the recording memory.
+bot's Chroma store (`chroma_memory.episodes.CommunityEpisodeStore`) and the real
+embedding model of the memory tests instead of the recording memory.
 
 Checked through the Chroma client (ids and documents) and in the bytes of every file
 under the Chroma directory: Chroma's own log table and SQLite free pages kept a deleted
-document's text until `EpisodeStore.delete` learned to purge and vacuum them.
+document's text until `CommunityEpisodeStore.delete` learned to purge and vacuum them.
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ import pytest
 from bot.forget import forget_member
 from chroma_memory import write_behind
 from chroma_memory.embedding import FastMiniLML6V2
-from chroma_memory.episodes import EpisodeStore
+from chroma_memory.episodes import CommunityEpisodeStore
 from chroma_memory.server import ServerMemory
 from chroma_memory.write_behind import WriteBehindMemory
 from sonality.agent import SonalityAgent
-from sonality.memory.episodes import Episode
+from sonality.memory.episodes import SEMANTIC, Episode, EpisodeStore
 from storage import Database
 from tests.chroma_server import ChromaServer, chroma_server  # noqa: F401 (fixture)
 from tests.engine import test_replay as harness
@@ -48,9 +48,9 @@ COMMUNITY = "test:whole"
 @pytest.fixture
 async def chroma_agent(
     db: Database, persist_dir: Path, embedding_function: FastMiniLML6V2
-) -> AsyncIterator[tuple[SonalityAgent, ScriptedLLM, EpisodeStore]]:
+) -> AsyncIterator[tuple[SonalityAgent, ScriptedLLM, CommunityEpisodeStore]]:
     llm = ScriptedLLM()
-    episodes = EpisodeStore.for_community(
+    episodes = CommunityEpisodeStore.for_community(
         COMMUNITY, persist_dir, embedding_function=embedding_function
     )
     agent = await SonalityAgent.load(
@@ -66,14 +66,14 @@ async def chroma_agent(
         await agent.close(grace_seconds=5)
 
 
-def documents(episodes: EpisodeStore) -> list[str]:
+def documents(episodes: CommunityEpisodeStore) -> list[str]:
     with episodes.chroma.use():
         got = episodes._episodic().get(include=["documents"])
     return [d or "" for d in got.get("documents") or []]
 
 
 async def test_forget_me_deletes_the_members_episodes_from_chroma(
-    chroma_agent: tuple[SonalityAgent, ScriptedLLM, EpisodeStore],
+    chroma_agent: tuple[SonalityAgent, ScriptedLLM, CommunityEpisodeStore],
     db: Database,
     persist_dir: Path,
 ) -> None:
@@ -131,7 +131,7 @@ async def reflected(agent: SonalityAgent, llm: ScriptedLLM) -> None:
     await agent.reflect_now("moderator", actor="mod")
 
 
-def semantic_documents(episodes: EpisodeStore) -> list[str]:
+def semantic_documents(episodes: CommunityEpisodeStore) -> list[str]:
     with episodes.chroma.use():
         semantic = episodes._semantic(create=False)
         if semantic is None:
@@ -141,7 +141,7 @@ def semantic_documents(episodes: EpisodeStore) -> list[str]:
 
 
 async def test_forget_me_deletes_the_insights_a_reflection_drew_from_the_member(
-    chroma_agent: tuple[SonalityAgent, ScriptedLLM, EpisodeStore],
+    chroma_agent: tuple[SonalityAgent, ScriptedLLM, CommunityEpisodeStore],
     db: Database,
     persist_dir: Path,
 ) -> None:
@@ -158,6 +158,35 @@ async def test_forget_me_deletes_the_insights_a_reflection_drew_from_the_member(
     assert files_holding([persist_dir], [TOKEN]) == []
 
 
+async def test_forget_me_deletes_the_members_insights_from_the_seeds_store(
+    db: Database, tmp_path: Path, embedding_function: FastMiniLML6V2
+) -> None:
+    """The agent given the seed's plain store (written at each commit, one collection):
+    the forget-me finds the member's insights through the memory interface too. It used
+    to look for a method only the bot's stores had, and left them here."""
+    episodes = EpisodeStore(tmp_path / "seed", embedding_function=embedding_function)
+    llm = ScriptedLLM()
+    agent = await SonalityAgent.load(
+        client=llm, store=db.community(COMMUNITY), episodes=episodes, model="m", ess_model="m"
+    )
+    try:
+        await reflected(agent, llm)
+        assert await db.community(COMMUNITY).pending_episodes() == []  # all in Chroma
+        before = seed_insights(episodes)
+        assert any(TOKEN in d for d in before) and any(TOKEN not in d for d in before)
+
+        await forget_member(db, agent, COMMUNITY, ALICE.id, requested_by="self")
+
+        assert seed_insights(episodes) == [d for d in before if TOKEN not in d]
+    finally:
+        await agent.close(grace_seconds=5)
+
+
+def seed_insights(episodes: EpisodeStore) -> list[str]:
+    got = episodes._collection.get(where={"memory_type": SEMANTIC}, include=["documents"])
+    return sorted(d or "" for d in got.get("documents") or [])
+
+
 async def test_forget_me_drops_the_members_insights_still_waiting_to_be_written(
     db: Database,
     persist_dir: Path,
@@ -167,7 +196,7 @@ async def test_forget_me_drops_the_members_insights_still_waiting_to_be_written(
     """The reflection's insights wait in the write-behind queue (and the outbox) when
     the forget-me comes: Alice's must never be written, the others' must."""
     monkeypatch.setattr(write_behind, "EPISODE_FLUSH_AT", 10_000)  # only flush() writes
-    episodes = EpisodeStore.for_community(
+    episodes = CommunityEpisodeStore.for_community(
         COMMUNITY, persist_dir, embedding_function=embedding_function
     )
     llm = ScriptedLLM()

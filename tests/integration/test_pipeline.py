@@ -8,23 +8,17 @@ period; reflection runs on its two triggers and is validated; LLM faults change 
 
 from __future__ import annotations
 
-import asyncio
 import math
-import os
 import re
-import signal
 from collections.abc import Sequence
 from typing import Any
 
 import chromadb
-import psutil
 import pytest
 from chromadb.api.models.Collection import Collection
 
 from bot.app import open_runtime
-from bot.interface import StartupError
 from bot.messages import LLM_DOWN, SLOW_DOWN, IncomingMessage, ReplyKind
-from chroma_memory.process import MemoryProcess
 from chroma_memory.server import ServerMemory
 from sonality.memory.sponge import SEED_SNAPSHOT, SpongeState
 from sonality.store import Episode, InteractionRecord, Speaker, StateCommit
@@ -438,9 +432,8 @@ def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
 
 async def test_a_memory_store_fault_does_not_cost_the_reply(tmp_path, llm, llm_server, caplog):
     """Chroma failing a query (a real error seen under load) degrades to no memories.
-    Chroma runs in this process here (SONALITY_MEMORY_PROCESS=false), so the fault can be
-    put into it."""
-    settings = make_settings(tmp_path / "data", llm=llm, SONALITY_MEMORY_PROCESS=False)
+    Chroma's client runs in this process, so the fault can be put into it."""
+    settings = make_settings(tmp_path / "data", llm=llm)
     async with open_runtime(settings, llm=llm) as runtime:
         llm_server.brain.ess_rule(**NUCLEAR)
         await say(runtime, STRONG_ARGUMENT)
@@ -466,66 +459,6 @@ async def test_a_memory_store_fault_does_not_cost_the_reply(tmp_path, llm, llm_s
         assert "<relevant_memories>" not in prompt_of(chat_requests(llm_server)[-1])
         assert "memory retrieval failed" in caplog.text
         assert agent.sponge.interaction_count == 2  # learning still happened
-
-
-async def test_memories_are_recalled_through_the_memory_process(tmp_path, llm, llm_server, stack):
-    """SONALITY_MEMORY_PROCESS=true: Chroma lives in another process, and the argument
-    stored there is recalled by meaning for another user's question."""
-    stack.needs_embedded_memory()
-    settings = make_settings(tmp_path / "data", llm=llm, SONALITY_MEMORY_PROCESS=True)
-    async with open_runtime(settings, llm=llm) as runtime:
-        assert isinstance(runtime.memory, MemoryProcess)
-        assert runtime.memory.pid != os.getpid()
-        llm_server.brain.ess_rule(**NUCLEAR)
-        await say(runtime, STRONG_ARGUMENT)
-        agent = runtime.registry.get(A.id)
-        assert agent is not None
-        await agent.flush_episodes()
-        assert agent.episodes.count() == 1
-        await bob_asks_about_atomic_plants(runtime, llm_server)
-
-
-async def test_a_memory_process_that_cannot_start_is_one_clear_startup_error(
-    tmp_path, llm, monkeypatch, stack: Stack
-):
-    stack.needs_embedded_memory()
-
-    def cannot_start(*_: Any, **__: Any) -> None:
-        raise OSError("no fork server here")
-
-    monkeypatch.setattr("bot.app.MemoryProcess", cannot_start)
-    settings = make_settings(tmp_path / "data", SONALITY_MEMORY_PROCESS=True)
-    with pytest.raises(StartupError, match=r"no fork server here.*SONALITY_MEMORY_PROCESS=false"):
-        async with open_runtime(settings, llm=llm):
-            pass
-
-
-async def test_a_killed_memory_process_is_replaced_and_nothing_is_lost(
-    tmp_path, llm, llm_server, caplog, stack: Stack
-):
-    """The memory process dies (kill -9): the next message starts a new one, which finds
-    every memory on disk, and the reply still recalls the argument made before."""
-    stack.needs_embedded_memory()
-    settings = make_settings(tmp_path / "data", llm=llm, SONALITY_MEMORY_PROCESS=True)
-    async with open_runtime(settings, llm=llm) as runtime:
-        llm_server.brain.ess_rule(**NUCLEAR)
-        await say(runtime, STRONG_ARGUMENT)
-        agent = runtime.registry.get(A.id)
-        assert agent is not None
-        await agent.flush_episodes()
-        memory = runtime.memory
-        assert isinstance(memory, MemoryProcess)
-        dead = memory.pid
-        assert dead != os.getpid()
-        os.kill(dead, signal.SIGKILL)
-        await asyncio.to_thread(psutil.Process(dead).wait, 10)
-
-        await bob_asks_about_atomic_plants(runtime, llm_server)
-        assert memory.restarts == 1 and memory.pid != dead
-        assert f"memory process {dead} is gone" in caplog.text
-        await runtime.drain()
-        await agent.flush_episodes()
-        assert agent.episodes.count() == 2  # the new process stores as well
 
 
 async def test_memories_waiting_for_a_batched_write_are_still_recalled(runtime, llm_server):

@@ -11,9 +11,6 @@ import sys
 from pathlib import Path
 from typing import IO
 
-import psutil
-import pytest
-
 from bot.app import open_runtime
 from bot.messages import Community
 from sonality.memory.sponge import SpongeState
@@ -156,39 +153,6 @@ async def test_crash_between_reply_and_learning_replays_exactly_once(
         store = runtime.db.community(TERMINAL)
         assert [v.version for v in await store.versions()] == [1, 0]
     assert len(ess_requests(anthropic_server)) == 2
-
-
-@pytest.mark.parametrize("ending", ["end of input", "kill -9"])
-async def test_the_memory_process_never_outlives_the_bot(
-    tmp_path: Path, anthropic_server, llm, ending: str
-) -> None:
-    """SONALITY_MEMORY_PROCESS=true: the bot answers through it; when the bot ends, even
-    by SIGKILL, its helper processes end too, so none holds the Chroma directory. On a
-    clean end the memory process writes the last episode before it stops."""
-    data_dir = tmp_path / "data"
-    proc = await _start_bot(
-        data_dir, anthropic_server.base_url, tmp_path, SONALITY_MEMORY_PROCESS="true"
-    )
-    assert proc.stdin is not None and proc.stdout is not None
-    proc.stdin.write(b"hello bot\n")
-    await proc.stdin.drain()
-    assert (await asyncio.wait_for(proc.stdout.readline(), 120)).decode().strip()
-    helpers = psutil.Process(proc.pid).children(recursive=True)
-    assert helpers, "the memory process (and its fork server) run beside the bot"
-    if ending == "kill -9":
-        os.kill(proc.pid, signal.SIGKILL)
-        # The wait also ends only once nothing holds the bot's output pipes any more.
-        await asyncio.wait_for(proc.wait(), 30)
-    else:
-        assert await eventually(lambda: bool(ess_requests(anthropic_server)), seconds=10)
-        proc.stdin.close()
-        assert await asyncio.wait_for(proc.wait(), 60) == 0
-    _, alive = await asyncio.to_thread(psutil.wait_procs, helpers, 15)
-    assert not alive, [p.cmdline() for p in alive]
-    if ending == "end of input":
-        async with open_runtime(make_settings(data_dir), llm=llm) as runtime:
-            agent = await runtime.registry.agent_for(Community(id=TERMINAL))
-            assert agent.episodes.count() == 1
 
 
 @on_every_stack

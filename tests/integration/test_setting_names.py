@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.setting_names import closest, known_names, unknown_names
+from bot.setting_names import REMOVED, closest, known_names, removed_names, unknown_names
 from bot.settings import Settings
 from tests.fakes.anthropic_fixtures import FAKE_API_KEY
 from tests.fakes.anthropic_server import AnthropicFake
@@ -54,11 +54,15 @@ def _files(entries: tuple[str, ...], pattern: str = "*") -> list[Path]:
 
 
 def test_every_setting_the_code_the_example_or_the_documents_name_is_known() -> None:
-    mentioned = _mentioned(_files(PRODUCT, "*.py") + _files(DEPLOYMENT) + _files(DOCUMENTS))
+    """A removed setting is named only where the bot says it is gone."""
+    notes = ROOT / "bot" / "setting_names.py"
+    files = _files(PRODUCT, "*.py") + _files(DEPLOYMENT) + _files(DOCUMENTS)
+    mentioned = _mentioned([p for p in files if p != notes])
     assert len(mentioned) > 60, "the scan must see the settings the code reads"
     assert "SONALITY_TEST_KILL_AT_FORGET_STEP" in mentioned  # read with os.environ
     unknown = {n: str(p.relative_to(ROOT)) for n, p in mentioned.items() if n not in known_names()}
     assert not unknown, f"named but not a setting: {unknown}"
+    assert set(REMOVED) <= set(_mentioned([notes])) and not set(REMOVED) & known_names()
 
 
 def test_every_name_in_the_example_is_a_setting_and_every_field_is_known() -> None:
@@ -85,6 +89,15 @@ def test_the_closest_known_name_is_offered() -> None:
         {"SONALITY_DAILY_BUDGET": "2"},
     )
     assert found == [("SLACK_BOT_TOKN", "in the environment"), ("SONALITY_DAILY_BUDGET", "in .env")]
+
+
+def test_a_removed_setting_is_neither_known_nor_unknown() -> None:
+    environ = {"SONALITY_MEMORY_PROCESS": "true", "SONALITY_DAILY_BUDGET": "2"}
+    assert unknown_names(environ, {}) == [("SONALITY_DAILY_BUDGET", "in the environment")]
+    assert removed_names(environ, {}) == [("SONALITY_MEMORY_PROCESS", "in the environment")]
+    assert removed_names({}, {"sonality_memory_process": "false"}) == [
+        ("sonality_memory_process", "in .env")
+    ]
 
 
 async def _terminal(
@@ -127,6 +140,22 @@ def test_strict_settings_refuse_a_mistyped_name_in_one_line(tmp_path: Path) -> N
         "(and 1 more unknown setting(s))"
     ]
     assert not (tmp_path / "data").exists(), "refused before anything is written"
+
+
+async def test_a_removed_setting_is_one_note_and_the_bot_runs(
+    tmp_path: Path, anthropic_server: AnthropicFake
+) -> None:
+    """SONALITY_MEMORY_PROCESS (the memory process is gone) left in a deployment's .env:
+    the bot says so in one line and runs, even with strict settings."""
+    (tmp_path / ".env").write_text("SONALITY_MEMORY_PROCESS=true\nSONALITY_STRICT_SETTINGS=true\n")
+    code, out, err = await _terminal(tmp_path, anthropic_server, b"hello\n")
+    assert code == 0, err
+    assert "hello" in out
+    assert [x for x in err if x.startswith(("note:", "warning:", "error:"))] == [
+        "note: SONALITY_MEMORY_PROCESS (in .env) is no longer a setting and is ignored: the "
+        "memory process was removed; Chroma runs in the bot's process, or on a Chroma server "
+        "with CHROMA_URL"
+    ]
 
 
 async def test_known_settings_only_give_no_warning(

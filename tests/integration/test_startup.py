@@ -46,7 +46,7 @@ def stderr_lines(proc: subprocess.CompletedProcess[str]) -> list[str]:
         ("SONALITY_TIMEZONE", "Mars/Olympus", "IANA time zone"),
         ("SONALITY_LOG_LEVEL", "verbose", "DEBUG, INFO, WARNING, ERROR, CRITICAL"),
         ("SONALITY_DATA_DIR", "/proc/x", "cannot be created"),
-        ("SONALITY_MEMORY_PROCESS", "maybe", "true or false"),
+        ("SONALITY_STRICT_SETTINGS", "maybe", "true or false"),
         ("SONALITY_LLM_PROVIDER", "gemini", "anthropic, openai"),
         ("SONALITY_NIGHTLY_TIME", "24:00", "HH:MM or HH:MM:SS"),
         ("SONALITY_NIGHTLY_TIME", "4pm", "HH:MM or HH:MM:SS"),

@@ -1,4 +1,5 @@
-"""EpisodeStore against a real Chroma and the real MiniLM model: meaning, not keywords.
+"""The bot's CommunityEpisodeStore against a real Chroma and the real MiniLM model:
+meaning, not keywords.
 
 Tests taking `store` or `chroma` run on embedded Chroma and on a Chroma server.
 """
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 
 from chroma_memory.embedding import FastMiniLML6V2, close_chroma_client, make_chroma_client
-from chroma_memory.episodes import EpisodeStore, collection_name_for
+from chroma_memory.episodes import CommunityEpisodeStore, collection_name_for
 from chroma_memory.shared_chroma import ChromaHandle
 from sonality.memory.episodes import EPISODIC, SEMANTIC, Episode
 
@@ -33,11 +34,11 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture
 def store(
     persist_dir: Path, chroma: ChromaHandle, embedding_function: FastMiniLML6V2
-) -> EpisodeStore:
-    return EpisodeStore(persist_dir, client=chroma, embedding_function=embedding_function)
+) -> CommunityEpisodeStore:
+    return CommunityEpisodeStore(persist_dir, client=chroma, embedding_function=embedding_function)
 
 
-def _fill(store: EpisodeStore) -> None:
+def _fill(store: CommunityEpisodeStore) -> None:
     for i, summary in enumerate((NUCLEAR, SOURDOUGH, FOOTBALL, TAX)):
         store.store(f"message {i}", f"reply {i}", 0.5, ["topic"], summary, interaction_count=i)
 
@@ -62,13 +63,13 @@ def _name_is_valid(name: str) -> bool:
     ],
 )
 def test_retrieves_by_meaning_and_filters_the_rest(
-    store: EpisodeStore, query: str, expected: str
+    store: CommunityEpisodeStore, query: str, expected: str
 ) -> None:
     _fill(store)
     assert store.retrieve(query) == [expected]
 
 
-def test_atomic_energy_finds_the_nuclear_episode_first(store: EpisodeStore) -> None:
+def test_atomic_energy_finds_the_nuclear_episode_first(store: CommunityEpisodeStore) -> None:
     _fill(store)
     results = store.retrieve("atomic energy", n_results=4, min_relevance=-1.0)
     assert results[0] == NUCLEAR
@@ -77,7 +78,7 @@ def test_atomic_energy_finds_the_nuclear_episode_first(store: EpisodeStore) -> N
     assert store.retrieve("atomic energy", min_relevance=0.2) == [NUCLEAR]
 
 
-def test_min_relevance_drops_unrelated_episodes(store: EpisodeStore) -> None:
+def test_min_relevance_drops_unrelated_episodes(store: CommunityEpisodeStore) -> None:
     _fill(store)
     assert store.retrieve("my cat likes to sleep in the sun") == []
     assert store.retrieve("my cat likes to sleep in the sun", min_relevance=-1.0) != []
@@ -85,7 +86,7 @@ def test_min_relevance_drops_unrelated_episodes(store: EpisodeStore) -> None:
 
 @pytest.mark.parametrize(("solar_ess", "wind_ess", "first"), [(0.9, 0.1, SOLAR), (0.1, 0.9, WIND)])
 def test_evidence_strength_decides_between_equally_relevant_episodes(
-    store: EpisodeStore, solar_ess: float, wind_ess: float, first: str
+    store: CommunityEpisodeStore, solar_ess: float, wind_ess: float, first: str
 ) -> None:
     store.store("u", "a", solar_ess, ["energy"], SOLAR)
     store.store("u", "a", wind_ess, ["energy"], WIND)
@@ -95,7 +96,7 @@ def test_evidence_strength_decides_between_equally_relevant_episodes(
     assert store.retrieve("renewable energy costs", n_results=1) == [first]
 
 
-def test_where_filter_is_applied(store: EpisodeStore) -> None:
+def test_where_filter_is_applied(store: CommunityEpisodeStore) -> None:
     store.store("old", "a", 0.5, [], NUCLEAR, interaction_count=1)
     store.store(
         "new", "a", 0.5, [], "Nuclear reactors are safer than coal plants", interaction_count=9
@@ -104,7 +105,7 @@ def test_where_filter_is_applied(store: EpisodeStore) -> None:
     assert got == ["Nuclear reactors are safer than coal plants"]
 
 
-def test_typed_retrieval_puts_semantic_first_and_deduplicates(store: EpisodeStore) -> None:
+def test_typed_retrieval_puts_semantic_first_and_deduplicates(store: CommunityEpisodeStore) -> None:
     store.store("u", "a", 0.0, [], NUCLEAR, memory_type="episodic")
     store.store(
         "u", "a", 0.9, [], "Reactors are safer than their reputation", memory_type="episodic"
@@ -127,7 +128,7 @@ def test_typed_retrieval_puts_semantic_first_and_deduplicates(store: EpisodeStor
 
 
 def test_typed_retrieval_embeds_the_query_once(
-    store: EpisodeStore, monkeypatch: pytest.MonkeyPatch
+    store: CommunityEpisodeStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _fill(store)
     calls: list[str] = []
@@ -142,7 +143,7 @@ def test_typed_retrieval_embeds_the_query_once(
     assert calls == ["Is atomic energy dangerous?"]
 
 
-def test_empty_store_returns_nothing(store: EpisodeStore) -> None:
+def test_empty_store_returns_nothing(store: CommunityEpisodeStore) -> None:
     assert store.count() == 0
     assert store.retrieve("anything") == []
     assert store.retrieve_typed("anything") == []
@@ -152,7 +153,7 @@ def test_empty_store_returns_nothing(store: EpisodeStore) -> None:
 # -- writing ------------------------------------------------------------------------------
 
 
-def test_store_keeps_only_what_recall_and_hiding_need(store: EpisodeStore) -> None:
+def test_store_keeps_only_what_recall_and_hiding_need(store: CommunityEpisodeStore) -> None:
     episode_id = store.store("u" * 900, "r" * 900, 0.42, ["energy", "policy"], NUCLEAR, 7)
     raw = store.chroma.client.get_collection(store.collection_name)
     got = raw.get(ids=[episode_id], include=["metadatas", "documents"])
@@ -167,13 +168,13 @@ def test_store_keeps_only_what_recall_and_hiding_need(store: EpisodeStore) -> No
     assert store.recent_summaries(0) == [NUCLEAR]
 
 
-def test_without_a_summary_the_document_is_the_message_head(store: EpisodeStore) -> None:
+def test_without_a_summary_the_document_is_the_message_head(store: CommunityEpisodeStore) -> None:
     episode_id = store.store("u" * 900, "r" * 900, 0.42, [], "", 7)
     raw = store.chroma.client.get_collection(store.collection_name)
     assert raw.get(ids=[episode_id], include=["documents"])["documents"] == ["u" * 200]
 
 
-def test_upsert_with_same_id_never_duplicates(store: EpisodeStore) -> None:
+def test_upsert_with_same_id_never_duplicates(store: CommunityEpisodeStore) -> None:
     first = store.store("m", "r", 0.3, [], NUCLEAR, episode_id="guild-1:msg-42")
     second = store.store("m", "r", 0.3, [], "Nuclear plants are safe", episode_id="guild-1:msg-42")
     assert first == second == "guild-1:msg-42"
@@ -183,7 +184,7 @@ def test_upsert_with_same_id_never_duplicates(store: EpisodeStore) -> None:
     assert store.count() == 2
 
 
-def test_recent_summaries_are_oldest_first_and_limited(store: EpisodeStore) -> None:
+def test_recent_summaries_are_oldest_first_and_limited(store: CommunityEpisodeStore) -> None:
     for i in (5, 1, 4, 2, 3):
         store.store("m", "r", 0.1, [], f"summary {i}", interaction_count=i)
     assert store.recent_summaries(3) == ["summary 3", "summary 4", "summary 5"]
@@ -218,10 +219,10 @@ def test_communities_never_see_each_others_episodes(
     persist_dir: Path, chroma: ChromaHandle, embedding_function: FastMiniLML6V2
 ) -> None:
     client = chroma
-    a = EpisodeStore.for_community(
+    a = CommunityEpisodeStore.for_community(
         "discord:1", persist_dir, client=client, embedding_function=embedding_function
     )
-    b = EpisodeStore.for_community(
+    b = CommunityEpisodeStore.for_community(
         "slack:T1", persist_dir, client=client, embedding_function=embedding_function
     )
     a.store("m", "r", 0.5, [], NUCLEAR)
@@ -238,7 +239,7 @@ def test_concurrent_use_of_different_communities(
     topics = {"c0": NUCLEAR, "c1": SOURDOUGH, "c2": FOOTBALL, "c3": TAX}
 
     def work(community: str) -> list[str]:
-        s = EpisodeStore.for_community(
+        s = CommunityEpisodeStore.for_community(
             community, persist_dir, client=client, embedding_function=embedding_function
         )
         for i in range(3):
@@ -254,7 +255,7 @@ def test_concurrent_use_of_different_communities(
 # -- persistence ----------------------------------------------------------------------------
 
 
-def test_seed_signature_uses_default_client_and_model_dir(
+def test_a_directory_alone_gives_the_default_client_and_model_dir(
     tmp_path: Path, model_cache_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from sonality import config
@@ -265,7 +266,7 @@ def test_seed_signature_uses_default_client_and_model_dir(
     monkeypatch.setattr(config, "DATA_DIR", data_dir)
     persist = tmp_path / "chroma"
     try:
-        s = EpisodeStore(str(persist))
+        s = CommunityEpisodeStore(str(persist))
         assert s.collection_name == "episodes"
         s.store("m", "r", 0.5, [], NUCLEAR)
         assert s.retrieve("Is atomic energy dangerous?") == [NUCLEAR]
@@ -283,13 +284,15 @@ def test_non_cosine_collection_is_refused(
         configuration={"hnsw": {"space": "l2"}},
     )
     with pytest.raises(ValueError, match="cosine"):
-        EpisodeStore(persist_dir, client=chroma, embedding_function=embedding_function)
+        CommunityEpisodeStore(persist_dir, client=chroma, embedding_function=embedding_function)
 
 
 def test_episodes_survive_reopening_in_a_new_process(
     persist_dir: Path, embedding_function: FastMiniLML6V2, model_cache_dir: Path
 ) -> None:
-    s = EpisodeStore.for_community("discord:77", persist_dir, embedding_function=embedding_function)
+    s = CommunityEpisodeStore.for_community(
+        "discord:77", persist_dir, embedding_function=embedding_function
+    )
     s.store("m", "r", 0.5, [], NUCLEAR, interaction_count=3)
     s.store("m", "r", 0.5, [], TAX, interaction_count=4)
     close_chroma_client(persist_dir)
@@ -297,8 +300,8 @@ def test_episodes_survive_reopening_in_a_new_process(
     script = (
         "import json, sys\n"
         "from pathlib import Path\n"
-        "from chroma_memory.episodes import EpisodeStore\n"
-        "s = EpisodeStore.for_community(\n"
+        "from chroma_memory.episodes import CommunityEpisodeStore\n"
+        "s = CommunityEpisodeStore.for_community(\n"
         "    'discord:77', sys.argv[1], model_cache_dir=Path(sys.argv[2])\n"
         ")\n"
         "print(json.dumps([s.count(), s.retrieve('Is atomic energy dangerous?'),"
@@ -316,13 +319,13 @@ def test_episodes_survive_reopening_in_a_new_process(
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == [2, [NUCLEAR], [NUCLEAR, TAX]]
 
     # And in this process, with a fresh client on the same path.
-    reopened = EpisodeStore.for_community(
+    reopened = CommunityEpisodeStore.for_community(
         "discord:77", persist_dir, embedding_function=embedding_function
     )
     assert reopened.count() == 2
 
 
-def test_unwritten_episodes_are_ranked_with_stored_ones(store: EpisodeStore) -> None:
+def test_unwritten_episodes_are_ranked_with_stored_ones(store: CommunityEpisodeStore) -> None:
     """Episodes waiting for a batched write compete by the same score, semantic ones in
     the semantic slots, and one that has just been stored is not counted twice."""
     store.store("m", "r", 0.5, [], NUCLEAR, episode_id="stored")

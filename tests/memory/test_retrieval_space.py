@@ -8,7 +8,7 @@ all are ranked under one `min_relevance`, and insights have only their text.
 one-sentence summary) and questions asked later in other words, each naming what it
 should recall; five are small talk that should recall nothing. Each candidate space is
 stored in a real Chroma collection with the real MiniLM model and queried through
-`EpisodeStore.retrieve`, so the similarity floor and the ESS weighting apply as in
+`CommunityEpisodeStore.retrieve`, so the similarity floor and the ESS weighting apply as in
 production. Figures print with ``pytest -s``.
 
 Measured when the choice was made (recall@3 / MRR over 49 questions, small talk silent):
@@ -35,7 +35,7 @@ import pytest
 from chromadb.api.types import Embeddings
 
 from chroma_memory.embedding import FastMiniLML6V2, close_chroma_client
-from chroma_memory.episodes import EpisodeStore
+from chroma_memory.episodes import CommunityEpisodeStore
 from sonality import config
 from sonality.memory.episodes import Episode, with_vectors
 
@@ -69,7 +69,7 @@ class Score:
 
 @dataclass(frozen=True)
 class Evaluation:
-    production: Score  # vectors as `EpisodeStore` computes them for an episode without one
+    production: Score  # vectors as `CommunityEpisodeStore` computes them for an episode without one
     summary: Score
     message: Score
     mixed: Score
@@ -93,7 +93,7 @@ def _load() -> tuple[list[Episode], list[Question]]:
 
 
 def _score(
-    store: EpisodeStore,
+    store: CommunityEpisodeStore,
     episodes: Sequence[Episode],
     questions: Sequence[Question],
     query_vectors: Embeddings,
@@ -156,7 +156,7 @@ def evaluation(
     scores: dict[str, Score] = {}
     try:
         for name, stored in spaces.items():
-            store = EpisodeStore(
+            store = CommunityEpisodeStore(
                 persist_dir, collection=f"space-{name}", embedding_function=embedding_function
             )
             store.store_many(stored)

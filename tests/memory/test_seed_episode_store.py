@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from chroma_memory.embedding import FastMiniLML6V2
-from chroma_memory.episodes import EpisodeStore as FastStore
+from chroma_memory.episodes import CommunityEpisodeStore
 from chroma_memory.shared_chroma import ChromaHandle
 from sonality.memory.episodes import SEMANTIC, Episode, EpisodeMemory, EpisodeStore
 from sonality.store import HiddenRange
@@ -39,10 +39,10 @@ def _fill(store: EpisodeMemory) -> None:
 @pytest.fixture
 def both(
     tmp_path: Path, chroma: ChromaHandle, embedding_function: FastMiniLML6V2
-) -> tuple[EpisodeStore, FastStore]:
+) -> tuple[EpisodeStore, CommunityEpisodeStore]:
     """The seed's store, and the bot's on embedded Chroma, then on a Chroma server."""
     plain = EpisodeStore(tmp_path / "plain", embedding_function=embedding_function)
-    fast = FastStore(None, client=chroma, embedding_function=embedding_function)
+    fast = CommunityEpisodeStore(None, client=chroma, embedding_function=embedding_function)
     _fill(plain)
     _fill(fast)
     return plain, fast
@@ -61,7 +61,7 @@ def test_seed_signature_stores_and_recalls(
     assert "user text" not in str(row) and "bot text" not in str(row)
 
 
-def test_both_stores_rank_and_type_alike(both: tuple[EpisodeStore, FastStore]) -> None:
+def test_both_stores_rank_and_type_alike(both: tuple[EpisodeStore, CommunityEpisodeStore]) -> None:
     plain, fast = both
     assert plain.count() == fast.count() == 5
     typed = plain.retrieve_typed(QUERY)
@@ -73,7 +73,7 @@ def test_both_stores_rank_and_type_alike(both: tuple[EpisodeStore, FastStore]) -
 
 
 def test_both_stores_hide_alike_and_the_bots_ranks_waiting_episodes(
-    both: tuple[EpisodeStore, FastStore], embedding_function: FastMiniLML6V2
+    both: tuple[EpisodeStore, CommunityEpisodeStore], embedding_function: FastMiniLML6V2
 ) -> None:
     plain, fast = both
     hidden: list[HiddenRange] = [(3, 4, 1)]  # interaction 4 undone by a rollback
@@ -96,3 +96,17 @@ def test_both_stores_hide_alike_and_the_bots_ranks_waiting_episodes(
     assert ATOMIC not in got and waiting_text in got
     assert plain.recent_summaries(0, hidden=hidden) == [NUCLEAR, SOURDOUGH, TAX]
     assert fast.recent_summaries(0, hidden=hidden) == [NUCLEAR, SOURDOUGH, TAX]
+
+
+def test_both_stores_find_insights_by_text_and_show_what_they_keep(
+    both: tuple[EpisodeStore, CommunityEpisodeStore],
+) -> None:
+    """What a forget-me (`semantic_ids`) and a member's data export (`stored`) ask of
+    any `EpisodeMemory`: the seed's store answered neither question before."""
+    plain, fast = both
+    wanted = [REACTORS, NUCLEAR, "never stored"]  # NUCLEAR is an episode, not an insight
+    assert plain.semantic_ids(wanted) == fast.semantic_ids(wanted) == ["s1"]
+    assert plain.semantic_ids([]) == fast.semantic_ids([]) == []
+    for store in both:
+        rows = store.stored(["e1", "s1", "absent"])
+        assert sorted(r["document"] for r in rows) == sorted([NUCLEAR, REACTORS])

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from chroma_memory.embedding import FastMiniLML6V2, make_chroma_client
-from chroma_memory.episodes import EpisodeStore
+from chroma_memory.episodes import CommunityEpisodeStore
 from chroma_memory.shared_chroma import SharedChroma
 from sonality.memory.episodes import SEMANTIC, Episode
 
@@ -25,9 +25,9 @@ TOPICS = {
 }
 
 
-def _stores(chroma: SharedChroma, ef: FastMiniLML6V2) -> dict[str, EpisodeStore]:
+def _stores(chroma: SharedChroma, ef: FastMiniLML6V2) -> dict[str, CommunityEpisodeStore]:
     return {
-        name: EpisodeStore.for_community(
+        name: CommunityEpisodeStore.for_community(
             f"test:{name}", chroma.persist_dir, client=chroma, embedding_function=ef
         )
         for name in TOPICS
@@ -58,7 +58,7 @@ def test_semantic_memories_survive_a_reopen(
     persist_dir: Path, embedding_function: FastMiniLML6V2
 ) -> None:
     chroma = SharedChroma(persist_dir, max_open=1)
-    store = EpisodeStore(persist_dir, client=chroma, embedding_function=embedding_function)
+    store = CommunityEpisodeStore(persist_dir, client=chroma, embedding_function=embedding_function)
     insight = "The community values evidence from field trials over anecdotes"
     store.store_many(
         [

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from chroma_memory.embedding import FastMiniLML6V2
-from chroma_memory.episodes import EpisodeStore
+from chroma_memory.episodes import CommunityEpisodeStore
 from chroma_memory.shared_chroma import ChromaHandle
 from chroma_memory.write_behind import EPISODE_BATCH, WriteBehindMemory
 from sonality.memory.access import AgentMemory
@@ -58,7 +58,7 @@ async def test_episodes_are_written_in_batches_and_reported_in_order(
     inner = memory.episodes
     assert isinstance(inner, RecordingMemory)
     assert [len(batch) for batch in written] == [EPISODE_BATCH, 3]
-    assert [i for batch in written for i in batch] == [e.id for e in inner.stored]
+    assert [i for batch in written for i in batch] == [e.id for e in inner.writes]
     assert memory.unwritten == []
 
 
@@ -76,10 +76,10 @@ async def test_forget_drops_waiting_episodes_and_deletes_stored_ones(
     inner = memory.episodes
     assert isinstance(inner, RecordingMemory)
     assert sorted(inner.by_id) == ["e0", "e3"]
-    assert "e2" not in [e.id for e in inner.stored]  # never written, not written later
+    assert "e2" not in [e.id for e in inner.writes]  # never written, not written later
 
 
-def stored_documents(store: EpisodeStore) -> dict[str, str]:
+def stored_documents(store: CommunityEpisodeStore) -> dict[str, str]:
     with store.chroma.use():
         got = store._episodic().get(include=["documents"])
     return dict(zip(got["ids"], [d or "" for d in got["documents"] or []], strict=True))
@@ -106,7 +106,7 @@ async def test_an_episode_handed_in_twice_is_written_once_as_last_handed_in(
     """Issue 22, finding 13: a process that adopts the other processes' waiting episodes
     (`SonalityAgent.catch_up`) handed in episodes it already held; Chroma refused the
     batch naming an id twice, and every later write with it."""
-    store = EpisodeStore(persist_dir, client=chroma, embedding_function=embedding_function)
+    store = CommunityEpisodeStore(persist_dir, client=chroma, embedding_function=embedding_function)
     memory = WriteBehindMemory(store, label="test", flush_delay=3600)
     noted = Noted()
     try:
@@ -139,7 +139,7 @@ async def test_a_batch_chroma_refuses_costs_only_the_refused_episode(
     from another embedding model) stayed at the head of the queue, so every later write
     failed too. Now the others of the batch are written, the refused one leaves the
     queue (never reported written: its outbox row stays), and the log says why."""
-    store = EpisodeStore(persist_dir, client=chroma, embedding_function=embedding_function)
+    store = CommunityEpisodeStore(persist_dir, client=chroma, embedding_function=embedding_function)
     store.store_many([plain(0)])  # the collection now holds vectors of the model's size
     memory = WriteBehindMemory(store, label="test", flush_delay=3600)
     noted = Noted()

@@ -164,7 +164,7 @@ async def test_a_forget_waits_for_a_batch_checked_before_it_then_deletes_it(
         gated.gate.set()
         await asyncio.gather(writing, forgetting)
         refused.cancel()
-        assert chroma.stored and chroma.stored[0].id == "i1"  # b did write it ...
+        assert chroma.writes and chroma.writes[0].id == "i1"  # b did write it ...
         assert "i1" not in chroma.by_id  # ... and a's delete came after
     finally:
         gated.gate.set()
