@@ -12,6 +12,7 @@ import logging
 import signal
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 from bot.budget import BudgetLedger, MeteredLLM
@@ -32,22 +33,30 @@ from chroma_memory.priority import ReplyPriority
 from chroma_memory.server import ServerMemory, ServerUnreachable
 from chroma_memory.write_behind import WriteBehindMemory
 from providers.anthropic import AnthropicLLM
+from providers.levels import LEVELS_FILE
 from providers.openai import OpenAILLM
 from sonality.agent import SonalityAgent
 from sonality.llm import LLMClient
 from sonality.store import InteractionRecord
 from storage import Database, StorageError, open_database
+from storage.models import usage_role
 from storage.platform import KEY_HOWTO
 
 log = logging.getLogger(__name__)
 
 
-def build_llm(settings: Settings) -> AnthropicLLM | OpenAILLM:
+def build_llm(settings: Settings, *, levels_file: Path | None = None) -> AnthropicLLM | OpenAILLM:
     """The one shared client of the vendor SONALITY_LLM_PROVIDER names.
 
     Anthropic cannot work without a key; an OpenAI-compatible server may need none
     (Ollama), and one that does answers 401, which the start-up check reports.
+    `levels_file` keeps what each model needed for structured answers across restarts.
     """
+    caps = settings.output_caps
+
+    def output_cap(purpose: str) -> int | None:
+        return caps[usage_role(purpose)]
+
     if settings.llm_provider == "openai":
         key = settings.openai_api_key
         return OpenAILLM(
@@ -55,8 +64,11 @@ def build_llm(settings: Settings) -> AnthropicLLM | OpenAILLM:
             base_url=settings.openai_base_url,
             default_model=settings.model,
             max_retries=settings.llm_max_retries,
-            timeout=settings.llm_timeout_seconds,
+            timeout=settings.llm_timeout,
             max_concurrency=settings.max_concurrent_llm,
+            output_cap=output_cap,
+            model_options=settings.resolved_model_options,
+            levels_file=levels_file,
         )
     if settings.anthropic_api_key is None or not settings.anthropic_api_key.get_secret_value():
         raise StartupError("Set ANTHROPIC_API_KEY (environment or .env) to run the bot.")
@@ -65,8 +77,9 @@ def build_llm(settings: Settings) -> AnthropicLLM | OpenAILLM:
         base_url=settings.anthropic_base_url,
         default_model=settings.model,
         max_retries=settings.llm_max_retries,
-        timeout=settings.llm_timeout_seconds,
+        timeout=settings.llm_timeout,
         max_concurrency=settings.max_concurrent_llm,
+        output_cap=output_cap,
     )
 
 
@@ -84,7 +97,7 @@ async def open_runtime(
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     async with contextlib.AsyncExitStack() as stack:
         if llm is None:
-            owned = build_llm(settings)
+            owned = build_llm(settings, levels_file=settings.data_dir / LEVELS_FILE)
             stack.push_async_callback(owned.aclose)
             llm = owned
         client = RecordingLLM(llm, llm_health or LLMHealth())  # still just an LLMClient

@@ -27,6 +27,7 @@ import openai
 
 from bot.interface import StartupError
 from bot.settings import Settings
+from providers import is_local_endpoint
 from providers.openai import OPENAI_API_URL, OpenAILLM, connection_failure
 from storage.migrations import SCHEMA_VERSION
 from storage.models import SchemaTooNewError, StorageError
@@ -68,7 +69,9 @@ class _Endpoint:
 
 async def check_models(settings: Settings) -> None:
     """Raise `StartupError` if the key, a model or the endpoint is wrong; log a WARNING
-    and return if the endpoint only failed for the moment."""
+    and return if the endpoint only failed for the moment. Says (INFO) which timeout
+    the bot's calls will have, since a local model may need far longer than the check."""
+    log.info(timeout_line(settings))
     models: dict[str, list[str]] = {}
     models.setdefault(settings.model, []).append("SONALITY_MODEL")
     models.setdefault(settings.ess_model, []).append("SONALITY_ESS_MODEL")
@@ -76,6 +79,17 @@ async def check_models(settings: Settings) -> None:
         await _check_openai(settings, models)
     else:
         await _check_anthropic(settings, models)
+
+
+def timeout_line(settings: Settings) -> str:
+    """Which LLM timeout is in force, and why (the setting, or the kind of endpoint)."""
+    if settings.llm_timeout_seconds is not None:
+        why = "SONALITY_LLM_TIMEOUT_SECONDS"
+    elif is_local_endpoint(settings.llm_base_url):
+        why = f"the default for a local endpoint ({settings.llm_base_url})"
+    else:
+        why = "the default for a hosted API; SONALITY_LLM_TIMEOUT_SECONDS changes it"
+    return f"LLM calls time out after {settings.llm_timeout:g}s ({why})"
 
 
 async def _check_anthropic(settings: Settings, models: dict[str, list[str]]) -> None:

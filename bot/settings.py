@@ -20,7 +20,13 @@ from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_va
 from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from providers import DEFAULT_MODELS, Provider
+from providers import (
+    DEFAULT_MODELS,
+    HOSTED_TIMEOUT_SECONDS,
+    LOCAL_TIMEOUT_SECONDS,
+    Provider,
+    is_local_endpoint,
+)
 from providers.pricing import ModelPrice
 from sonality import config as engine_config
 
@@ -70,7 +76,27 @@ class Settings(BaseSettings):
     )
     max_concurrent_llm: int = Field(default=16, ge=1, alias="SONALITY_MAX_CONCURRENT_LLM")
     llm_max_retries: int = Field(default=3, ge=0, alias="SONALITY_LLM_MAX_RETRIES")
-    llm_timeout_seconds: float = Field(default=60.0, gt=0, alias="SONALITY_LLM_TIMEOUT_SECONDS")
+    # Unset: 60 s, or 300 s for a server on this machine or network (`llm_timeout`).
+    llm_timeout_seconds: float | None = Field(
+        default=None, gt=0, alias="SONALITY_LLM_TIMEOUT_SECONDS"
+    )
+    # --- local models (README "Running a local model") -----------------------------
+    # The most output tokens a call of each role may ask for (usage_role: reply,
+    # evidence = ESS and insight, reflection); unset = the engine's own limit.
+    reply_max_tokens: int | None = Field(
+        default=None, ge=16, le=100_000, alias="SONALITY_REPLY_MAX_TOKENS"
+    )
+    evidence_max_tokens: int | None = Field(
+        default=None, ge=128, le=100_000, alias="SONALITY_EVIDENCE_MAX_TOKENS"
+    )
+    reflection_max_tokens: int | None = Field(
+        default=None, ge=128, le=100_000, alias="SONALITY_REFLECTION_MAX_TOKENS"
+    )
+    # Extra request fields per model for the openai provider, as JSON; "*" is every
+    # model not named. Unset: LOCAL_MODEL_OPTIONS on a local endpoint, nothing otherwise.
+    model_options: dict[str, dict[str, Any]] | None = Field(
+        default=None, alias="SONALITY_MODEL_OPTIONS"
+    )
 
     # --- engine (handed to `sonality.config` at start) ---------------------------------
     ess_threshold: float = _engine("ESS_THRESHOLD")
@@ -350,6 +376,64 @@ class Settings(BaseSettings):
             raise ValueError(f"must be one of {', '.join(engine_config.LOG_LEVELS)}")
         return value.strip().upper()
 
+    @field_validator("model_options")
+    @classmethod
+    def _own_fields_only(
+        cls, value: dict[str, dict[str, Any]] | None
+    ) -> dict[str, dict[str, Any]] | None:
+        for model, fields in (value or {}).items():
+            taken = sorted(set(fields) & RESERVED_REQUEST_FIELDS)
+            if taken:
+                raise ValueError(
+                    f"{model}: {taken[0]} is set by the bot itself; use sampling fields "
+                    'such as {"frequency_penalty": 0.3} or {"repeat_penalty": 1.1}'
+                )
+        return value
+
+    @model_validator(mode="after")
+    def _options_need_openai(self) -> Self:
+        if self.model_options and self.llm_provider != "openai":
+            raise PydanticCustomError(
+                "model_options_provider",
+                "SONALITY_MODEL_OPTIONS works with SONALITY_LLM_PROVIDER=openai only "
+                "(Anthropic's API refuses fields it does not know)",
+            )
+        return self
+
+    @property
+    def llm_base_url(self) -> str | None:
+        """The configured endpoint of the chosen provider (None: the vendor's own)."""
+        return self.openai_base_url if self.llm_provider == "openai" else self.anthropic_base_url
+
+    @property
+    def llm_timeout(self) -> float:
+        """SONALITY_LLM_TIMEOUT_SECONDS, else longer for a server on this machine or network."""
+        if self.llm_timeout_seconds is not None:
+            return self.llm_timeout_seconds
+        return (
+            LOCAL_TIMEOUT_SECONDS
+            if is_local_endpoint(self.llm_base_url)
+            else HOSTED_TIMEOUT_SECONDS
+        )
+
+    @property
+    def resolved_model_options(self) -> dict[str, dict[str, Any]]:
+        """What `OpenAILLM` adds to each request, by model (see SONALITY_MODEL_OPTIONS)."""
+        if self.model_options is not None:
+            return self.model_options
+        if self.llm_provider == "openai" and is_local_endpoint(self.llm_base_url):
+            return {"*": dict(LOCAL_MODEL_OPTIONS)}
+        return {}
+
+    @property
+    def output_caps(self) -> dict[str, int | None]:
+        """The per-role output caps, keyed by `storage.models.UsageRole`."""
+        return {
+            "reply": self.reply_max_tokens,
+            "evidence": self.evidence_max_tokens,
+            "reflection": self.reflection_max_tokens,
+        }
+
     @model_validator(mode="after")
     def _provider_defaults(self) -> Self:
         reply, evidence = DEFAULT_MODELS[self.llm_provider]
@@ -381,6 +465,27 @@ class Settings(BaseSettings):
     def slack_moderators(self) -> frozenset[str]:
         return frozenset(x.strip() for x in self.slack_moderator_ids.split(",") if x.strip())
 
+
+#: Request fields the bot sets itself, which SONALITY_MODEL_OPTIONS may not override.
+RESERVED_REQUEST_FIELDS = frozenset(
+    {
+        "model",
+        "messages",
+        "max_tokens",
+        "max_completion_tokens",
+        "tools",
+        "tool_choice",
+        "response_format",
+        "stream",
+        "stream_options",
+    }
+)
+
+#: Sent to every model of a local endpoint unless SONALITY_MODEL_OPTIONS says otherwise:
+#: small local models fall into repetition loops (a 135M model once repeated one
+#: sentence for 7,781 characters), and `frequency_penalty` is the repetition control
+#: that llama.cpp, Ollama, vLLM and LM Studio all accept under OpenAI's own name.
+LOCAL_MODEL_OPTIONS: dict[str, float] = {"frequency_penalty": 0.5}
 
 #: Far above any real bot's shard count; keeps a typo like "0-99999999" from
 #: building a list of a hundred million shard ids.

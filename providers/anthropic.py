@@ -12,7 +12,10 @@ engine needs and the SDK cannot know:
 * prompt caching where it pays: a `cache_control` mark only where the engine marked a
   stable prefix (`SystemBlock.cache`, `ChatTurn.cache`) and it reaches the model's minimum;
 * every SDK failure becomes `LLMError` with a short, human reason, so the engine has a
-  single error type to handle and operators can read the log line.
+  single error type to handle and operators can read the log line;
+* each call asks for at most its role's output cap (`providers.OutputCap`). Anthropic
+  has no repetition penalty to send, so the cap is the only guard against a reply that
+  runs on.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from anthropic.types import (
 )
 from anthropic.types import Usage as SDKUsage
 
+from providers import HOSTED_TIMEOUT_SECONDS, OutputCap, capped
 from sonality import config
 from sonality.llm import (
     ChatTurn,
@@ -66,8 +70,9 @@ class AnthropicLLM(LLMClient):
         base_url: str | None = None,
         default_model: str = config.MODEL,
         max_retries: int = 3,
-        timeout: float = 60.0,
+        timeout: float = HOSTED_TIMEOUT_SECONDS,
         max_concurrency: int = 8,
+        output_cap: OutputCap | None = None,
     ) -> None:
         """`api_key`/`base_url` None fall back to the SDK's own environment lookup
         (`ANTHROPIC_API_KEY`, `ANTHROPIC_BASE_URL`). Raises `ValueError` when no
@@ -91,6 +96,7 @@ class AnthropicLLM(LLMClient):
         if not (self._client.api_key or self._client.auth_token or self._client.credentials):
             raise ValueError("no Anthropic API key: pass api_key or set ANTHROPIC_API_KEY")
         self._slots = asyncio.Semaphore(max_concurrency)
+        self._output_cap = output_cap
 
     async def reply(
         self,
@@ -102,6 +108,7 @@ class AnthropicLLM(LLMClient):
         purpose: str = "reply",
         on_text: TextSink | None = None,
     ) -> TextResult:
+        max_tokens = capped(max_tokens, purpose, self._output_cap)
         if on_text is not None:
             message = await self._stream(purpose, system, messages, max_tokens, model, on_text)
         else:
@@ -126,7 +133,7 @@ class AnthropicLLM(LLMClient):
             purpose,
             system,
             messages,
-            max_tokens,
+            capped(max_tokens, purpose, self._output_cap),
             model,
             tools=[cast(ToolParam, tool)],
             tool_choice={"type": "tool", "name": name},

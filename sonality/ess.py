@@ -3,6 +3,13 @@
 A forced tool call that sees only the user's words, in the third person, so the model
 never grades its own agreement. Answers are validated, not trusted: a malformed one is
 retried, then replaced by safe defaults that can never move a belief.
+
+Why every field of the schema is bounded: a server that constrains its output to the
+schema (llama.cpp's grammar, Structured Outputs) lets a small model write exactly what
+the schema allows, so an unbounded `topics` array was once filled until the token cap,
+cut off and unusable. Bounded, every answer the grammar admits fits in a few hundred
+tokens. What comes back is clamped to the same bounds anyway, for servers that only
+read the schema as a hint.
 """
 
 from __future__ import annotations
@@ -25,6 +32,10 @@ log = logging.getLogger(__name__)
 
 ESS_MAX_TOKENS = 1024
 MAX_TOPICS = 3
+#: A topic label is a key ("nuclear_energy"), not a sentence.
+MAX_TOPIC_CHARS = 40
+#: One sentence; the schema's bound, and what a longer summary is cut to.
+MAX_SUMMARY_CHARS = 300
 
 
 def fallback_summary(user_message: str) -> str:
@@ -81,15 +92,20 @@ class ESSResult:
     used_defaults: bool = False
 
 
-# Field meanings are in the prompt's guide.
+# Field meanings are in the prompt's guide; every field is bounded (see the docstring).
+_UNIT = {"type": "number", "minimum": 0, "maximum": 1}
 _ESS_PROPERTIES: dict[str, Any] = {
-    "score": {"type": "number"},
+    "score": _UNIT,
     "reasoning_type": {"type": "string", "enum": [m.value for m in ReasoningType]},
     "source_reliability": {"type": "string", "enum": [m.value for m in SourceReliability]},
     "internal_consistency": {"type": "boolean"},
-    "novelty": {"type": "number"},
-    "topics": {"type": "array", "items": {"type": "string"}},
-    "summary": {"type": "string"},
+    "novelty": _UNIT,
+    "topics": {
+        "type": "array",
+        "items": {"type": "string", "minLength": 1, "maxLength": MAX_TOPIC_CHARS},
+        "maxItems": MAX_TOPICS,
+    },
+    "summary": {"type": "string", "maxLength": MAX_SUMMARY_CHARS},
     "opinion_direction": {"type": "string", "enum": [m.value for m in OpinionDirection]},
 }
 
@@ -100,14 +116,31 @@ ESS_TOOL: dict[str, Any] = {
         "type": "object",
         "properties": _ESS_PROPERTIES,
         "required": list(_ESS_PROPERTIES),
+        "additionalProperties": False,
     },
 }
 
 
 def normalize_topic(label: str) -> str:
     """Lowercase snake_case, so spellings of one topic key one belief; non-ASCII
-    letters are kept ("Nuclear Energy" -> "nuclear_energy")."""
-    return re.sub(r"[\W_]+", "_", label.casefold()).strip("_")
+    letters are kept ("Nuclear Energy" -> "nuclear_energy"); at most MAX_TOPIC_CHARS,
+    cut at a word where one is near, so a sentence passed off as a label stays a key."""
+    label = re.sub(r"[\W_]+", "_", label.casefold()).strip("_")
+    if len(label) <= MAX_TOPIC_CHARS:
+        return label
+    cut = label[: MAX_TOPIC_CHARS + 1]
+    end = cut.rfind("_")
+    return (cut[:end] if end >= MAX_TOPIC_CHARS // 2 else cut[:MAX_TOPIC_CHARS]).strip("_")
+
+
+def clip_summary(text: str) -> str:
+    """One line of at most MAX_SUMMARY_CHARS, cut at a word (with an ellipsis) if longer."""
+    text = " ".join(text.split())
+    if len(text) <= MAX_SUMMARY_CHARS:
+        return text
+    cut = text[: MAX_SUMMARY_CHARS - 1]
+    space = cut.rfind(" ")
+    return (cut[:space] if space >= MAX_SUMMARY_CHARS // 2 else cut).rstrip(" ,;:") + "…"
 
 
 class _ToolInput(BaseModel):
@@ -167,7 +200,7 @@ def _to_result(data: _ToolInput, user_message: str) -> ESSResult:
     return ESSResult(
         **data.model_dump(exclude={"topics", "summary"}),
         topics=tuple(data.topics),
-        summary=" ".join(data.summary.split()) or fallback_summary(user_message),
+        summary=clip_summary(data.summary) or fallback_summary(user_message),
     )
 
 

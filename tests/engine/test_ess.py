@@ -12,6 +12,9 @@ from providers.anthropic import AnthropicLLM
 from sonality.config import MAX_ESS_RETRIES
 from sonality.ess import (
     ESS_TOOL,
+    MAX_SUMMARY_CHARS,
+    MAX_TOPIC_CHARS,
+    MAX_TOPICS,
     ESSResult,
     OpinionDirection,
     ReasoningType,
@@ -79,7 +82,40 @@ def test_tool_schema():
     assert props["opinion_direction"]["enum"] == ["supports", "opposes", "neutral"]
     assert props["score"]["type"] == "number" and props["novelty"]["type"] == "number"
     assert props["internal_consistency"]["type"] == "boolean"
-    assert props["topics"] == {**props["topics"], "type": "array", "items": {"type": "string"}}
+    assert props["topics"]["type"] == "array" and props["topics"]["items"]["type"] == "string"
+
+
+def _unbounded(schema: dict[str, Any], path: str = "$") -> list[str]:
+    """Every place where a schema-constrained answer could run on without end."""
+    found: list[str] = []
+    kind = schema.get("type")
+    if kind == "object":
+        if schema.get("additionalProperties") is not False:
+            found.append(f"{path}: object open to other keys")
+        for key, prop in schema.get("properties", {}).items():
+            found += _unbounded(prop, f"{path}.{key}")
+    elif kind == "array":
+        if "maxItems" not in schema:
+            found.append(f"{path}: array without maxItems")
+        found += _unbounded(schema.get("items", {}), f"{path}[]")
+    elif kind == "string" and "enum" not in schema and "maxLength" not in schema:
+        found.append(f"{path}: string without maxLength")
+    elif kind in ("number", "integer") and not {"minimum", "maximum"} <= set(schema):
+        found.append(f"{path}: number without minimum and maximum")
+    return found
+
+
+def test_every_field_of_the_schema_is_bounded():
+    """A grammar-constrained server lets a small model fill whatever the schema allows:
+    an unbounded `topics` array once ran to the token cap (issue 24, fault 1)."""
+    schema = ESS_TOOL["input_schema"]
+    assert _unbounded(schema) == []
+    props = schema["properties"]
+    assert (props["score"]["minimum"], props["score"]["maximum"]) == (0, 1)
+    assert (props["novelty"]["minimum"], props["novelty"]["maximum"]) == (0, 1)
+    assert props["topics"]["maxItems"] == MAX_TOPICS
+    assert props["topics"]["items"]["maxLength"] == MAX_TOPIC_CHARS
+    assert props["summary"]["maxLength"] == MAX_SUMMARY_CHARS
 
 
 def test_result_is_frozen_with_nine_fields():
@@ -158,6 +194,21 @@ async def test_classify_clamps_and_normalises(anthropic_server: AnthropicFake, l
     assert result.topics == ("ai_safety", "énergie_nucléaire", "b")
     assert result.reasoning_type is ReasoningType.LOGICAL_ARGUMENT
     assert result.used_defaults is False
+
+
+async def test_what_comes_back_is_held_to_the_schema_bounds(
+    anthropic_server: AnthropicFake, llm: AnthropicLLM
+):
+    """A server that reads the schema only as a hint may still send a sentence as a
+    topic, a page as the summary and a score of 10: all are cut to the bounds."""
+    sentence = "The new nuclear power is cleaner for the environment than coal plants"
+    answer = {**VALID, "score": 10, "topics": [sentence, "x" * 90], "summary": "word " * 200}
+    anthropic_server.enqueue(ToolUse(answer))
+    result = await classify(llm, "m", "s")
+    assert result.score == 1.0 and not result.used_defaults
+    assert result.topics == ("the_new_nuclear_power_is_cleaner_for_the", "x" * MAX_TOPIC_CHARS)
+    assert all(len(t) <= MAX_TOPIC_CHARS for t in result.topics)
+    assert len(result.summary) <= MAX_SUMMARY_CHARS and result.summary.endswith("word…")
 
 
 async def test_classify_retries_then_succeeds(anthropic_server: AnthropicFake, llm: AnthropicLLM):

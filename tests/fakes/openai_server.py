@@ -30,6 +30,19 @@ How `POST /v1/chat/completions` is answered, in order:
    answered as a small local model would, JSON in a ```json fence after a short
    preface. So the brain's evidence answer can be had at every level of the client's
    fallback chain.
+5. An answer longer than the request's `max_tokens` (or `max_completion_tokens`) is
+   cut there, at 4 characters a token, with `finish_reason: "length"`, as every server
+   does: text, JSON content and a function call's arguments alike.
+
+`llama_cpp=True` plays llama.cpp's server (`llama-server`, or the `xllamacpp` wheel)
+instead of OpenAI, where the two differ in ways a client can trip on:
+`tool_choice` must be a string ("none", "auto", "required"): an object is not an
+error but logged and read as "auto", so the model answers in prose instead of calling
+the tool; fields OpenAI does not know are ignored rather than refused, so llama.cpp's
+own sampling fields (`repeat_penalty`, `top_k`, `min_p`, ...) pass; and there is no
+`GET /v1/models/{id}` (404 "File Not Found"). With `ignores_tool_choice` as well it is
+a model whose chat template has no tool support, which llama.cpp answers in prose
+even when the tool is required.
 
 Usage follows OpenAI's automatic prompt caching: only prompts of at least 1,024 tokens
 are cached; the cached part is the longest prefix identical to a prompt sent before to
@@ -349,6 +362,7 @@ class OpenAIFake:
         supports_response_format: bool = True,
         rejects_max_tokens: bool = False,
         serves_model_lookup: bool = True,
+        llama_cpp: bool = False,
     ) -> None:
         self.expected_api_key = api_key
         self.known_models: set[str] = set(KNOWN_MODELS)
@@ -362,6 +376,7 @@ class OpenAIFake:
         self.supports_response_format = supports_response_format
         self.rejects_max_tokens = rejects_max_tokens
         self.serves_model_lookup = serves_model_lookup
+        self.llama_cpp = llama_cpp
         self.brain = Brain()
         self.requests: list[OpenAIRequest] = []
         # Every chat completion body sent back, in order (usage included).
@@ -487,6 +502,9 @@ class OpenAIFake:
             item = item.then
         if isinstance(item, Fault):
             return _fault(item)
+        if self.llama_cpp:
+            error = {"message": "File Not Found", "type": "not_found_error", "code": 404}
+            return web.json_response({"error": error}, status=404)
         if not self.serves_model_lookup:
             return web.json_response({"detail": "Not Found"}, status=404)
         model_id = unquote(request.match_info["model_id"])
@@ -537,7 +555,7 @@ class OpenAIFake:
                 "payload, but what was sent was not valid JSON.)",
                 "invalid_request_error",
             )
-        problem = _invalid(body)
+        problem = _invalid(body, llama_cpp=self.llama_cpp)
         if problem is not None:
             return _error(
                 400, problem[0], "invalid_request_error", param=problem[1], code=problem[2]
@@ -623,7 +641,7 @@ class OpenAIFake:
             parts = [item.text] if isinstance(item.text, str) else list(item.text)
             message["content"] = "".join(parts)
             overrides = dict(item.usage or {})
-        elif structure == "tool" and self.ignores_tool_choice:
+        elif structure == "tool" and (self.ignores_tool_choice or self._reads_as_auto(request)):
             chat = self.brain.answer(request.brain_view(as_chat=True))
             message["content"] = chat.text if isinstance(chat, Text) else ""
         elif structure == "tool":
@@ -646,6 +664,8 @@ class OpenAIFake:
             )
         else:
             message["content"] = json.dumps(item.input)
+        if _cut_to_limit(message, request.body):
+            finish = "length"
         output = message["content"] or json.dumps(message.get("tool_calls"))
         return {
             "id": "chatcmpl-" + uuid.uuid4().hex[:24],
@@ -659,6 +679,12 @@ class OpenAIFake:
             "service_tier": "default",
             "system_fingerprint": "fp_fake",
         }
+
+    def _reads_as_auto(self, request: OpenAIRequest) -> bool:
+        """llama.cpp reads a `tool_choice` that is not a string as "auto" (and a model
+        left to choose answers this fake's chat in prose)."""
+        choice = request.body.get("tool_choice")
+        return self.llama_cpp and choice is not None and not isinstance(choice, str)
 
     async def _stream(
         self, request: web.Request, recorded: OpenAIRequest, item: Text | ToolUse | Broken
@@ -716,7 +742,7 @@ class OpenAIFake:
             await pace(index, self.first_token_seconds, self.tokens_per_second)
             await send([choice({"content": piece})])
             sent += len(piece)
-        await send([choice({}, "stop")])
+        await send([choice({}, completion["choices"][0]["finish_reason"])])
         if with_usage:
             await send([], completion["usage"])
         await response.write(b"data: [DONE]\n\n")
@@ -776,6 +802,26 @@ class OpenAIFake:
         alive[canonical] = max(alive.get(canonical, 0.0), now + ttl)
         self._cached_prompts[model] = alive
         return cached
+
+
+def _cut_to_limit(message: dict[str, Any], body: Mapping[str, Any]) -> bool:
+    """Cut the answer at the request's token limit (4 characters a token); True if cut."""
+    limit = body.get("max_completion_tokens") or body.get("max_tokens")
+    if not isinstance(limit, int):
+        return False
+    most = limit * 4
+    calls = message.get("tool_calls")
+    if calls:
+        arguments = calls[0]["function"]["arguments"]
+        if _tokens(arguments) <= limit:
+            return False
+        calls[0]["function"]["arguments"] = arguments[:most]
+        return True
+    content = message.get("content")
+    if not isinstance(content, str) or _tokens(content) <= limit:
+        return False
+    message["content"] = content[:most]
+    return True
 
 
 def _canonical(body: Mapping[str, Any]) -> str:
@@ -847,10 +893,11 @@ def _bad_value(param: str, value: object, allowed: tuple[str, ...]) -> Problem:
     return f"Invalid value: '{value}'. Supported values are: {listed}.", param, "invalid_value"
 
 
-def _invalid(body: dict[str, Any]) -> Problem | None:
-    """The checks OpenAI makes that a client bug would trip."""
+def _invalid(body: dict[str, Any], *, llama_cpp: bool = False) -> Problem | None:
+    """The checks OpenAI makes that a client bug would trip (llama.cpp ignores fields
+    it does not know, and takes any string `tool_choice` or none)."""
     unknown = sorted(set(body) - _PARAMETERS)
-    if unknown:
+    if unknown and not llama_cpp:
         return f"Unrecognized request argument supplied: {unknown[0]}", None, None
     if not isinstance(body.get("model"), str) or not body["model"]:
         return "you must provide a model parameter", None, None

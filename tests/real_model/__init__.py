@@ -1,0 +1,1 @@
+"""The real-model test tier (see conftest.py)."""
