@@ -24,6 +24,7 @@ from chromadb.api.models.Collection import Collection
 from bot.app import open_runtime
 from bot.interface import StartupError
 from bot.messages import LLM_DOWN, SLOW_DOWN, IncomingMessage, ReplyKind
+from chroma_memory.embedding import default_embedding_function
 from chroma_memory.process import MemoryProcess
 from chroma_memory.server import ServerMemory
 from sonality.memory.sponge import SEED_SNAPSHOT, SpongeState
@@ -429,6 +430,32 @@ async def test_a_memory_whose_embedding_failed_is_embedded_by_the_store(
     assert agent.sponge.interaction_count == 1
     summary = str(NUCLEAR["summary"])
     assert agent.episodes.retrieve(summary, min_relevance=0.99) == [summary]
+
+
+@pytest.mark.parametrize("int8", [True, False])
+async def test_the_runtime_embeds_with_the_int8_model_unless_told_not_to(
+    tmp_path, llm, llm_server, int8
+):
+    """SONALITY_EMBEDDING_INT8 (default true) picks the model a memory's vector comes
+    from: the int8 copy's vector of its summary, or with false the float model's."""
+    llm_server.brain.ess_rule(**NUCLEAR)
+    overrides = {} if int8 else {"SONALITY_EMBEDDING_INT8": False}
+    settings = make_settings(tmp_path / "data", llm=llm, **overrides)
+    async with open_runtime(settings, llm=llm) as runtime:
+        await runtime.handle(
+            IncomingMessage(community=A, channel_id="c1", user=ALICE, text=STRONG_ARGUMENT)
+        )
+        agent = runtime.registry.get(A.id)
+        assert await eventually(lambda: agent.sponge.interaction_count == 1, seconds=5)
+        [waiting] = await runtime.db.community(A.id).pending_episodes()  # not yet written
+    summary = str(NUCLEAR["summary"])
+    cache = settings.resolved_model_cache_dir
+    (quick,) = default_embedding_function(cache, quantized=True)([summary])
+    (exact,) = default_embedding_function(cache)([summary])
+    chosen, other = (quick, exact) if int8 else (exact, quick)
+    assert waiting.embedding is not None
+    assert _cosine(waiting.embedding, chosen) > 0.99999
+    assert _cosine(waiting.embedding, other) < 0.9999
 
 
 def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
