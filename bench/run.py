@@ -471,7 +471,7 @@ class Window:
     seconds: float = 0.0  # wall time from the first message to the last learned
     cpu: float = 0.0
     overheads: list[float] = field(default_factory=list)  # reply time outside the model
-    threads: dict[str, float] = field(default_factory=dict)  # CPU seconds by thread kind
+    threads: dict[str, float] = field(default_factory=dict)  # CPU seconds by kind of thread
 
     @property
     def cpu_per_reply(self) -> float:
@@ -554,28 +554,29 @@ async def offer(
     return window
 
 
-def thread_cpu() -> dict[str, float]:
-    """CPU seconds so far of each kind of thread in this process (Linux /proc): where a
-    message's CPU goes. Threads that ended are not counted; `Window.cpu` is the whole."""
+def thread_cpu() -> dict[int, tuple[str, float]]:
+    """Each live thread of this process (Linux /proc): its kind and CPU seconds so far.
+    What a message's CPU went to; `Window.cpu` is the whole, threads that ended too."""
     names = {t.native_id: t.name for t in threading.enumerate()}
     tick = os.sysconf("SC_CLK_TCK")
-    kinds: dict[str, float] = {}
+    threads: dict[int, tuple[str, float]] = {}
     for task in Path("/proc/self/task").iterdir():
         with contextlib.suppress(OSError):
-            stat = (task / "stat").read_text()
-            head, _, rest = stat.rpartition(")")
+            head, _, rest = (task / "stat").read_text().rpartition(")")
             fields = rest.split()
-            name = names.get(int(task.name)) or head.partition("(")[2]
-            kind = thread_kind(name)
-            kinds[kind] = kinds.get(kind, 0.0) + (int(fields[11]) + int(fields[12])) / tick
-    return kinds
+            tid = int(task.name)
+            name = names.get(tid) or head.partition("(")[2]
+            threads[tid] = (thread_kind(name), (int(fields[11]) + int(fields[12])) / tick)
+    return threads
 
 
-def cpu_since(before: dict[str, float], cpu: float) -> dict[str, float]:
-    """CPU seconds by thread kind since `before`; what threads that ended (Chroma's
-    own, when its client is reopened) spent is the rest of `cpu`, the whole."""
-    now = thread_cpu()
-    spent = {kind: now[kind] - before.get(kind, 0.0) for kind in now}
+def cpu_since(before: dict[int, tuple[str, float]], cpu: float) -> dict[str, float]:
+    """CPU seconds by kind of thread since `before`, largest first. What threads that
+    ended meanwhile spent (Chroma's own, which die with each reopen of its client) is
+    the rest of `cpu`, the process's whole."""
+    spent: dict[str, float] = {}
+    for tid, (kind, now) in thread_cpu().items():
+        spent[kind] = spent.get(kind, 0.0) + now - before.get(tid, (kind, 0.0))[1]
     spent["threads that ended"] = cpu - sum(spent.values())
     return dict(sorted(spent.items(), key=lambda item: -item[1]))
 
