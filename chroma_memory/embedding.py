@@ -10,8 +10,8 @@ Why this module exists:
 * The bot embeds two texts per message (the reply's query, the new memory's summary),
   and with many communities talking the model is the biggest single share of the
   process's CPU. By default it runs an int8 copy of the model (`ensure_minilm_int8`,
-  quantized offline from the float graph): less than half the CPU per text alone, 50 MB
-  less memory, vectors close to the float model's (cosine at least 0.98) and the same
+  quantized offline from the float graph): about half the CPU per text, 50 MB less
+  memory, vectors close to the float model's (cosine at least 0.98) and the same
   recall on the project's retrieval evaluation. Measurements: docs/performance.md.
 * Chroma wants one client per persist path per process, and the bot hosts two
   collections per community, so clients are cached per resolved path.
@@ -150,8 +150,11 @@ class FastMiniLML6V2(BundledMiniLM):
     ``quantized``, it runs the int8 copy of the model (see `ensure_minilm_int8`) under
     the same name: Chroma refuses to open a collection with a function of another name,
     and the two models' vectors are close enough to rank together, so collections
-    written by either are read by both. The int8 model embeds one text per pass (see
-    `_forward`).
+    written by either are read by both. The int8 model quantizes a pass's activations
+    with one scale for the whole pass, so a text's vector moves a little with what it
+    is batched (and padded) with: cosine 0.986 or more against the same text alone,
+    0.992 on average. Embedding each text alone instead kept vectors exact but gave up
+    most of the saving (2.7 ms per text alone, 1.4–1.6 ms in the lane's batches).
     """
 
     def __init__(
@@ -228,11 +231,7 @@ class FastMiniLML6V2(BundledMiniLM):
         encoded = [tokenizer.encode(doc) for doc in documents]
         lengths = np.array([len(e.ids) for e in encoded])
         order = np.argsort(lengths, kind="stable")
-        # The int8 model quantizes each pass's activations with one scale for the whole
-        # pass, so a text's vector would depend on what it was batched (and padded)
-        # with: cosine down to 0.986 against the same text alone. Run alone, a text
-        # always gets the same vector.
-        size = 1 if self.quantized else batch_size or self._batch_size
+        size = batch_size or self._batch_size
         out = np.empty((len(documents), HIDDEN), dtype=np.float32)
         for idx in similar_length_runs(order, lengths, size):
             width = int(lengths[idx].max())
