@@ -447,12 +447,13 @@ async def test_the_runtime_embeds_with_the_int8_model_unless_told_not_to(
             IncomingMessage(community=A, channel_id="c1", user=ALICE, text=STRONG_ARGUMENT)
         )
         agent = runtime.registry.get(A.id)
+        assert agent is not None
         assert await eventually(lambda: agent.sponge.interaction_count == 1, seconds=5)
         [waiting] = await runtime.db.community(A.id).pending_episodes()  # not yet written
     summary = str(NUCLEAR["summary"])
     cache = settings.resolved_model_cache_dir
-    (quick,) = default_embedding_function(cache, quantized=True)([summary])
-    (exact,) = default_embedding_function(cache)([summary])
+    quick = [float(x) for x in default_embedding_function(cache, quantized=True)([summary])[0]]
+    exact = [float(x) for x in default_embedding_function(cache)([summary])[0]]
     chosen, other = (quick, exact) if int8 else (exact, quick)
     assert waiting.embedding is not None
     assert _cosine(waiting.embedding, chosen) > 0.99999
