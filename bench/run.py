@@ -1,7 +1,7 @@
 """Benchmarks of the whole bot against a loopback LLM of fixed latency.
 
 Run: `python3 scripts/bench.py` (or `.venv/bin/python -m bench.run`); `--help` lists
-the figures by name and `--only 1,3b,5` runs some of them. Prints one line
+the figures by name and `--only 1,3m,5` runs some of them. Prints one line
 per figure, each with the workload that produced it and the target it is held to.
 Nothing here is a test: the figures depend on the machine and are for people to read.
 
