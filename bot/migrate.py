@@ -140,7 +140,9 @@ def _episodes(settings: Settings, url: str, database: str | None, resumed: bool)
     except ServerUnreachable as exc:
         raise MigrateError(f"could not reach the Chroma server {url} ({exc})") from None
     try:
-        embed = default_embedding_function(settings.resolved_model_cache_dir)
+        embed = default_embedding_function(
+            settings.resolved_model_cache_dir, quantized=settings.embedding_int8
+        )
         copies = copy_episodes(settings.resolved_chroma_dir, target, embed, resume=resumed)
     except EpisodesRefused as exc:
         raise MigrateError(str(exc)) from None

@@ -41,8 +41,7 @@ def _context(preload: tuple[str, ...]) -> multiprocessing.context.BaseContext:
     """The fork server where there is one (the bot has threads, so never plain fork).
 
     Its preload (by default the main module: the whole bot) is set to `preload` in
-    case this starts it; if it already runs (`chroma_memory.process` starts it first
-    when the memory process is on), the worker forks from it as it is."""
+    case this starts it; if it already runs, the worker forks from it as it is."""
     if "forkserver" in multiprocessing.get_all_start_methods():
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(list(preload))

@@ -57,12 +57,12 @@ def test_an_unknown_figure_is_a_usage_error(only: str, unknown: str) -> None:
 def test_every_figure_is_selectable_by_its_name() -> None:
     parser = build_parser()
     names = [figure.name for figure in FIGURES]
-    assert len(set(names)) == len(names) and {"1", "3", "3b", "5"} <= set(names)
+    assert len(set(names)) == len(names) and {"1", "3", "3m", "3s", "5"} <= set(names)
     for figure in FIGURES:
         assert parser.parse_args(["--only", figure.name]).only == (figure,)
     assert parser.parse_args([]).only == tuple(FIGURES)
-    chosen = parser.parse_args(["--only", " 5, 3B,1,3b "]).only
-    assert [f.name for f in chosen] == ["1", "3b", "5"]  # report order, each once
+    chosen = parser.parse_args(["--only", " 5, 3M,1,3m "]).only
+    assert [f.name for f in chosen] == ["1", "3m", "5"]  # report order, each once
 
 
 def test_a_chroma_url_is_refused_only_for_figures_that_cannot_use_it() -> None:

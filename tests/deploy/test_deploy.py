@@ -30,7 +30,7 @@ import pytest
 import yaml
 
 from adapters.slack import CLOSE_GRACE_SECONDS
-from chroma_memory.embedding import ONNX_FILES, default_embedding_function
+from chroma_memory.embedding import INT8_MODEL, ONNX_FILES, default_embedding_function
 from sonality.agent import SonalityAgent
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -212,7 +212,7 @@ def test_data_dir_is_a_volume_and_the_model_cache_is_inside_the_image() -> None:
 
 
 def model_build_step() -> str:
-    (step,) = [run for run in args_of("RUN") if "ensure_minilm_onnx" in run]
+    (step,) = [run for run in args_of("RUN") if "ensure_minilm_int8" in run]
     return step
 
 
@@ -236,10 +236,13 @@ def test_the_model_build_step_builds_the_same_model(tmp_path: Path) -> None:
         ["sh", "-c", model_build_step()], env=env, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr
-    assert sorted(p.name for p in (cache / "onnx").iterdir()) == sorted(ONNX_FILES)
-    built = default_embedding_function(cache)(["the reactor fleet data"])
-    reference = default_embedding_function(TEST_MODEL_CACHE)(["the reactor fleet data"])
-    assert np.allclose(built[0], reference[0], atol=1e-6)
+    assert sorted(p.name for p in (cache / "onnx").iterdir()) == sorted([*ONNX_FILES, INT8_MODEL])
+    for int8 in (False, True):  # the bot runs the int8 copy by default
+        built = default_embedding_function(cache, quantized=int8)(["the reactor fleet data"])
+        reference = default_embedding_function(TEST_MODEL_CACHE, quantized=int8)(
+            ["the reactor fleet data"]
+        )
+        assert np.allclose(built[0], reference[0], atol=1e-6)
 
 
 def test_health_check_uses_the_endpoint_the_image_enables() -> None:
@@ -289,7 +292,7 @@ def test_the_image_builds_and_runs_as_its_user_with_the_model_inside() -> None:
     assert ran.returncode == 0, ran.stderr
     uid, files = ran.stdout.splitlines()[:2]
     assert uid != "0"
-    assert files == str(sorted(ONNX_FILES))
+    assert files == str(sorted([*ONNX_FILES, INT8_MODEL]))  # both built into the image
     helped = subprocess.run(
         ["docker", "run", "--rm", tag, "--help"], capture_output=True, text=True, timeout=300
     )

@@ -29,6 +29,7 @@ from bot.app import open_runtime
 from bot.messages import CommandRequest, CommandResult, Community, IncomingMessage, Reply, User
 from bot.runtime import Runtime
 from bot.settings import Settings
+from chroma_memory.embedding import ensure_minilm_int8
 from providers.anthropic import AnthropicLLM
 from providers.openai import OpenAILLM
 from tests.chroma_server import chroma_server  # noqa: F401
@@ -41,6 +42,16 @@ from tests.stack import CHROMA_SERVER_ONLY, EMBEDDED, Stack, open_stack
 LLMFake = AnthropicFake | OpenAIFake
 
 MODEL_CACHE = Path(__file__).resolve().parents[2] / ".cache" / "test-models"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _models_built() -> None:
+    """The embedding models the bots under test load, built once before any test: the
+    int8 copy takes seconds to quantize, which a fresh checkout would otherwise pay
+    inside whichever test first starts a bot, against its timeouts."""
+    ensure_minilm_int8(MODEL_CACHE)
+
+
 A = Community(id="test:alpha", name="Alpha")
 B = Community(id="test:beta", name="Beta")
 ALICE = User(id="u-alice", name="Alice")

@@ -16,6 +16,7 @@ from typing import Any
 
 from bot.app import open_runtime
 from bot.forget_journal import FILE_NAME
+from chroma_memory.embedding import close_chroma_client
 from tests.fakes.anthropic_server import AnthropicFake
 from tests.integration.conftest import ALICE, BOB, A, command, make_settings, say
 from tests.integration.forget_scenario import files_holding, sqlite_files
@@ -25,10 +26,7 @@ WORD = "marigoldtundra17"
 
 
 def settings_for(data: Path) -> Any:
-    """Chroma in a memory process of its own: Chroma keeps one client per directory for
-    a process's life, and the in-place restore replaces the directory under it (an
-    operator's bot is a new process anyway)."""
-    return make_settings(data, SONALITY_MEMORY_PROCESS=True)
+    return make_settings(data)
 
 
 async def chatted_then_backed_up_then_forgot(
@@ -108,6 +106,9 @@ async def test_restoring_in_place_keeps_the_forget_me(
     aside.mkdir()
     for name in ("sonality.sqlite3", "chromadb"):
         shutil.move(data / name, aside / name)
+    # Chroma keeps one client per directory for a process's life, and the restore
+    # replaces the directory under it; an operator's restored bot is a new process.
+    close_chroma_client(data / "chromadb")
 
     put_back = await asyncio.to_thread(bot_command, tmp_path, data, "restore", str(backup))
     assert put_back.returncode == 0, put_back.stderr

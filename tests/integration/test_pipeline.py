@@ -19,6 +19,7 @@ from chromadb.api.models.Collection import Collection
 
 from bot.app import open_runtime
 from bot.messages import LLM_DOWN, SLOW_DOWN, IncomingMessage, ReplyKind
+from chroma_memory.embedding import default_embedding_function
 from chroma_memory.server import ServerMemory
 from sonality.memory.sponge import SEED_SNAPSHOT, SpongeState
 from sonality.store import Episode, InteractionRecord, Speaker, StateCommit
@@ -368,9 +369,10 @@ async def test_an_episode_is_embedded_from_its_summary_not_the_message(runtime, 
     agent = runtime.registry.get(A.id)
     assert await eventually(lambda: agent.sponge.interaction_count == 1, seconds=5)
     [waiting] = await runtime.db.community(A.id).pending_episodes()
-    summary_vector, message_vector = agent.episodes.embed_many(
-        [str(NUCLEAR["summary"]), STRONG_ARGUMENT]
-    )
+    # Each alone, as the lane embedded the summary: the bot's int8 model gives a text
+    # a vector that moves a little with its batch companions.
+    (summary_vector,) = agent.episodes.embed_many([str(NUCLEAR["summary"])])
+    (message_vector,) = agent.episodes.embed_many([STRONG_ARGUMENT])
     assert waiting.embedding is not None
     assert _cosine(waiting.embedding, summary_vector) > 0.999
     assert _cosine(waiting.embedding, message_vector) < 0.9
@@ -423,6 +425,33 @@ async def test_a_memory_whose_embedding_failed_is_embedded_by_the_store(
     assert agent.sponge.interaction_count == 1
     summary = str(NUCLEAR["summary"])
     assert agent.episodes.retrieve(summary, min_relevance=0.99) == [summary]
+
+
+@pytest.mark.parametrize("int8", [True, False])
+async def test_the_runtime_embeds_with_the_int8_model_unless_told_not_to(
+    tmp_path, llm, llm_server, int8
+):
+    """SONALITY_EMBEDDING_INT8 (default true) picks the model a memory's vector comes
+    from: the int8 copy's vector of its summary, or with false the float model's."""
+    llm_server.brain.ess_rule(**NUCLEAR)
+    overrides = {} if int8 else {"SONALITY_EMBEDDING_INT8": False}
+    settings = make_settings(tmp_path / "data", llm=llm, **overrides)
+    async with open_runtime(settings, llm=llm) as runtime:
+        await runtime.handle(
+            IncomingMessage(community=A, channel_id="c1", user=ALICE, text=STRONG_ARGUMENT)
+        )
+        agent = runtime.registry.get(A.id)
+        assert agent is not None
+        assert await eventually(lambda: agent.sponge.interaction_count == 1, seconds=5)
+        [waiting] = await runtime.db.community(A.id).pending_episodes()  # not yet written
+    summary = str(NUCLEAR["summary"])
+    cache = settings.resolved_model_cache_dir
+    quick = [float(x) for x in default_embedding_function(cache, quantized=True)([summary])[0]]
+    exact = [float(x) for x in default_embedding_function(cache)([summary])[0]]
+    chosen, other = (quick, exact) if int8 else (exact, quick)
+    assert waiting.embedding is not None
+    assert _cosine(waiting.embedding, chosen) > 0.99999
+    assert _cosine(waiting.embedding, other) < 0.9999
 
 
 def _cosine(a: Sequence[float], b: Sequence[float]) -> float:

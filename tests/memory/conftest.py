@@ -40,6 +40,12 @@ def embedding_function(model_cache_dir: Path) -> FastMiniLML6V2:
     return default_embedding_function(model_cache_dir)
 
 
+@pytest.fixture(scope="session")
+def int8_embedding_function(model_cache_dir: Path) -> FastMiniLML6V2:
+    """The model the bot runs by default (SONALITY_EMBEDDING_INT8)."""
+    return default_embedding_function(model_cache_dir, quantized=True)
+
+
 @pytest.fixture
 def persist_dir(tmp_path: Path) -> Iterator[Path]:
     path = tmp_path / "chroma"

@@ -1,9 +1,11 @@
-"""The locally built MiniLM model: correct weights, correct graph, stock-identical vectors."""
+"""The locally built MiniLM model: correct weights, correct graph, stock-identical vectors;
+and its int8 copy, close to it."""
 
 from __future__ import annotations
 
 import json
 import math
+import shutil
 import struct
 import threading
 import warnings
@@ -15,11 +17,14 @@ import numpy.typing as npt
 import pytest
 from chromadb.utils.embedding_functions.onnx_mini_lm_l6_v2 import ONNXMiniLM_L6_V2
 
+from chroma_memory import embedding as chroma_embedding
 from chroma_memory.embedding import (
+    INT8_MODEL,
     ONNX_FILES,
     FastMiniLML6V2,
     close_chroma_client,
     default_embedding_function,
+    ensure_minilm_int8,
     ensure_minilm_onnx,
     make_chroma_client,
     read_safetensors,
@@ -292,3 +297,104 @@ def test_closed_client_is_replaced(persist_dir: Path) -> None:
     first = make_chroma_client(persist_dir)
     close_chroma_client(persist_dir)
     assert make_chroma_client(persist_dir) is not first
+
+
+# -- the int8 model (the bot's default, SONALITY_EMBEDDING_INT8) ---------------------------
+
+RETRIEVAL_TEXTS = Path(__file__).parent / "data" / "retrieval_space.json"
+
+
+def _evaluation_texts() -> list[str]:
+    raw = json.loads(RETRIEVAL_TEXTS.read_text(encoding="utf-8"))
+    return [
+        *(e["summary"] for e in raw["episodes"]),
+        *(e["message"] for e in raw["episodes"]),
+        *(q["text"] for q in raw["queries"]),
+        *SENTENCES,
+    ]
+
+
+def test_int8_vectors_are_close_to_the_float_models(
+    embedding_function: FastMiniLML6V2, int8_embedding_function: FastMiniLML6V2
+) -> None:
+    """Measured over these 121 texts when the int8 model was made (2026-11-27): cosine
+    with the float model's vector at least 0.984, mean 0.994 (a scale per tensor instead
+    of per channel gave 0.934 and 0.966). Recall: tests/memory/test_retrieval_space.py."""
+    texts = _evaluation_texts()
+    exact = np.asarray(embedding_function(texts))
+    quick = np.asarray(int8_embedding_function(texts))
+    assert quick.shape == exact.shape == (len(texts), 384) and quick.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(quick, axis=1), 1.0, atol=1e-5)
+    cosine = (exact * quick).sum(axis=1)
+    assert cosine.min() > 0.98, texts[int(cosine.argmin())]
+    assert cosine.mean() > 0.99
+    assert cosine.max() < 0.99999  # it is the int8 model, not the float one again
+
+
+def test_int8_model_is_quantized_once_beside_the_float_one(
+    tmp_path: Path, model_cache_dir: Path
+) -> None:
+    import onnx
+
+    cache = tmp_path / "models"
+    shutil.copytree(model_cache_dir / "onnx", cache / "onnx")  # the float model, built
+    (cache / "onnx" / INT8_MODEL).unlink(missing_ok=True)
+    onnx_dir = ensure_minilm_int8(cache)
+    built = onnx_dir / INT8_MODEL
+    graph = onnx.load(str(built)).graph
+    bytes_ = (onnx.TensorProto.INT8, onnx.TensorProto.UINT8)
+    weights = [t for t in graph.initializer if t.data_type in bytes_]
+    # The word embeddings (11.7 M) and every layer's weights (10.6 M) take a byte each.
+    assert sum(math.prod(t.dims) for t in weights) > 22_000_000
+    assert {"MatMulInteger", "DynamicQuantizeLinear"} <= {n.op_type for n in graph.node}
+    assert built.stat().st_size < (onnx_dir / "model.onnx").stat().st_size / 3
+    assert sorted(p.name for p in onnx_dir.iterdir()) == sorted([*ONNX_FILES, INT8_MODEL])
+    before = built.stat().st_mtime_ns
+    ensure_minilm_int8(cache)
+    assert built.stat().st_mtime_ns == before  # built once
+    ef = FastMiniLML6V2(cache, quantized=True)
+    assert ef.model._model_path == str(built)
+
+
+def test_without_the_int8_model_the_float_one_runs_and_the_log_says_why(
+    model_cache_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A cache the bot may not write to (an image built before the int8 model)."""
+
+    def read_only(_: Path) -> Path:
+        raise PermissionError("read-only file system")
+
+    monkeypatch.setattr(chroma_embedding, "ensure_minilm_int8", read_only)
+    ef = FastMiniLML6V2(model_cache_dir, quantized=True)
+    with caplog.at_level("WARNING", logger="chroma_memory.embedding"):
+        assert ef.model._model_path == str(model_cache_dir.resolve() / "onnx" / "model.onnx")
+    assert "could not build the int8 embedding model" in caplog.text
+    assert "read-only file system" in caplog.text
+
+
+def test_int8_config_round_trip(int8_embedding_function: FastMiniLML6V2) -> None:
+    """Chroma rebuilds the function from a collection's config: the same model again,
+    and a config from before the int8 model means the float one."""
+    config = int8_embedding_function.get_config()
+    assert config["quantized"] is True
+    assert FastMiniLML6V2.build_from_config(config) is int8_embedding_function
+    older = FastMiniLML6V2.build_from_config({"cache_dir": config["cache_dir"]})
+    assert isinstance(older, FastMiniLML6V2) and not older.quantized
+    assert int8_embedding_function.name() == older.name()  # one name: either opens both
+
+
+def test_an_int8_vector_moves_only_a_little_with_its_batch(
+    int8_embedding_function: FastMiniLML6V2,
+) -> None:
+    """The int8 model quantizes a pass's activations with one scale for the whole pass,
+    so a text's vector depends a little on its batch companions and their padding:
+    measured at cosine 0.986 or more against the same text alone (2026-11-27). Alone,
+    a text always gets the same vector."""
+    texts = _evaluation_texts()[:40]
+    alone = np.asarray([int8_embedding_function([text])[0] for text in texts])
+    np.testing.assert_array_equal(alone[0], np.asarray(int8_embedding_function([texts[0]])[0]))
+    together = np.asarray(int8_embedding_function(texts))
+    with_a_long_one = np.asarray(int8_embedding_function([texts[0], SENTENCES[-1]]))[0]
+    moved = (alone * together).sum(axis=1)
+    assert moved.min() > 0.98
+    assert float(alone[0] @ with_a_long_one) > 0.98

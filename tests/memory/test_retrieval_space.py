@@ -21,6 +21,13 @@ Measured when the choice was made (recall@3 / MRR over 49 questions, small talk 
 A tie within one or two questions, so the summary was chosen for what else it gives:
 insights can only be embedded from their text, and a vector of the raw message would
 outlive the message once retention deletes it (see `Episode`).
+
+The same evaluation decides whether the bot may run the int8 copy of the model
+(`SONALITY_EMBEDDING_INT8`, the default): its summaries and questions both embedded by
+it, and its questions over memories the float model embedded (a bot upgraded with
+memories already stored). Measured when it was made the default (2026-11-27), float
+model 0.952 / 0.929: int8 0.952 / 0.929, int8 questions over float memories 0.952 /
+0.929, small talk silent in both.
 """
 
 from __future__ import annotations
@@ -74,6 +81,8 @@ class Evaluation:
     message: Score
     mixed: Score
     production_is_summary: bool
+    int8: Score  # summaries and questions embedded by the int8 model
+    int8_over_float: Score  # int8 questions, memories the float model embedded
 
 
 def _load() -> tuple[list[Episode], list[Question]]:
@@ -128,12 +137,16 @@ def _score(
 
 @pytest.fixture(scope="module")
 def evaluation(
-    tmp_path_factory: pytest.TempPathFactory, embedding_function: FastMiniLML6V2
+    tmp_path_factory: pytest.TempPathFactory,
+    embedding_function: FastMiniLML6V2,
+    int8_embedding_function: FastMiniLML6V2,
 ) -> Iterator[Evaluation]:
     episodes, questions = _load()
     summaries = embedding_function([e.summary for e in episodes])
     messages = embedding_function([e.user_message for e in episodes])
     query_vectors = embedding_function([q.text for q in questions])
+    int8_summaries = int8_embedding_function([e.summary for e in episodes])
+    int8_queries = int8_embedding_function([q.text for q in questions])
 
     def vectors(source: Embeddings) -> list[Episode]:
         return [
@@ -151,7 +164,10 @@ def evaluation(
             s if i % 2 == 0 else m
             for i, (s, m) in enumerate(zip(vectors(summaries), vectors(messages), strict=True))
         ],
+        "int8": vectors(int8_summaries),
+        "int8_over_float": vectors(summaries),
     }
+    asked = {"int8": int8_queries, "int8_over_float": int8_queries}
     persist_dir = tmp_path_factory.mktemp("retrieval-space")
     scores: dict[str, Score] = {}
     try:
@@ -160,7 +176,7 @@ def evaluation(
                 persist_dir, collection=f"space-{name}", embedding_function=embedding_function
             )
             store.store_many(stored)
-            scores[name] = _score(store, episodes, questions, query_vectors)
+            scores[name] = _score(store, episodes, questions, asked.get(name, query_vectors))
     finally:
         close_chroma_client(persist_dir)
     production = np.asarray([e.embedding for e in spaces["production"]])
@@ -170,13 +186,15 @@ def evaluation(
         message=scores["message"],
         mixed=scores["mixed"],
         production_is_summary=bool(np.allclose(production, np.asarray(summaries), atol=1e-5)),
+        int8=scores["int8"],
+        int8_over_float=scores["int8_over_float"],
     )
 
 
 def test_episodes_are_embedded_in_the_space_that_recalls_best(evaluation: Evaluation) -> None:
     """Fails if the store's vectors move to a space that recalls fewer of the episodes
     members ask about, or if recall falls below what was measured."""
-    for name in ("summary", "message", "mixed", "production"):
+    for name in ("summary", "message", "mixed", "production", "int8", "int8_over_float"):
         print(getattr(evaluation, name).line(name))  # shown with `pytest -s`
     chosen = evaluation.production
     other = evaluation.message if evaluation.production_is_summary else evaluation.summary
@@ -194,3 +212,15 @@ def test_small_talk_recalls_nothing_in_the_chosen_space(evaluation: Evaluation) 
     """Questions unrelated to every memory stay below `min_relevance`."""
     assert evaluation.production.small_talk == 5
     assert evaluation.production.silent == evaluation.production.small_talk
+
+
+@pytest.mark.parametrize("space", ["int8", "int8_over_float"])
+def test_the_int8_model_recalls_as_the_float_model_does(evaluation: Evaluation, space: str) -> None:
+    """Fails if the bot's default int8 model recalls fewer of the memories members ask
+    about than the float model it was quantized from (one question's slack, about 0.02),
+    alone or asking over memories the float model stored, or lets small talk recall."""
+    got: Score = getattr(evaluation, space)
+    assert got.recall >= RECALL_FLOOR and got.mrr >= MRR_FLOOR
+    assert got.recall >= evaluation.summary.recall - 0.025
+    assert got.mrr >= evaluation.summary.mrr - 0.025
+    assert got.silent == got.small_talk == 5

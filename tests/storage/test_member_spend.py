@@ -7,6 +7,7 @@ import asyncio
 from datetime import date, timedelta
 
 from storage import Database
+from storage.forget import MemberWords
 from storage.spend import MemberSpend
 
 from .conftest import Backend, at
@@ -57,7 +58,7 @@ async def test_a_forget_me_deletes_exactly_the_members_rows(db: Database, backen
     await db.add_member_spend([spend(BOB, 1.0, cid="slack:T2")])
     await db.claim_share_notice(CID, DAY, BOB)
     request = await db.begin_forget(CID, BOB, requested_by=BOB, reason="", at=at(1))
-    await db.erase_member(request, [], at(2))
+    await db.erase_member(request, MemberWords(), at(2))
     assert stored(backend) == [
         (CID, DAY.isoformat(), BOBBY),
         ("slack:T2", DAY.isoformat(), BOB),  # another community's Bob is another member
