@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from bot.interface import StartupError
+from bot.invocation import program
 from bot.lock import LOCK_FILE, DataDirLock
 from bot.settings import Settings
 from storage.maintenance import SCHEMA_VERSION, DatabaseFacts, backup_database, describe_database
@@ -90,7 +91,7 @@ def run_command(args: argparse.Namespace) -> int:
         if args.command == "backup":
             manifest = backup(settings, args.dest)
             print(describe(manifest, f"backed up to {args.dest}"))
-            print(f"restore with: python -m bot restore {args.dest}")
+            print(f"restore with: {program()} restore {args.dest}")
         else:
             manifest = restore(settings, args.source)
             print(describe(manifest, f"restored into {settings.data_dir}"))
