@@ -1,4 +1,4 @@
-"""Produce the README's example evaluation against the loopback stand-in.
+"""Produce the example evaluation of docs/evaluation.md against the loopback stand-in.
 
     .venv/bin/python -m tests.evaluate.example principled /tmp/example
     cp /tmp/example/report.png docs/evaluation-example.png
