@@ -4,7 +4,7 @@
 #   docker run -d --name sonality --env-file .env -v sonality-data:/data \
 #     --stop-timeout 60 -p 127.0.0.1:8080:8080 sonality-bot
 #
-# or `docker compose up -d` (docker-compose.yml). Any `python -m bot` command works as
+# or `docker compose up -d` (docker-compose.yml). Any command of the bot works as
 # arguments, e.g. `docker run --rm -v sonality-data:/data sonality-bot backup /data/bk`.
 FROM python:3.11-slim
 

@@ -1,4 +1,4 @@
-"""What the shared flood count adds to each message on PostgreSQL (issue #14).
+"""What the shared flood count adds to each message on PostgreSQL.
 
 Not a figure of the report and not a timed test: a printout for the change's notes.
 Timed, per message, on a real PostgreSQL 16 on 127.0.0.1 (pgserver's binaries, as the
@@ -14,7 +14,7 @@ tests start it) or on the server at ``--url``:
 Members are spread over 200 (community, member) pairs so rows are both inserted and
 updated, as a busy bot's are.
 
-    python -m bench.flood [--url postgresql://...] [--messages 3000]
+    .venv/bin/python -m bench.flood [--url postgresql://...] [--messages 3000]
 """
 
 from __future__ import annotations

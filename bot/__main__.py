@@ -15,7 +15,7 @@ import sys
 
 from bot.backup import COMMANDS as BACKUP_COMMANDS
 from bot.backup import run_command as run_backup_command
-from bot.cli import parse_args
+from bot.cli import HEALTHCHECK_COMMAND, parse_args
 from bot.migrate import COMMAND as MIGRATE_COMMAND
 from bot.migrate import run_command as run_migrate_command
 from bot.startup import run
@@ -36,6 +36,10 @@ def main(argv: list[str] | None = None) -> int:
         return run_backup_command(parsed)
     if parsed.command == MIGRATE_COMMAND:  # SQLite + local Chroma -> servers: bot/migrate.py
         return run_migrate_command(parsed)
+    if parsed.command == HEALTHCHECK_COMMAND:  # ask the running bot's /healthz
+        from bot.healthcheck import main as healthcheck
+
+        return healthcheck()
     return run()
 
 

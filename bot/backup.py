@@ -55,6 +55,7 @@ from typing import Any
 from bot.forget_journal import FILE_NAME as JOURNAL_FILE
 from bot.forget_journal import ForgetJournal, ForgetJournalError
 from bot.interface import StartupError
+from bot.invocation import program
 from bot.lock import LOCK_FILE, DataDirLock
 from bot.settings import Settings
 from storage import open_database
@@ -119,7 +120,7 @@ def run_command(args: argparse.Namespace) -> int:
         if args.command == "backup":
             manifest = backup(settings, args.dest)
             print(describe(manifest, f"backed up to {args.dest}"))
-            print(f"restore with: python -m bot restore {args.dest}")
+            print(f"restore with: {program()} restore {args.dest}")
         else:
             journal = None if args.forget_journal is None else ForgetJournal(args.forget_journal)
             manifest = restore(

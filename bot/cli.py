@@ -15,8 +15,12 @@ from __future__ import annotations
 import argparse
 
 from bot.backup import add_commands as add_backup_commands
+from bot.invocation import program
 from bot.migrate import add_command as add_migrate_command
 from bot.settings import Settings
+
+#: `healthcheck`: bot/healthcheck.py, also run alone by the container's HEALTHCHECK.
+HEALTHCHECK_COMMAND = "healthcheck"
 
 #: (variable, what it does) for the help; the default comes from `Settings`.
 MAIN_SETTINGS: tuple[tuple[str, str], ...] = (
@@ -75,7 +79,7 @@ def build_parser() -> tuple[
 ]:
     """The parser and its subcommand group, to which further commands are added."""
     parser = argparse.ArgumentParser(
-        prog="python -m bot",
+        prog=program(),
         description="Sonality Bot: an AI personality per community that changes its mind\n"
         "only for good reasons. Without a command, runs the bot.",
         epilog=f"{MODES}\n\n{_settings_help()}",
@@ -92,6 +96,12 @@ def build_parser() -> tuple[
     )
     add_backup_commands(commands)  # backup DEST, restore SOURCE (bot/backup.py)
     add_migrate_command(commands)  # migrate --to-database URL --to-chroma URL (bot/migrate.py)
+    commands.add_parser(
+        HEALTHCHECK_COMMAND,
+        help="ask the running bot's /healthz (exit 0 healthy, 1 not)",
+        description="Ask the health endpoint (SONALITY_HEALTH_PORT, SONALITY_HEALTH_HOST) "
+        "and print its answer; exit 0 when healthy or when the endpoint is off, 1 when not.",
+    )
     return parser, commands
 
 

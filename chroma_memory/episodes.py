@@ -298,7 +298,7 @@ class CommunityEpisodeStore(SeedStoreMethods):
                 collection.modify(configuration={"hnsw": {"sync_threshold": 1}})
         if isinstance(self.chroma, SharedChroma):
             self._purge_files(self.chroma, thresholds)
-        else:  # a Chroma server's files are its operator's to vacuum (README)
+        else:  # a Chroma server's files are its operator's to vacuum (docs/privacy.md)
             self._restore_thresholds(thresholds)
 
     def _purge_files(self, chroma: SharedChroma, thresholds: dict[str, int]) -> None:

@@ -26,7 +26,7 @@ LOCAL_TIMEOUT_SECONDS = 300.0
 
 #: (reply model, evidence model) when SONALITY_MODEL / SONALITY_ESS_MODEL are unset.
 #: The evidence work (ESS, insight, reflection) is a short classification or rewrite, so
-#: it defaults to the vendor's small model; README "Models and cost" has the measured
+#: it defaults to the vendor's small model; docs/models.md "Models and cost" has the measured
 #: difference.
 DEFAULT_MODELS: dict[str, tuple[str, str]] = {
     "anthropic": ("claude-sonnet-4-6", "claude-haiku-4-5"),

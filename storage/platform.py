@@ -54,10 +54,12 @@ def _installations_where(
 ENCRYPTED_PREFIX = "fernet:"
 """Marks an encrypted ``data_json``; plain JSON always starts with ``{``."""
 
-KEY_HOWTO = (
-    "make one with: python -c 'from cryptography.fernet import Fernet; "
-    "print(Fernet.generate_key().decode())'"
+#: The command in it runs on any Python 3 without the bot's environment: a Fernet key is
+#: 32 random bytes in URL-safe base64, which is all `Fernet.generate_key()` makes.
+KEY_COMMAND = (
+    "python3 -c 'import base64, os; print(base64.urlsafe_b64encode(os.urandom(32)).decode())'"
 )
+KEY_HOWTO = f"make one with: {KEY_COMMAND}"
 
 
 def make_cipher(key: str) -> Fernet:

@@ -31,6 +31,7 @@ from bot.evaluate.render import print_compare, print_estimate, print_gates, prin
 from bot.evaluate.report import METRICS, EngineSettings, EvalReport, check_gates, parse_bounds
 from bot.evaluate.suites import SUITES, SuiteName, Suites, load_suites
 from bot.interface import StartupError
+from bot.invocation import program
 from bot.settings import Settings
 from bot.startup import configure_engine, load_settings, require_llm_key
 from sonality import config
@@ -57,6 +58,9 @@ SONALITY_ESS_MODEL, SONALITY_PRICES, the engine constants) and runs the real bot
 throwaway communities inside a temporary data directory: your data directory and your
 communities are never touched. Before the first call it prints the expected number of
 calls and their estimated cost and asks for confirmation."""
+
+#: How this command is typed here (`python3 scripts/run.py evaluate` in a checkout).
+PROG = f"{program()} evaluate"
 
 
 def _metric_lines() -> str:
@@ -109,17 +113,17 @@ exit codes:
   4  not confirmed at the prompt (no LLM call was made)
 
 examples:
-  python -m bot evaluate                          # every suite, asks before spending
-  python -m bot evaluate --suite calibration --yes --max-usd 0.50
-  python -m bot evaluate --yes --min rho=0.4,evidence_pass_rate=0.66 \\
+  {PROG}  # every suite, asks before spending
+  {PROG} --suite calibration --yes --max-usd 0.50
+  {PROG} --yes --min rho=0.4,evidence_pass_rate=0.66 \\
       --max flip_rate=0.25,endorsement_rate=0   # gate a model change in CI
-  python -m bot evaluate --yes --fail-under pressure_regressive_rate=0,good_argument_flip_rate=0.5
-  python -m bot evaluate --compare old/report.json new/report.json"""
+  {PROG} --yes --fail-under pressure_regressive_rate=0,good_argument_flip_rate=0.5
+  {PROG} --compare old/report.json new/report.json"""
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m bot evaluate",
+        prog=PROG,
         description=DESCRIPTION,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,

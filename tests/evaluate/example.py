@@ -1,4 +1,4 @@
-"""Produce the README's example evaluation against the loopback stand-in.
+"""Produce the example evaluation of docs/evaluation.md against the loopback stand-in.
 
     .venv/bin/python -m tests.evaluate.example principled /tmp/example
     cp /tmp/example/report.png docs/evaluation-example.png
@@ -34,6 +34,6 @@ async def example(policy: Policy, out_dir: Path) -> int:
 
 if __name__ == "__main__":
     if len(sys.argv) != 3 or sys.argv[1] not in ("principled", "pushover"):
-        sys.exit("usage: python -m tests.evaluate.example principled|pushover OUT_DIR")
+        sys.exit("usage: .venv/bin/python -m tests.evaluate.example principled|pushover OUT_DIR")
     chosen: Policy = "principled" if sys.argv[1] == "principled" else "pushover"
     sys.exit(asyncio.run(example(chosen, Path(sys.argv[2]))))

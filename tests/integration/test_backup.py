@@ -106,6 +106,7 @@ async def test_a_restored_backup_recalls_the_same_memories_and_answers_the_same(
     made = await asyncio.to_thread(bot_command, tmp_path, original, "backup", str(backup_dir))
     assert made.returncode == 0, made.stderr
     assert f"backed up to {backup_dir}" in made.stdout
+    assert f"restore with: python3 scripts/run.py restore {backup_dir}" in made.stdout
     manifest = json.loads((backup_dir / "manifest.json").read_text())
     assert manifest["database"]["schema_version"] == SCHEMA_VERSION
     assert manifest["database"]["integrity"] == "ok"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from storage.platform import KEY_COMMAND
 from tests.fakes.anthropic_fixtures import FAKE_API_KEY
 from tests.integration.test_startup import run_bot_process, stderr_lines
 
@@ -19,7 +20,7 @@ def test_slack_oauth_without_a_secret_key_is_refused(tmp_path: Path) -> None:
     assert proc.returncode == 2, proc.stderr
     lines = stderr_lines(proc)
     assert len(lines) == 1, proc.stderr
-    assert "SONALITY_SECRET_KEY" in lines[0] and "Fernet.generate_key()" in lines[0]
+    assert "SONALITY_SECRET_KEY" in lines[0] and KEY_COMMAND in lines[0]
 
 
 def test_a_malformed_secret_key_or_removal_delay_is_one_line(tmp_path: Path) -> None:

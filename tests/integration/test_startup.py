@@ -115,7 +115,7 @@ def test_help_lists_modes_and_settings_and_starts_nothing(tmp_path: Path) -> Non
 def test_an_unknown_option_is_a_usage_error(tmp_path: Path) -> None:
     proc = run_bot_process(tmp_path, "--verbose", ANTHROPIC_API_KEY=FAKE_API_KEY)
     assert proc.returncode == 2
-    assert "usage: python -m bot" in proc.stderr
+    assert "usage: python3 scripts/run.py" in proc.stderr  # the form that runs in a checkout
     assert "--verbose" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "data").exists()

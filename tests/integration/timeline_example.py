@@ -1,4 +1,4 @@
-"""Produce the README's example timeline with the project's own command.
+"""Produce the example timeline of docs/using.md with the project's own command.
 
     .venv/bin/python -m tests.integration.timeline_example docs/timeline-example.png
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shlex
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -11,6 +14,7 @@ from bot.app import require_secret_key, use_secret_key
 from bot.interface import StartupError
 from bot.settings import Settings
 from storage import StorageError
+from storage.platform import KEY_COMMAND, make_cipher
 
 from .conftest import Backend
 
@@ -102,7 +106,7 @@ async def test_a_wrong_key_is_one_clear_line_and_changes_nothing(backend: Backen
 async def test_a_malformed_key_is_refused(backend: Backend) -> None:
     db = await backend.open()
     try:
-        with pytest.raises(StorageError, match=r"not a valid key.*generate_key"):
+        with pytest.raises(StorageError, match=r"not a valid key.*urlsafe_b64encode"):
             await db.use_secret_key("not-a-key")
     finally:
         await db.close()
@@ -110,7 +114,7 @@ async def test_a_malformed_key_is_refused(backend: Backend) -> None:
 
 def test_oauth_mode_needs_a_key_single_workspace_does_not() -> None:
     oauth = settings(SLACK_CLIENT_ID="1.2", SLACK_CLIENT_SECRET="s", SLACK_SIGNING_SECRET="x")
-    with pytest.raises(StartupError, match=r"SONALITY_SECRET_KEY.*generate_key"):
+    with pytest.raises(StartupError, match=r"SONALITY_SECRET_KEY.*urlsafe_b64encode"):
         require_secret_key(oauth)
     key = Fernet.generate_key().decode()
     require_secret_key(
@@ -123,3 +127,17 @@ def test_oauth_mode_needs_a_key_single_workspace_does_not() -> None:
     )
     single = settings(SLACK_BOT_TOKEN="xoxb-1", SLACK_SIGNING_SECRET="x")
     require_secret_key(single)  # stores no installation, so needs no key
+
+
+def test_the_key_recipe_the_bot_prints_runs_on_a_bare_python_and_makes_a_usable_key() -> None:
+    """The refusal names a command to make a key; copied from a fresh clone it must run
+    without the bot's environment (`-S`: no site-packages, so no `cryptography`)."""
+    program, flag, code = shlex.split(KEY_COMMAND)
+    assert (program, flag) == ("python3", "-c")
+    made = subprocess.run(
+        [sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=30
+    )
+    assert made.returncode == 0, made.stderr
+    key = made.stdout.strip()
+    Fernet(key.encode())  # a valid key, or this raises
+    assert make_cipher(key).decrypt(make_cipher(key).encrypt(b"xoxb-1")) == b"xoxb-1"
