@@ -23,6 +23,7 @@ from bot.budget import (
     own_share_lines,
     total_tokens,
 )
+from bot.command_table import HISTORY_MAX_COUNT, USAGE_MAX_DAYS, command, help_text
 from bot.forget import forget_member, reapply_after_rollback, resolve_member
 from bot.forget_journal import ForgetJournal
 from bot.messages import (
@@ -31,7 +32,6 @@ from bot.messages import (
     Community,
     User,
     is_dm,
-    needs_moderator,
 )
 from bot.mydata import run_my_data
 from bot.timeline import Timelines
@@ -48,26 +48,9 @@ log = logging.getLogger(__name__)
 AgentLookup = Callable[[Community], Awaitable[SonalityAgent]]
 NextReflection = Callable[[], datetime | None]
 
-HELP = """\
-/sonality beliefs [topic]   what I currently think, how sure I am and why
-/sonality history [all] [count]   versions where my views or self-description changed
-                            (all: every version, chat included)
-/sonality diff <a> <b>      compare two versions
-/sonality snapshot [version] my self-description (current or at a version)
-/sonality status            interactions, beliefs, updates in waiting, next reflection
-/sonality usage [days]      tokens and estimated cost: today, each day, this month
-/sonality budget            today's spending and the daily limit
-/sonality timeline [topic] [days]   a picture of how my opinions moved, and who moved them
-/sonality rollback <version> [reason]   moderators: restore a version (undoable)
-/sonality reflect           moderators: consolidate what I've learned now
-/sonality budget <usd>|off|default   moderators: set this community's daily limit
-/sonality my-data           everything I keep about you, as a private JSON file
-/sonality forget-me [confirm]   forget you: your messages, and their influence on my views
-/sonality forget-user <member> <reason>   moderators: the same, for a member who asked
-/sonality help              this list"""
+HELP = help_text()
 
 MAX_LIST = 15
-MAX_USAGE_DAYS = 90
 
 
 #: How a reasoning type reads to people (the engine's names are code).
@@ -127,12 +110,13 @@ class CommandHandlers:
             # Whatever an adapter decided: in a DM nobody holds a platform role, so only
             # the operator's SONALITY_DM_MODERATION makes its member a moderator.
             request = request.model_copy(update={"is_moderator": False})
+        spec = command(name)
         handler = getattr(self, f"_cmd_{name.replace('-', '_')}", None)
-        if handler is None:
+        if spec is None or handler is None:
             return CommandResult(
                 text=f"Unknown command `{request.name}`.\n\n{HELP}", ok=False, private=True
             )
-        if needs_moderator(name, request.args):
+        if spec.needs_moderator(request.args) and not spec.audits_itself:
             allowed = request.is_moderator
             await self._db.record_moderator_action(
                 request.community.id,
@@ -153,6 +137,8 @@ class CommandHandlers:
                 return CommandResult(
                     text=f"Only moderators can use `/sonality {name}`.", ok=False, private=True
                 )
+        if spec.missing(request.args) and not spec.audits_itself:
+            return CommandResult(text=f"Usage: `/sonality {spec.usage()}`.", ok=False, private=True)
         try:
             result: CommandResult = await handler(request)
             return result
@@ -210,7 +196,7 @@ class CommandHandlers:
         show_all = bool(args) and args[0].strip().lower() == "all"
         if show_all:
             args = args[1:]
-        limit = _int_arg(args, 0, default=10, name="count", low=1, high=50)
+        limit = _int_arg(args, 0, default=10, name="count", low=1, high=HISTORY_MAX_COUNT)
         store = self._db.community(request.community.id)
         versions = await store.versions(limit=limit if show_all else HISTORY_SCAN)
         if not versions:
@@ -286,8 +272,6 @@ class CommandHandlers:
         return CommandResult(text=state.snapshot, title=f"Snapshot v{state.version}")
 
     async def _cmd_diff(self, request: CommandRequest) -> CommandResult:
-        if len(request.args) < 2:
-            raise _UsageError("Usage: `/sonality diff <a> <b>` (two version numbers).")
         a = _int_arg(request.args, 0, default=0, name="version", low=0)
         b = _int_arg(request.args, 1, default=0, name="version", low=0)
         store = self._db.community(request.community.id)
@@ -327,7 +311,7 @@ class CommandHandlers:
         return CommandResult(text="\n".join(lines), title="Status")
 
     async def _cmd_usage(self, request: CommandRequest) -> CommandResult:
-        days = _int_arg(request.args, 0, default=7, name="days", low=1, high=MAX_USAGE_DAYS)
+        days = _int_arg(request.args, 0, default=7, name="days", low=1, high=USAGE_MAX_DAYS)
         cid = request.community.id
         today = self._budget.today()
         month_start = today.replace(day=1)
@@ -477,8 +461,6 @@ class CommandHandlers:
         )
 
     async def _cmd_rollback(self, request: CommandRequest) -> CommandResult:
-        if not request.args:
-            raise _UsageError("Usage: `/sonality rollback <version> [reason]`.")
         version = _int_arg(request.args, 0, default=0, name="version", low=0)
         reason = " ".join(request.args[1:]).strip()
         agent = await self._agent_for(request.community)
