@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import logging
 import math
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import date, datetime, timedelta
 
@@ -198,15 +199,18 @@ class CommandHandlers:
             args = args[1:]
         limit = _int_arg(args, 0, default=10, name="count", low=1, high=HISTORY_MAX_COUNT)
         store = self._db.community(request.community.id)
-        versions = await store.versions(limit=limit if show_all else HISTORY_SCAN)
+        # Read further back than shown: a commit's credit names the argument's rating,
+        # which its own (earlier) version records.
+        versions = await store.versions(limit=HISTORY_SCAN)
         if not versions:
             return CommandResult(text="No versions yet.", title="History")
+        ratings = {v.version: m.group(0) for v in versions if (m := _RATING.match(v.change))}
         if show_all:
-            credits = await self._move_credits(request.community, versions)
-            every = [_fmt_version(v) + credits.get(v.version, "") for v in versions]
+            credits = await self._move_credits(request.community, versions[:limit], ratings)
+            every = [_fmt_version(v, credits.get(v.version)) for v in versions[:limit]]
             return CommandResult(text="\n".join(every), title="History")
         notable = [v for v in versions if _notable(v)][: limit + 1]
-        credits = await self._move_credits(request.community, notable)
+        credits = await self._move_credits(request.community, notable, ratings)
         lines: list[str] = []
         folded: list[VersionInfo] = []  # plain chat since the last version shown
         shown = 0
@@ -219,7 +223,7 @@ class CommandHandlers:
             if folded:
                 lines.append(_fold(folded))
                 folded = []
-            lines.append(_fmt_version(version) + credits.get(version.version, ""))
+            lines.append(_fmt_version(version, credits.get(version.version)))
             shown += 1
         if folded:
             lines.append(_fold(folded))
@@ -236,29 +240,30 @@ class CommandHandlers:
         return await self._db.speaker_names(community.id, members)
 
     async def _move_credits(
-        self, community: Community, versions: list[VersionInfo]
-    ) -> dict[int, str]:
-        """For each version that committed an opinion move, who caused it and in which
-        version, read from the committed state (the commit itself is often just the
-        message that closed the cooling period, and must not take the credit)."""
+        self, community: Community, versions: list[VersionInfo], ratings: Mapping[int, str]
+    ) -> dict[int, dict[str, str]]:
+        """For each version that committed an opinion move, per topic, the arguments that
+        caused it: member, version and rating, read from the committed state (the commit
+        itself is often just the message that closed the cooling period, and must not
+        take the credit)."""
         wanted = [v for v in versions if "committed" in v.change]
         if not wanted:
             return {}
         store = self._db.community(community.id)
         states = await store.states_at(v.version for v in wanted)
         names = await self._member_names(community, *states.values())
-        credits: dict[int, str] = {}
+        credits: dict[int, dict[str, str]] = {}
         for version in wanted:
             state = states.get(version.version)
             if state is None:
                 continue
-            parts = [
-                f"{topic} by {credit_text(meta.moved_by, names)}"
+            moved = {
+                topic: credit_text(meta.moved_by, names, ratings)
                 for topic, meta in sorted(state.belief_meta.items())
                 if meta.moved_by and meta.last_reinforced == version.interaction_count
-            ]
-            if parts:
-                credits[version.version] = " | moved: " + "; ".join(parts)
+            }
+            if moved:
+                credits[version.version] = moved
         return credits
 
     async def _cmd_snapshot(self, request: CommandRequest) -> CommandResult:
@@ -297,7 +302,12 @@ class CommandHandlers:
             f"Staged updates: {len(state.staged_opinion_updates)}",
             f"Pending insights: {len(state.pending_insights)}",
             f"Shift since last reflection: {cumulative_shift(state):.3f}",
-            f"Last reflection at interaction: {state.last_reflection_at}",
+            "Last reflection: "
+            + (
+                f"at interaction {state.last_reflection_at}"
+                if state.last_reflection_at
+                else "none yet"
+            ),
             f"Next reflection: after {remaining} more interaction(s)"
             + (f", or at the nightly run {_fmt_time(nxt)}" if nxt else ""),
             f"Waiting to be processed: {agent.backlog}",
@@ -667,10 +677,12 @@ def render_usage(
 
 #: Versions `history` reads back to find the notable ones among plain chat.
 HISTORY_SCAN = 500
+#: A message version's rating, as its change line starts: "ESS 0.90".
+_RATING = re.compile(r"ESS \d+\.\d+")
 #: Causes that are always worth a line; an interaction is when it committed, decayed or
 #: reflected.
 _NOTABLE_CAUSES = frozenset({"seed", "rollback", "reflection", "decay", "forget-me", "budget"})
-_NOTABLE_CHANGES = ("committed", "reflection", "decayed")
+_NOTABLE_CHANGES = ("staged", "committed", "reflection", "decayed")
 
 
 def _notable(version: VersionInfo) -> bool:
@@ -679,9 +691,30 @@ def _notable(version: VersionInfo) -> bool:
     return any(word in version.change for word in _NOTABLE_CHANGES)
 
 
-def _fmt_version(v: VersionInfo) -> str:
+def _fmt_version(v: VersionInfo, credits: Mapping[str, str] | None = None) -> str:
+    """One version's line. A commit comes first, each topic with the arguments that
+    moved it; the message it happened during follows as "during: …", since a cooling
+    period often ends on a message that argued nothing."""
     who = f" by {v.actor}" if v.actor else ""
-    return f"v{v.version}  {_fmt_time(v.created_at)}  [{v.cause}{who}] {v.change}"
+    change = v.change
+    if credits:
+        parts = change.split(" | ")
+        commits = [p for p in parts if p.startswith("committed ")]
+        rest = [p for p in parts if not p.startswith("committed ")]
+        shown = []
+        for part in commits:
+            items = part.removeprefix("committed ").split("; ")
+            shown.append(
+                "committed "
+                + "; ".join(
+                    f"{item}, argued by {credits[item.split()[0]]}"
+                    if item.split() and item.split()[0] in credits
+                    else item
+                    for item in items
+                )
+            )
+        change = " | ".join([*shown, *(["during: " + " | ".join(rest)] if rest else [])])
+    return f"v{v.version}  {_fmt_time(v.created_at)}  [{v.cause}{who}] {change}"
 
 
 def _fold(run: list[VersionInfo]) -> str:
@@ -692,14 +725,20 @@ def _fold(run: list[VersionInfo]) -> str:
     return f"   … {len(run)} chat {noun} ({span}): no opinion or narrative changed"
 
 
-def credit_text(sources: list[MoveSource], names: Mapping[str, str]) -> str:
-    """ "Alice (v5), Bob (v7)": the members whose updates were netted into one move, and
-    the versions that staged them, largest contribution first. A member is shown by the
-    name stored with their messages (a forgotten member's pseudonym), else by the key."""
+def credit_text(
+    sources: list[MoveSource], names: Mapping[str, str], ratings: Mapping[int, str] = {}
+) -> str:
+    """ "Alice (v5, ESS 0.90), Bob (v7)": the members whose updates were netted into one
+    move, the versions that staged them and, where known, their rating, largest
+    contribution first. A member is shown by the name stored with their messages (a
+    forgotten member's pseudonym), else by the key."""
     parts = []
     for source in sources:
         who = names.get(source.member) or source.member or "unknown member"
-        parts.append(f"{who} (v{source.version})" if source.version else who)
+        where = [f"v{source.version}"] if source.version else []
+        if source.version in ratings:
+            where.append(ratings[source.version])
+        parts.append(f"{who} ({', '.join(where)})" if where else who)
     return ", ".join(parts)
 
 
