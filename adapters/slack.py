@@ -61,11 +61,10 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.chunking import split_message
 from adapters.sanitize import clean_command, clean_name, clean_text
+from bot.command_table import COMMAND_NAMES, PRIVATE_COMMANDS, command, split_command
 from bot.interface import ChatRuntime, StartupError
 from bot.messages import (
-    COMMAND_NAMES,
     INTERNAL_ERROR,
-    PRIVATE_COMMANDS,
     CommandRequest,
     CommandResult,
     Community,
@@ -1160,10 +1159,8 @@ class SlackAdapter:
             # A mention in a command keeps the member's id (`@U2`), not their handle:
             # forget-user must name exactly one member.
             text = _USER_MENTION.sub(r"<@\1>", body.get("text") or "")
-            words = clean_command(from_slack_text(text, None, {})).split()
-            name = words[0].lower() if words else "help"
-            rest = words[1:]
-            if name not in COMMAND_NAMES:
+            name, args = split_command(clean_command(from_slack_text(text, None, {})))
+            if command(name) is None:
                 result = CommandResult(
                     text=f"Unknown command `{name}`. Try `/sonality help`. "
                     f"Commands: {', '.join(COMMAND_NAMES)}.",
@@ -1171,8 +1168,6 @@ class SlackAdapter:
                     private=True,
                 )
             else:
-                # A topic may be several words; every other argument is one token.
-                args = (" ".join(rest),) if name == "beliefs" and rest else tuple(rest)
                 client = context.client
                 assert client is not None
                 info = await self._user(client, team, user_id)
