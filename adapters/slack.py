@@ -746,8 +746,8 @@ class SlackAdapter:
         # The agent surface (`slack_agent`).
         app.event("app_home_opened")(self._on_home_opened)
         app.action(FEEDBACK_ACTION)(self._on_feedback)
-        app.action(CONFIRM_ACTION)(self._on_confirm)
-        app.action(CANCEL_ACTION)(self._on_cancel)
+        app.action(CONFIRM_ACTION)(self._on_answer)
+        app.action(CANCEL_ACTION)(self._on_answer)
         return app
 
     # -- membership --------------------------------------------------------------------------
@@ -1469,21 +1469,33 @@ class SlackAdapter:
                     "Slack feedback on reply %s ignored: no data kept for %s", reply_id, community
                 )
 
-    async def _on_confirm(
+    async def _on_answer(
         self,
         ack: AsyncAck,
         body: dict[str, Any],
         context: AsyncBoltContext,
         respond: AsyncRespond,
     ) -> None:
-        """Confirm under a question: run its command with the confirming arguments, as
-        the member who asked, and show the answer in the question's place."""
+        """Confirm or Cancel under a question. Confirm runs its command with the
+        confirming arguments, as the member who asked, and shows the answer in the
+        question's place; Cancel says nothing changed."""
         await ack()
         with self._tracked():
             pressed = await self._pressed(body, context, respond)
             if pressed is None:
                 return
             question, team, channel = pressed
+            cancelled = _pressed_action(body).get("action_id") == CANCEL_ACTION
+            await self._answer(
+                respond,
+                team,
+                channel,
+                text=CANCELLED if cancelled else WORKING,
+                response_type="ephemeral",
+                replace_original=True,
+            )
+            if cancelled:
+                return
             client = context.client
             assert client is not None
             request = await self._command_request(
@@ -1491,37 +1503,8 @@ class SlackAdapter:
             )
             # The personality the member was asked about, whatever the settings say now.
             request = request.model_copy(update={"community": Community(id=question.community)})
-            await self._answer(
-                respond,
-                team,
-                channel,
-                text=WORKING,
-                response_type="ephemeral",
-                replace_original=True,
-            )
             result = await self._run(request, team)
             await self._respond(respond, team, channel, question.command, result, replace=True)
-
-    async def _on_cancel(
-        self,
-        ack: AsyncAck,
-        body: dict[str, Any],
-        context: AsyncBoltContext,
-        respond: AsyncRespond,
-    ) -> None:
-        await ack()
-        with self._tracked():
-            pressed = await self._pressed(body, context, respond)
-            if pressed is not None:
-                _, team, channel = pressed
-                await self._answer(
-                    respond,
-                    team,
-                    channel,
-                    text=CANCELLED,
-                    response_type="ephemeral",
-                    replace_original=True,
-                )
 
     async def _ask(
         self,

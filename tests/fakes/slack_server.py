@@ -27,7 +27,6 @@ __all__ = [
     "FakeSlack",
     "FakeUpload",
     "RecordedRequest",
-    "app_home_opened_event",
     "block_errors",
     "interaction_form",
     "post_signed",
@@ -556,16 +555,9 @@ class FakeSlack:
         """Prompts offered in a member's DM with the app. For an agent-view app (the
         current manifest) a call naming a `thread_ts` is accepted and silently does
         nothing, as Slack documents; prompts are set on the DM itself."""
-        ident = self._identity(token)
+        ident, refused = self._with_scope(token, "assistant:write")
         if ident is None:
-            return {"ok": False, "error": "not_authed" if not token else "invalid_auth"}
-        if "assistant:write" not in ident.scopes:
-            return {
-                "ok": False,
-                "error": "missing_scope",
-                "needed": "assistant:write",
-                "provided": ",".join(ident.scopes),
-            }
+            return refused or {}
         channel, prompts = args.get("channel_id"), args.get("prompts")
         if not channel or prompts in (None, ""):
             return self._invalid("missing required field: channel_id or prompts")
@@ -637,16 +629,11 @@ class FakeSlack:
     ) -> dict[str, Any]:
         """A DM (one user) or group DM (2-8 users) with the bot, the same channel every
         time for the same people; Slack's errors for the cases a client can get wrong."""
-        ident = self._identity(token)
+        ident, refused = self._with_scope(
+            token, "im:write", needed="channels:manage,groups:write,im:write,mpim:write"
+        )
         if ident is None:
-            return {"ok": False, "error": "not_authed" if not token else "invalid_auth"}
-        if "im:write" not in ident.scopes:
-            return {
-                "ok": False,
-                "error": "missing_scope",
-                "needed": "channels:manage,groups:write,im:write,mpim:write",
-                "provided": ",".join(ident.scopes),
-            }
+            return refused or {}
         if args.get("channel"):
             channel = str(args["channel"])
             if channel not in self.dms.values():
@@ -676,16 +663,19 @@ class FakeSlack:
 
     # -- files: the upload v2 flow (files.getUploadURLExternal, POST, complete) ----------
 
-    def _file_writer(self, token: str | None) -> tuple[Identity | None, dict[str, Any] | None]:
-        """The token's identity, or the error Slack gives without one or without files:write."""
+    def _with_scope(
+        self, token: str | None, scope: str, needed: str | None = None
+    ) -> tuple[Identity | None, dict[str, Any] | None]:
+        """The token's identity, or the error Slack gives without one or without `scope`
+        (`needed` lists every scope that would do, where Slack names several)."""
         ident = self._identity(token)
         if ident is None:
             return None, {"ok": False, "error": "not_authed" if not token else "invalid_auth"}
-        if "files:write" not in ident.scopes:
+        if scope not in ident.scopes:
             return None, {
                 "ok": False,
                 "error": "missing_scope",
-                "needed": "files:write",
+                "needed": needed or scope,
                 "provided": ",".join(ident.scopes),
             }
         return ident, None
@@ -701,7 +691,7 @@ class FakeSlack:
     async def _api_files_getUploadURLExternal(
         self, args: dict[str, Any], token: str | None
     ) -> dict[str, Any]:
-        ident, refused = self._file_writer(token)
+        ident, refused = self._with_scope(token, "files:write")
         if ident is None:
             return refused or {}
         filename = args.get("filename")
@@ -774,7 +764,7 @@ class FakeSlack:
     async def _api_files_completeUploadExternal(
         self, args: dict[str, Any], token: str | None
     ) -> dict[str, Any]:
-        ident, refused = self._file_writer(token)
+        ident, refused = self._with_scope(token, "files:write")
         if ident is None:
             return refused or {}
         raw = args.get("files")
@@ -978,36 +968,6 @@ def _blocks_of(args: dict[str, Any]) -> tuple[list[Any] | None, dict[str, Any] |
 def interaction_form(payload: dict[str, Any]) -> dict[str, str]:
     """How Slack posts an interaction to the Request URL: one form field, `payload`."""
     return {"payload": json.dumps(payload)}
-
-
-def app_home_opened_event(
-    *, team: str, user: str, channel: str, tab: str = "messages", event_id: str = "EvHome"
-) -> dict[str, Any]:
-    """A member opened the app's Messages (or Home) tab; `channel` is their DM with it."""
-    return {
-        "token": "legacy-verification-token",
-        "team_id": team,
-        "api_app_id": "A0001",
-        "event": {
-            "type": "app_home_opened",
-            "user": user,
-            "channel": channel,
-            "tab": tab,
-            "event_ts": f"{time.time():.6f}",
-        },
-        "type": "event_callback",
-        "event_id": event_id,
-        "event_time": int(time.time()),
-        "authorizations": [
-            {
-                "enterprise_id": None,
-                "team_id": team,
-                "user_id": "UBOT",
-                "is_bot": True,
-                "is_enterprise_install": False,
-            }
-        ],
-    }
 
 
 # --------------------------------------------------------------------------------------

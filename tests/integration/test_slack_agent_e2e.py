@@ -20,6 +20,8 @@ from adapters.confirm_text import CANCELLED, NOT_YOURS, WORKING, expired_text
 from storage.feedback import FeedbackCounts
 from tests.fakes.anthropic_server import AnthropicFake
 from tests.fakes.slack_server import FakeSlack, interaction_form, post_signed
+from tests.integration.test_forget_slack import OTHER, TOKEN
+from tests.integration.test_forget_slack import _rate as rate
 from tests.integration.test_slack_e2e import T1, SlackBot, bot  # noqa: F401
 from tests.slack.conftest import (  # noqa: F401  (fixtures "fake", "http")
     SECRET,
@@ -28,9 +30,6 @@ from tests.slack.conftest import (  # noqa: F401  (fixtures "fake", "http")
     http_session,
     mention_event,
 )
-
-TOKEN = "quokkalantern38"
-OTHER = "heronparasol52"
 
 
 async def eventually(check: Callable[[], Awaitable[bool]], what: str, within: float = 5.0) -> None:
@@ -76,17 +75,6 @@ async def export(bot: SlackBot, user: str) -> dict[str, Any]:  # noqa: F811
     await bot.command("my-data", user=user)
     data: dict[str, Any] = json.loads(bot.fake.shared_files()[-1].data or b"{}")
     return data
-
-
-def rate(server: AnthropicFake, contains: str) -> None:
-    server.brain.ess_rule(
-        contains=contains,
-        score=0.8,
-        reasoning_type="empirical_data",
-        topics=["remote_work"],
-        direction="supports",
-        summary="The sender cites a study about remote work.",
-    )
 
 
 async def test_a_feedback_press_is_counted_for_moderators_and_forgotten_with_its_member(

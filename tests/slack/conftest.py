@@ -223,6 +223,21 @@ def mention_event(
     }
 
 
+def app_home_opened_event(
+    *, team: str, user: str, channel: str, tab: str = "messages", event_id: str = "EvHome"
+) -> dict[str, Any]:
+    """A member opened the app's Messages (or Home) tab; `channel` is their DM with it."""
+    body = mention_event(event_id=event_id, team=team, user=user, channel=channel)
+    body["event"] = {
+        "type": "app_home_opened",
+        "user": user,
+        "channel": channel,
+        "tab": tab,
+        "event_ts": body["event"]["event_ts"],
+    }
+    return body
+
+
 def dm_event(*, event_id: str, text: str = "hi in private", **extra: Any) -> dict[str, Any]:
     body = mention_event(event_id=event_id, text=text, channel="D0001")
     body["event"].update({"type": "message", "channel_type": "im", **extra})
