@@ -43,6 +43,7 @@ from sonality.ess import ESSResult, normalize_topic
 from sonality.memory.sponge import MoveSource, SpongeState
 from sonality.store import VersionInfo
 from storage import USAGE_ROLES, DailyUsage, Database, UsageRole
+from storage.feedback import FeedbackCounts
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,15 @@ def describe_ess(ess: ESSResult) -> str:
         side = {"supports": "for ", "opposes": "against "}.get(str(ess.opinion_direction), "on ")
         text += f", {side}{ess.topics[0]}"
     return text
+
+
+def feedback_line(counts: FeedbackCounts) -> str:
+    """Members' presses of the feedback buttons under replies, in one status line."""
+    replies = "reply" if counts.replies == 1 else "replies"
+    return (
+        f"Reply feedback: {counts.positive} 👍, {counts.negative} 👎 "
+        f"(on {counts.replies} {replies})"
+    )
 
 
 def _fmt_time(value: datetime | None) -> str:
@@ -318,6 +328,10 @@ class CommandHandlers:
         if agent.last_ess is not None:
             e = agent.last_ess
             lines.append(f"Last message: {describe_ess(e)}")
+        if request.is_moderator:  # members' votes are for those who run the community
+            feedback = await self._db.feedback_counts(request.community.id)
+            if feedback.total:
+                lines.append(feedback_line(feedback))
         return CommandResult(text="\n".join(lines), title="Status")
 
     async def _cmd_usage(self, request: CommandRequest) -> CommandResult:
