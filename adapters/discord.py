@@ -2,10 +2,12 @@
 
 Everything Discord-specific stops here: the runtime sees only `IncomingMessage` /
 `CommandRequest` and answers with `Reply` / `CommandResult`. This module decides
-*when* the bot is addressed (an @mention or a reply to one of its messages, never
-passive listening), turns Discord markup into plain text the model can read, and
-renders answers back within Discord's limits (2,000 characters, interaction
-deadlines, no pings).
+whether a message addressed the bot (an @mention or a reply to one of its messages);
+whether the bot answers is the runtime's, from the channel's mode (`bot.channels`):
+in a `free` channel it answers messages that did not address it too, which Discord
+sends with their text only under the Message Content intent. It turns Discord markup
+into plain text the model can read, and renders answers back within Discord's limits
+(2,000 characters, interaction deadlines, no pings).
 
 Discord faults (403 missing access, 400 invalid form body, 429s that outlast
 discord.py's own retries) are logged with guild and channel ids and swallowed: one
@@ -52,7 +54,7 @@ from bot.messages import (
 from bot.settings import Settings
 from providers.openai import connection_failure
 
-__all__ = ["INTENTS_HELP", "MESSAGE_LIMIT", "TOKEN_HELP", "DiscordAdapter"]
+__all__ = ["FREE_NEEDS_INTENT", "INTENTS_HELP", "MESSAGE_LIMIT", "TOKEN_HELP", "DiscordAdapter"]
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +70,13 @@ INTENTS_HELP = (
     'DISCORD_MESSAGE_CONTENT_INTENT=true needs "Message Content Intent" enabled under '
     "Bot → Privileged Gateway Intents in the Discord Developer Portal; enable it, or "
     "unset DISCORD_MESSAGE_CONTENT_INTENT (the bot then answers @mentions and DMs)."
+)
+#: `/sonality channel free` without the intent: Discord would send the bot no text of
+#: the messages a free channel is for.
+FREE_NEEDS_INTENT = (
+    "A free channel needs the Message Content intent, which this bot runs without: the "
+    "operator sets DISCORD_MESSAGE_CONTENT_INTENT=true and enables Message Content Intent "
+    "in the Discord Developer Portal. Nothing was changed."
 )
 TOKEN_HELP = (
     "Discord rejected DISCORD_TOKEN: copy a fresh token from Bot → Reset Token in the "
@@ -337,7 +346,8 @@ class DiscordAdapter:
     def _log_triggers(self) -> None:
         if self._settings.discord_message_content:
             log.info(
-                "Discord: answering @mentions and replies to its messages (Message Content on)"
+                "Discord: answering @mentions and replies to its messages, and every "
+                "member's message in free channels (Message Content on)"
             )
         else:
             log.info(
@@ -345,6 +355,12 @@ class DiscordAdapter:
                 "to the bot that does not ping it arrives without text and is skipped",
                 " and DMs" if self._settings.discord_allow_dms else "",
             )
+            if self._settings.channel_mode == "free":
+                log.warning(
+                    "Discord: SONALITY_CHANNEL_MODE=free, but without "
+                    "DISCORD_MESSAGE_CONTENT_INTENT=true Discord sends no text of messages "
+                    "that do not mention the bot: its channels answer mentions only"
+                )
 
     def _build_client(self) -> discord.Client:
         # The bot never joins a voice channel: without this, every start logs two
@@ -501,15 +517,30 @@ class DiscordAdapter:
             return
         guild_id = message.guild.id if message.guild else None
         # The answer starts before the typing indicator's first request returns: that
-        # round trip to Discord need not sit in front of every reply.
+        # round trip to Discord need not sit in front of every reply. The indicator
+        # shows only once the runtime has decided to answer, never for a message it
+        # stays silent on (chatter in a mention channel, anything in an `off` one).
         stream = StreamedReply(message)
-        handling = asyncio.create_task(self._runtime.handle(incoming, on_text=stream.feed))
+        started = asyncio.Event()
+
+        async def on_start() -> None:
+            started.set()
+
+        handling = asyncio.create_task(
+            self._runtime.handle(incoming, on_text=stream.feed, on_start=on_start)
+        )
         try:
+            deciding = asyncio.create_task(started.wait())
+            try:
+                await asyncio.wait({handling, deciding}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                deciding.cancel()
             async with contextlib.AsyncExitStack() as stack:
-                try:
-                    await stack.enter_async_context(message.channel.typing())
-                except discord.HTTPException as exc:
-                    _log_discord_error("typing", exc, guild_id, message.channel.id)
+                if started.is_set():
+                    try:
+                        await stack.enter_async_context(message.channel.typing())
+                    except discord.HTTPException as exc:
+                        _log_discord_error("typing", exc, guild_id, message.channel.id)
                 reply = await handling
         except Exception:
             await stream.stop()
@@ -541,9 +572,12 @@ class DiscordAdapter:
             ):
                 return None
             community = _community(None, "", author)
+            addressed = True
         else:
-            if not self._addresses_bot(message, me.id):
-                return None
+            # Handed over either way: in a free channel the runtime answers it too.
+            # Without the Message Content intent Discord sends such a message without
+            # its text, so it ends here as empty.
+            addressed = self._addresses_bot(message, me.id)
             community = _community(guild.id, guild.name, author)
         text = clean_text(self.clean_text(message, me.id)).strip()
         if not text:
@@ -559,7 +593,7 @@ class DiscordAdapter:
             message_id=str(message.id),
             user=User(id=str(author.id), name=clean_name(author.display_name), is_bot=False),
             text=text,
-            addressed=True,
+            addressed=addressed,
         )
 
     def _addresses_bot(self, message: discord.Message, bot_id: int) -> bool:
@@ -690,6 +724,7 @@ class DiscordAdapter:
         except discord.HTTPException as exc:
             _log_discord_error(f"/sonality {name} defer", exc, interaction.guild_id, channel_id)
             return
+        where, where_name = _command_channel(interaction)
         request = CommandRequest(
             community=self._community(interaction),
             caller=User(
@@ -698,6 +733,9 @@ class DiscordAdapter:
             is_moderator=moderator,
             name=name,
             args=tuple(clean_command(arg) for arg in args),
+            channel_id=where,
+            channel_name=where_name,
+            free_refusal="" if self._settings.discord_message_content else FREE_NEEDS_INTENT,
         )
         try:
             result = await self._runtime.run_command(request)
@@ -802,6 +840,18 @@ class DiscordAdapter:
         """Unknown or stale commands (e.g. an old sync) are logged and answered
         privately, never raised and never left unanswered."""
         await answer_command_error(interaction, error)
+
+
+def _command_channel(interaction: discord.Interaction) -> tuple[str | None, str]:
+    """The channel a command was run in, as messages name it: a thread's parent, so a
+    mode set in a thread is its channel's. With its name, for lists."""
+    channel = interaction.channel
+    if isinstance(channel, discord.Thread):
+        parent = channel.parent
+        return str(channel.parent_id), clean_name(parent.name) if parent is not None else ""
+    if interaction.channel_id is None:
+        return None, ""
+    return str(interaction.channel_id), clean_name(str(getattr(channel, "name", "") or ""))
 
 
 def _log_discord_error(

@@ -3,8 +3,9 @@
 discord.py reads a slash command's options from its callback's signature, so each
 subcommand gets one generic callback whose signature is written from the table's
 parameters: a number becomes an integer option with its bounds, a member Discord's user
-picker, a flag a true/false option, a topic or version an autocompleted option. No
-option is written here by hand, so Discord cannot drift from `help` again.
+picker, a flag a true/false option, a topic or version an autocompleted option, a choice
+a string option offering only its words. No option is written here by hand, so Discord
+cannot drift from `help` again.
 """
 
 from __future__ import annotations
@@ -109,6 +110,9 @@ def _subcommand(
     )
     if params:
         app_commands.describe(**{p.name: p.description for p in params})(callback)
+    listed = {p.name: [app_commands.Choice(name=c, value=c) for c in p.choices] for p in params}
+    if any(listed.values()):
+        app_commands.choices(**{name: found for name, found in listed.items() if found})(callback)
     command: app_commands.Command[Any, ..., None] = app_commands.Command(
         name=spec.name, description=spec.discord_description, callback=callback
     )

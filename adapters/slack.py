@@ -120,6 +120,8 @@ MESSAGE_LIMIT = 3500
 EVENT_DEDUP_TTL_SECONDS = 24 * 3600
 OAUTH_STATE_TTL_SECONDS = 600
 WORKING_REACTION = "thinking_face"
+# The longest an answer waits for its 🤔 reaction to be added first.
+REACTION_LEAD_SECONDS = 1.0
 # users.info answers (names, admin flags) are reused this long: fresh enough for a
 # demoted admin, cheap enough for a busy channel under Slack's rate limits.
 USER_CACHE_SECONDS = 60.0
@@ -139,6 +141,17 @@ BOT_SCOPES: tuple[str, ...] = (
     "im:history",
     "im:read",
     "im:write",
+    "channels:history",
+    "groups:history",
+)
+# What a free channel needs: the messages of public and private channels the app is in.
+FREE_CHANNEL_SCOPES: tuple[str, ...] = ("channels:history", "groups:history")
+#: `/sonality channel free` in a workspace whose app lacks those scopes.
+FREE_NEEDS_SCOPES = (
+    "A free channel needs the channels:history and groups:history scopes and the "
+    "message.channels and message.groups events, which this app was set up without: a "
+    "workspace admin adds them from slack/manifest.yml and reinstalls the app. Nothing "
+    "was changed."
 )
 # Commands whose successful result the whole channel should see (see module docstring).
 PUBLIC_RESULTS: frozenset[str] = frozenset({"rollback"})
@@ -150,6 +163,9 @@ _UPLOAD_PROBLEMS: dict[str, str] = {
     "channel_not_found": "I can't see this channel; invite me with /invite",
     "file_uploads_disabled": "file uploads are turned off in this workspace",
 }
+# Conversations whose every message the app receives (message.channels, message.groups),
+# for free channels.
+_CHANNEL_TYPES = frozenset({"channel", "group"})
 # Message subtypes that are still a human talking to us; edits, deletions, joins... aren't.
 _HUMAN_SUBTYPES: frozenset[str | None] = frozenset({None, "file_share", "thread_broadcast"})
 _AUTH_ERRORS = frozenset(
@@ -487,6 +503,24 @@ def _agent_surface(context: AsyncBoltContext) -> bool:
     the bot token's scopes from auth.test (one workspace) or the installation (OAuth)."""
     authorized = context.authorize_result
     return has_agent_surface(authorized.bot_scopes if authorized is not None else None)
+
+
+def _free_refusal(context: AsyncBoltContext) -> str:
+    """Why this workspace's app cannot have free channels ("" : it can, or its scopes
+    are not known): an app made from a manifest without the channel history scopes
+    receives no channel messages but mentions."""
+    authorized = context.authorize_result
+    scopes = authorized.bot_scopes if authorized is not None else None
+    if scopes is None or all(s in scopes for s in FREE_CHANNEL_SCOPES):
+        return ""
+    return FREE_NEEDS_SCOPES
+
+
+def _channel_name(raw: object) -> str:
+    """A slash command's `channel_name`, unless it is Slack's placeholder for a private
+    conversation."""
+    name = str(raw or "")
+    return "" if name in ("privategroup", "directmessage") else clean_name(name)
 
 
 THINKING_STATUS = "is thinking…"
@@ -1049,8 +1083,17 @@ class SlackAdapter:
     async def _on_message(
         self, body: dict[str, Any], event: dict[str, Any], context: AsyncBoltContext
     ) -> None:
-        # Channel messages that mention us arrive (also) as app_mention; only DMs here.
-        if event.get("channel_type") != "im":
+        kind = event.get("channel_type")
+        if kind in _CHANNEL_TYPES:
+            # message.channels / message.groups: every message of a channel the app is
+            # in, for free channels (the runtime decides from the channel's mode). One
+            # that mentions the bot arrives as app_mention too, and is answered there.
+            if context.bot_user_id and f"<@{context.bot_user_id}" in str(event.get("text", "")):
+                return
+            with self._tracked():
+                await self._handle_event(body, event, context, is_dm=False, addressed=False)
+            return
+        if kind != "im":
             return
         if not self._settings.slack_allow_dms:
             log.debug("DM ignored: SLACK_ALLOW_DMS is off")
@@ -1073,6 +1116,7 @@ class SlackAdapter:
         context: AsyncBoltContext,
         *,
         is_dm: bool,
+        addressed: bool = True,
     ) -> None:
         if self._is_from_bot(event) or event.get("subtype") not in _HUMAN_SUBTYPES:
             return
@@ -1092,17 +1136,24 @@ class SlackAdapter:
         # so there we only stay in a thread if the user started one.
         thread_ts: str | None = event.get("thread_ts") or (None if is_dm else ts)
         reaction = dict(channel=channel, timestamp=ts, name=WORKING_REACTION)
-        # Not awaited before the runtime: a throttled reactions.add (429, retried after
-        # Retry-After) must not hold the answer back.
-        adding = asyncio.create_task(
-            self._call(
-                "reactions.add",
-                team,
-                channel,
-                client.reactions_add(**reaction),
-                quiet=frozenset({"already_reacted"}),
+        adding: asyncio.Task[Any] | None = None
+
+        async def on_start() -> None:
+            # Only for a message the runtime will answer (never a free channel's message
+            # past its pace, nor anything in an `off` channel), and not awaited: a
+            # throttled reactions.add (429, retried after Retry-After) must not hold
+            # the answer back.
+            nonlocal adding
+            adding = asyncio.create_task(
+                self._call(
+                    "reactions.add",
+                    team,
+                    channel,
+                    client.reactions_add(**reaction),
+                    quiet=frozenset({"already_reacted"}),
+                )
             )
-        )
+
         try:
             text = await self._incoming_text(client, team, event.get("text") or "", context)
             author = await self._user(client, team, user_id)
@@ -1118,7 +1169,7 @@ class SlackAdapter:
                 message_id=ts,
                 user=User(id=user_id, name=author.name if author else ""),
                 text=text,
-                addressed=True,
+                addressed=addressed,
             )
             stream: SlackStream | None = None
             if thread_ts is not None and team not in self._without_streaming:
@@ -1145,13 +1196,21 @@ class SlackAdapter:
                     )
             try:
                 reply = await self._runtime.handle(
-                    message, on_text=stream.feed if stream is not None else None
+                    message,
+                    on_text=stream.feed if stream is not None else None,
+                    on_start=on_start,
                 )
             except Exception:
                 log.exception(
                     "runtime failed on a Slack message (team=%s channel=%s)", team, channel
                 )
-                reply = Reply(text=INTERNAL_ERROR, kind=ReplyKind.NOTICE)
+                # Nobody asked for an answer to a message that did not address the bot.
+                reply = Reply(text=INTERNAL_ERROR, kind=ReplyKind.NOTICE) if addressed else None
+            if adding is not None and reply is not None:
+                # An answer ready before its reaction went out (a notice, a fast model)
+                # waits that long, so the 🤔 never lands after it; a throttled
+                # reactions.add holds it back no longer than this.
+                await asyncio.wait({adding}, timeout=REACTION_LEAD_SECONDS)
             if stream is not None and reply is not None and reply.streamed:
                 reply = await stream.finish(reply)
             elif stream is not None:
@@ -1159,14 +1218,15 @@ class SlackAdapter:
             if reply is not None:
                 await self._post_reply(client, team, channel, thread_ts, reply)
         finally:
-            await adding  # removing first would leave the reaction behind
-            await self._call(
-                "reactions.remove",
-                team,
-                channel,
-                client.reactions_remove(**reaction),
-                quiet=frozenset({"no_reaction"}),
-            )
+            if adding is not None:
+                await adding  # removing first would leave the reaction behind
+                await self._call(
+                    "reactions.remove",
+                    team,
+                    channel,
+                    client.reactions_remove(**reaction),
+                    quiet=frozenset({"no_reaction"}),
+                )
 
     async def _incoming_text(
         self, client: AsyncWebClient, team: str, raw: str, context: AsyncBoltContext
@@ -1238,6 +1298,12 @@ class SlackAdapter:
                 request = await self._command_request(
                     client, team, user_id, channel, name, args, body.get("user_name")
                 )
+                request = request.model_copy(
+                    update={
+                        "channel_name": _channel_name(body.get("channel_name")),
+                        "free_refusal": _free_refusal(context),
+                    }
+                )
                 result = await self._run(request, team)
                 if result.files and result.ok and not result.private:
                     unposted = await self._post_files(client, team, channel, result)
@@ -1278,6 +1344,7 @@ class SlackAdapter:
             is_moderator=moderator,
             name=name,
             args=args,
+            channel_id=channel or None,
         )
 
     async def _run(self, request: CommandRequest, team: str) -> CommandResult:

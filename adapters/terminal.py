@@ -54,6 +54,8 @@ from bot.settings import Settings
 log = logging.getLogger(__name__)
 
 COMMUNITY = Community(id="terminal:local", name="terminal")
+#: The terminal community's one channel (its mode is set like any other's).
+CHANNEL = "terminal"
 BANNER = (
     "Sonality terminal community. Type a message and press Enter.\n"
     "  /as NAME              speak as someone else\n"
@@ -220,7 +222,7 @@ class TerminalAdapter:
 
     async def _message(self, text: str) -> None:
         message = IncomingMessage(
-            community=COMMUNITY, channel_id="terminal", user=self.user, text=text, trusted=True
+            community=COMMUNITY, channel_id=CHANNEL, user=self.user, text=text, trusted=True
         )
         if not self.interactive:
             # Scripted: exactly one line per answer, so the whole reply is awaited.
@@ -256,6 +258,8 @@ class TerminalAdapter:
             name=name,
             args=args,
             trusted=True,
+            channel_id=CHANNEL,
+            channel_name=CHANNEL,
         )
         result = await self.runtime.run_command(request)
         header = f"[{result.title}]\n" if result.title and self.interactive else ""

@@ -13,8 +13,9 @@ from __future__ import annotations
 import shlex
 import textwrap
 from enum import StrEnum
+from typing import Self
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class ParamType(StrEnum):
@@ -27,6 +28,7 @@ class ParamType(StrEnum):
     TEXT = "text"  # free text to the end of the line (a reason)
     MEMBER = "member"  # a member: Discord's user picker; a mention or a name elsewhere
     FLAG = "flag"  # the parameter's own name typed as a word (`history all`)
+    CHOICE = "choice"  # one of `choices`: Discord's choice list; typed elsewhere
 
 
 class Access(StrEnum):
@@ -49,14 +51,28 @@ class Param(BaseModel):
     shown: str = ""
     #: Only typed on text platforms: Discord asks with buttons instead (forget-me).
     text_only: bool = False
+    #: The words a CHOICE parameter takes (lower case).
+    choices: tuple[str, ...] = ()
+
+    @model_validator(mode="after")
+    def _choices_for_choice(self) -> Self:
+        if (self.type is ParamType.CHOICE) != bool(self.choices):
+            raise ValueError("a CHOICE parameter, and only one, lists its choices")
+        return self
+
+    @property
+    def given(self) -> str:
+        """The value as `help` writes it when it must be given: `<usd>|off|default`,
+        `mention|free|off`, `<version>`."""
+        return self.shown or "|".join(self.choices) or f"<{self.name}>"
 
     @property
     def usage(self) -> str:
         if self.type is ParamType.FLAG:
             return f"[{self.name}]"
         if self.required:
-            return self.shown or f"<{self.name}>"
-        return f"[{self.shown or self.name}]"
+            return self.given
+        return f"[{self.shown or '|'.join(self.choices) or self.name}]"
 
 
 class Command(BaseModel):
@@ -96,6 +112,18 @@ class Command(BaseModel):
         if words and len(self.params) == 1 and self.params[0].type is ParamType.TOPIC:
             return (" ".join(words),)
         return tuple(words)
+
+    def bad_choice(self, args: tuple[str, ...]) -> str:
+        """What is wrong with a word given for a CHOICE parameter ("" : nothing), in
+        the words the caller sees; Discord offers only the choices, text platforms
+        let anything be typed."""
+        for param, value in zip(self.params, args, strict=False):
+            word = value.strip().lower()
+            if param.type is ParamType.CHOICE and word and word not in param.choices:
+                listed = ", ".join(f"`{c}`" for c in param.choices)
+                shown = word if len(word) <= 24 else word[:23] + "…"
+                return f"`{shown}` is not a {param.name}: use {listed}."
+        return ""
 
     def missing(self, args: tuple[str, ...]) -> list[Param]:
         """Required parameters not given (each takes at least one word)."""
@@ -184,6 +212,21 @@ COMMANDS: tuple[Command, ...] = (
                 type=ParamType.WORD,
                 description='Moderators: a daily limit in USD, "off" for none, or "default"',
                 shown="<usd>|off|default",
+            ),
+        ),
+        access=Access.MODERATORS_TO_CHANGE,
+    ),
+    Command(
+        name="channel",
+        summary="where I speak in this channel, and the channels set apart from the "
+        "default; moderators: mention (only when mentioned), free (every message) or off",
+        description="Where it speaks in this channel",
+        params=(
+            Param(
+                name="mode",
+                type=ParamType.CHOICE,
+                description="Moderators: mention (when mentioned), free (every message) or off",
+                choices=("mention", "free", "off"),
             ),
         ),
         access=Access.MODERATORS_TO_CHANGE,
@@ -295,7 +338,7 @@ def help_entries() -> list[tuple[str, str]]:
     for c in COMMANDS:
         if c.access is Access.MODERATORS_TO_CHANGE:
             look, change = c.summary.split("; moderators: ")
-            given = " ".join(p.shown or f"<{p.name}>" for p in c.params)
+            given = " ".join(p.given for p in c.params)
             entries.append((c.name, look))
             entries.append((f"{c.name} {given}", f"moderators: {change}"))
         elif c.access is Access.MODERATORS:

@@ -24,6 +24,7 @@ from bot.budget import (
     own_share_lines,
     total_tokens,
 )
+from bot.channels import ChannelModes, run_channel_command
 from bot.command_table import HISTORY_MAX_COUNT, USAGE_MAX_DAYS, command, help_text
 from bot.forget import forget_member, reapply_after_rollback, resolve_member
 from bot.forget_journal import ForgetJournal
@@ -105,9 +106,11 @@ class CommandHandlers:
         budget: BudgetLedger,
         forget_journal: ForgetJournal | None = None,
         *,
+        channels: ChannelModes,
         dm_moderation: bool = False,
     ) -> None:
         self._db = db
+        self._channels = channels
         self._agent_for = agent_for
         self._next_reflection = next_reflection
         self._budget = budget
@@ -150,6 +153,10 @@ class CommandHandlers:
                 )
         if spec.missing(request.args) and not spec.audits_itself:
             return CommandResult(text=f"Usage: `/sonality {spec.usage()}`.", ok=False, private=True)
+        if problem := spec.bad_choice(request.args):
+            return CommandResult(
+                text=f"{problem} Usage: `/sonality {spec.usage()}`.", ok=False, private=True
+            )
         try:
             result: CommandResult = await handler(request)
             return result
@@ -328,6 +335,8 @@ class CommandHandlers:
         if agent.last_ess is not None:
             e = agent.last_ess
             lines.append(f"Last message: {describe_ess(e)}")
+        if not is_dm(request.community.id):
+            lines.append(await self._channels.status_line(request.community.id))
         if request.is_moderator:  # members' votes are for those who run the community
             feedback = await self._db.feedback_counts(request.community.id)
             if feedback.total:
@@ -359,6 +368,9 @@ class CommandHandlers:
         else:
             lines = own_share_lines(spent.get(request.caller.id, 0.0), spend, share)
         return CommandResult(text="\n".join([text, *lines]), title="Usage")
+
+    async def _cmd_channel(self, request: CommandRequest) -> CommandResult:
+        return await run_channel_command(self._channels, request)
 
     async def _cmd_timeline(self, request: CommandRequest) -> CommandResult:
         return await self.timelines.run(request)

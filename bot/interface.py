@@ -7,17 +7,29 @@ runtime wired to loopback servers.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Literal, Protocol
 
 from bot.messages import CommandRequest, CommandResult, Community, IncomingMessage, Reply
 from sonality.llm import TextSink
 
+#: Called once the runtime has decided to answer a message, before it asks the model.
+Started = Callable[[], Awaitable[None]]
+
 
 class ChatRuntime(Protocol):
     async def handle(
-        self, message: IncomingMessage, on_text: TextSink | None = None
+        self,
+        message: IncomingMessage,
+        on_text: TextSink | None = None,
+        on_start: Started | None = None,
     ) -> Reply | None:
-        """Answer one message (None: ignored, e.g. empty or not addressed).
+        """Answer one message (None: ignored, e.g. empty, not addressed in a mention
+        channel, anything in an `off` channel, or a free channel's message past its pace).
+
+        `on_start` is awaited once the runtime has decided to answer, before any model
+        call: the adapter shows that it is working (Discord's typing indicator, Slack's
+        reaction) only for messages that will get an answer.
 
         With `on_text` the answer streams: the sink gets the reply's text piece by piece
         as the model writes it, and the returned `Reply` has `streamed=True` (see

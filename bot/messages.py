@@ -94,6 +94,14 @@ class CommandRequest(BaseModel):
     args: tuple[str, ...] = ()
     # As for `IncomingMessage`: the operator at the terminal is never flood-limited.
     trusted: bool = False
+    # Where the command was run (a thread counts as its parent channel, as for
+    # messages), and that channel's name for lists; None where there is no channel.
+    channel_id: str | None = None
+    channel_name: str = ""
+    # Why this platform cannot read members' messages that do not address the bot
+    # here, in one line naming what to change ("" : it can); `channel free` refuses
+    # with it, since a free channel would answer nothing more than a mention channel.
+    free_refusal: str = ""
 
 
 class Attachment(BaseModel):

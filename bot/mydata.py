@@ -7,9 +7,10 @@ DM, a path at the terminal).
 
 What goes in, and from where: their messages and the bot's replies with the tokens
 each reply cost, the short-term conversation buffer, the audit trail's rating of each
-message with the opinion updates it staged, the moderator actions they took (all from
-SQLite, `storage.export`), and the episodes of their messages as Chroma holds them
-(document and metadata), plus those still waiting to be written. Only the caller's
+message with the opinion updates it staged, the moderator actions they took and the
+channel modes they set (all from SQLite, `storage.export`), and the episodes of their
+messages as Chroma holds them (document and metadata), plus those still waiting to be
+written. Only the caller's
 own platform id selects rows, so another member's data can never be in it.
 """
 
@@ -26,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from bot.messages import Attachment, CommandRequest, CommandResult
 from sonality.agent import SonalityAgent
 from sonality.memory.sponge import SpongeState
+from storage.channels import ChannelSetting
 from storage.export import (
     MemberRows,
     StoredEvidence,
@@ -104,6 +106,8 @@ class MemberExport(BaseModel):
     flood_count: StoredFloodCount | None = None
     spend_per_day: tuple[StoredSpend, ...] = ()
     reply_feedback: tuple[StoredFeedback, ...] = ()
+    #: Channels whose mode (mention, free, off) the member set as a moderator.
+    channel_modes: tuple[ChannelSetting, ...] = ()
     reply_usage: UsageTotal
     not_per_member: str = NOT_PER_MEMBER
 
@@ -156,6 +160,7 @@ def build_export(
         flood_count=rows.flood,
         spend_per_day=rows.spend,
         reply_feedback=rows.feedback,
+        channel_modes=rows.channel_modes,
         reply_usage=usage,
     )
 

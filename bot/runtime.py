@@ -15,8 +15,10 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from bot.budget import SPENDER, BudgetExceeded, BudgetLedger, MemberShareExceeded, Spender
+from bot.channels import ChannelMode, ChannelModes, Hearing
 from bot.commands import CommandHandlers, describe_ess, ranked_topics
 from bot.forget_journal import ForgetJournal
+from bot.interface import Started
 from bot.messages import (
     BUDGET_REACHED,
     CUT_OFF,
@@ -79,12 +81,20 @@ class Runtime:
         )
         # The forget-me journal's copy outside the database (bot/forget_journal.py).
         self.forget_journal = ForgetJournal.in_data_dir(settings.data_dir)
+        # Each channel's mode (mention, free, off) and the pace of free channels.
+        self.channels = ChannelModes(
+            db,
+            ChannelMode(settings.channel_mode),
+            settings.free_channel_seconds,
+            shared=db.coordinator is not None,
+        )
         self.commands = CommandHandlers(
             db,
             self._current_agent,
             lambda: self.next_nightly,
             self.budget,
             self.forget_journal,
+            channels=self.channels,
             dm_moderation=settings.dm_moderation,
         )
         self._accepting = True
@@ -101,9 +111,12 @@ class Runtime:
 
     # ------------------------------------------------------------------ messages
     async def handle(
-        self, message: IncomingMessage, on_text: TextSink | None = None
+        self,
+        message: IncomingMessage,
+        on_text: TextSink | None = None,
+        on_start: Started | None = None,
     ) -> Reply | None:
-        if not self._accepting or not message.addressed or message.user.is_bot:
+        if not self._accepting or message.user.is_bot:
             return None
         if self.removals.is_removed(message.community.id):
             return None  # removed from there: not a word until it is added back
@@ -111,13 +124,25 @@ class Runtime:
         if not text:
             return None
         community, user = message.community, message.user
+        hearing = await self._hearing(message)
+        if hearing is Hearing.SILENT:
+            return None
+        # Unprompted (a free channel's message that did not address the bot): paced per
+        # channel, and never a notice, since nobody asked for an answer.
+        unprompted = hearing is Hearing.UNPROMPTED
+        if unprompted and not self.channels.turn_due(community.id, message.channel_id):
+            return None
         verdict = await self._flood_verdict(community.id, user.id, message.trusted)
-        if verdict is Verdict.DROP:
+        if verdict is Verdict.DROP or (unprompted and verdict is Verdict.WARN):
             log.info("dropping flood message from %s in %s", user.id, community.id)
             return None
         if verdict is Verdict.WARN:
             log.info("rate limited %s in %s", user.id, community.id)
             return Reply(text=SLOW_DOWN, kind=ReplyKind.NOTICE)
+        if unprompted and not self.channels.take_turn(community.id, message.channel_id):
+            return None
+        if on_start is not None:
+            await self._started(on_start)
 
         # Characters handed to the adapter's sink so far ([] until the first piece).
         shown: list[int] = []
@@ -138,9 +163,9 @@ class Runtime:
         spender = SPENDER.set(Spender(user.id, limited=not message.trusted))
         try:
             if await self.budget.exhausted(community.id):
-                return await self._budget_notice(community.id, user.id)
+                return None if unprompted else await self._budget_notice(community.id, user.id)
             if not message.trusted and await self.budget.member_over_share(community.id, user.id):
-                return await self._share_notice(community.id, user.id)
+                return None if unprompted else await self._share_notice(community.id, user.id)
             agent = await self.registry.agent_for(community)
             now = datetime.now(UTC)
             self.last_message_at[community.id] = now
@@ -149,9 +174,9 @@ class Runtime:
                 text, Speaker(id=user.id, name=user.name), history, on_text=sink
             )
         except MemberShareExceeded:  # spent while this message waited for its turn
-            return await self._share_notice(community.id, user.id)
+            return None if unprompted else await self._share_notice(community.id, user.id)
         except BudgetExceeded:  # reached while this message waited for its turn
-            return await self._budget_notice(community.id, user.id)
+            return None if unprompted else await self._budget_notice(community.id, user.id)
         except LLMError as exc:
             if shown:
                 # The member saw part of an answer: say where it ends. The agent recorded
@@ -165,10 +190,10 @@ class Runtime:
                 )
                 return Reply(text=CUT_OFF, kind=ReplyKind.NOTICE, streamed=True)
             log.warning("no reply in %s for %s: %s", community.id, user.id, exc)
-            return Reply(text=LLM_DOWN, kind=ReplyKind.NOTICE)
+            return None if unprompted else Reply(text=LLM_DOWN, kind=ReplyKind.NOTICE)
         except Exception:
             log.exception("failed to answer in %s for %s", community.id, user.id)
-            return Reply(text=INTERNAL_ERROR, kind=ReplyKind.NOTICE)
+            return None if unprompted else Reply(text=INTERNAL_ERROR, kind=ReplyKind.NOTICE)
         finally:
             SPENDER.reset(spender)
 
@@ -185,6 +210,24 @@ class Runtime:
                 f"\n\n(Your message was very long, so I only read its first {limit:,} characters.)"
             )
         return Reply(text=reply, truncated=truncated, streamed=bool(shown))
+
+    async def _hearing(self, message: IncomingMessage) -> Hearing:
+        """The channel's mode applied to `message`. If the modes cannot be read, the
+        channel counts as a mention channel: addressed messages are still answered."""
+        try:
+            return await self.channels.hearing(message)
+        except Exception:
+            log.exception("could not read the channel modes of %s", message.community.id)
+            return Hearing.ANSWER if message.addressed else Hearing.SILENT
+
+    @staticmethod
+    async def _started(on_start: Started) -> None:
+        """Tell the adapter an answer is coming (its typing indicator); its failure
+        must not cost the answer."""
+        try:
+            await on_start()
+        except Exception:
+            log.exception("the adapter's start-of-answer hook failed")
 
     async def _flood_verdict(self, community_id: str, user_id: str, trusted: bool) -> Verdict:
         """One count per member for messages and commands alike (see `bot.ratelimit`)."""
@@ -331,6 +374,7 @@ class Runtime:
         ]
 
     def _forget_caches(self, community_id: str) -> None:
+        self.channels.forget(community_id)
         self.last_message_at.pop(community_id, None)
         self._touched.pop(community_id, None)
 

@@ -163,6 +163,17 @@ class Settings(BaseSettings):
     agent_idle_evict_minutes: float = Field(
         default=30.0, gt=0, alias="SONALITY_AGENT_IDLE_EVICT_MINUTES"
     )
+    # Where the bot speaks in a channel no moderator set with `/sonality channel`:
+    # `mention` (@mentions and replies to it), `free` (every member's message, paced by
+    # SONALITY_FREE_CHANNEL_SECONDS) or `off` (nothing; commands still work).
+    channel_mode: Literal["mention", "free", "off"] = Field(
+        default="mention", alias="SONALITY_CHANNEL_MODE"
+    )
+    # In a `free` channel, at most one reply per this many seconds to messages that did
+    # not mention the bot (0: no pause); mentions are always answered.
+    free_channel_seconds: float = Field(
+        default=20.0, ge=0, le=86_400, alias="SONALITY_FREE_CHANNEL_SECONDS"
+    )
 
     # --- scheduler -------------------------------------------------------------------
     nightly_hour: int = Field(default=4, ge=0, le=23, alias="SONALITY_NIGHTLY_HOUR")

@@ -46,6 +46,7 @@ from storage.base import (
     to_db_time,
 )
 from storage.buffers import BufferStore
+from storage.channels import ChannelModeStore
 from storage.community import CommunityStore
 from storage.coordination import LEARNING, LOCK_SPACE, Coordinator
 from storage.export import ExportStore
@@ -87,6 +88,7 @@ class Database(
     FloodStore,
     MemberSpendStore,
     FeedbackStore,
+    ChannelModeStore,
 ):
     """The open database. Create with `await Database.open(path)`; `await close()` at exit."""
 

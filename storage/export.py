@@ -14,7 +14,8 @@ good, with their one-line summaries, for the forget-me replay: the audit trail's
 expires), ``moderator_actions`` they took and, on PostgreSQL, their ``flood_windows``
 count (found by its hash of community and member), ``member_spend`` (what the model
 calls for their messages cost today, for their share of the spending limit), and
-``reply_feedback`` (their thumbs up / down on replies, found by the same hash). Token
+``reply_feedback`` (their thumbs up / down on replies, found by the same hash), and
+``channel_modes`` they set (the channel, the mode and when). Token
 usage per day (``usage_daily``) is per community, not per member, so it is not theirs;
 the per-message usage is.
 """
@@ -28,6 +29,7 @@ from pydantic import BaseModel, ConfigDict
 
 from sonality.evidence import EvidenceStep
 from storage.base import Conn, SqlBase, fetchall, fetchone, from_db_time, from_json, id_chunks
+from storage.channels import ChannelSetting, member_channel_settings
 from storage.community import step_from_row
 from storage.flood import member_key
 
@@ -141,6 +143,7 @@ class MemberRows(BaseModel):
     flood: StoredFloodCount | None = None
     spend: tuple[StoredSpend, ...] = ()
     feedback: tuple[StoredFeedback, ...] = ()
+    channel_modes: tuple[ChannelSetting, ...] = ()
 
     @property
     def interaction_ids(self) -> list[str]:
@@ -285,6 +288,7 @@ class ExportStore(SqlBase):
                 ),
                 spend=spend,
                 feedback=feedback,
+                channel_modes=tuple(member_channel_settings(conn, community_id, member_id)),
             )
 
         return await self._run_read(work)

@@ -72,6 +72,7 @@ FORGET_TABLES = (
     "flood_windows",
     "member_spend",
     "reply_feedback",
+    "channel_modes",
 )
 
 __all__ = ["FORGOTTEN_TEXT", "ForgetRequest", "ForgetStore", "JournalEntry", "MemberWords"]
@@ -485,6 +486,12 @@ class ForgetStore(SqlBase):
                 (
                     "UPDATE moderator_actions SET actor_id = ?, actor_name = ? "
                     "WHERE community_id = ? AND actor_id = ?",
+                    (pseudonym, pseudonym),
+                ),
+                # The mode stays (the community's setting); who set it becomes the pseudonym.
+                (
+                    "UPDATE channel_modes SET set_by_id = ?, set_by_name = ? "
+                    "WHERE community_id = ? AND set_by_id = ?",
                     (pseudonym, pseudonym),
                 ),
             ):

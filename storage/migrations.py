@@ -596,6 +596,26 @@ _V12_REPLY_FEEDBACK: list[Statement] = [
     """,
 ]
 
+# ---- issue 25: channel modes (one block; renumber freely) --------------------------
+_V13_CHANNEL_MODES: list[Statement] = [
+    # The mode of each channel a moderator set with `/sonality channel` (storage/channels.py):
+    # mention, free or off; channels without a row follow SONALITY_CHANNEL_MODE. Who set
+    # it is member data: my-data lists it, a forget-me replaces the id and name with the
+    # pseudonym, erasing the community deletes the rows.
+    """
+    CREATE TABLE channel_modes (
+        community_id TEXT NOT NULL REFERENCES communities(id),
+        channel_id TEXT NOT NULL,
+        channel_name TEXT NOT NULL DEFAULT '',
+        mode TEXT NOT NULL CHECK (mode IN ('mention', 'free', 'off')),
+        set_by_id TEXT NOT NULL,
+        set_by_name TEXT NOT NULL DEFAULT '',
+        set_at TEXT NOT NULL,
+        PRIMARY KEY (community_id, channel_id)
+    ) WITHOUT ROWID
+    """,
+]
+
 MIGRATIONS: list[list[Statement]] = [
     _V1,
     _V2,
@@ -609,6 +629,7 @@ MIGRATIONS: list[list[Statement]] = [
     _V10_FORGET_KEYS,
     _V11_MEMBER_SPEND,
     _V12_REPLY_FEEDBACK,
+    _V13_CHANNEL_MODES,
 ]
 """Index i holds the statements that take the schema from version i to i + 1."""
 

@@ -45,16 +45,19 @@ DISCORD_TYPE = {
     ParamType.TEXT: 3,
     ParamType.MEMBER: 6,
     ParamType.FLAG: 5,
+    ParamType.CHOICE: 3,
 }
 
-Shape = tuple[str, tuple[tuple[str, int, bool, Any, Any], ...], bool]
+Option = tuple[str, int, bool, Any, Any, tuple[str, ...]]
+Shape = tuple[str, tuple[Option, ...], bool]
 
 
 def table_shape(spec: Command) -> Shape:
     """What Discord should show of a command: its options (name, type, required,
-    bounds) and whether its description says it is for moderators."""
+    bounds, the only values offered) and whether its description says it is for
+    moderators."""
     options = tuple(
-        (p.name, DISCORD_TYPE[p.type], p.required, p.low, p.high)
+        (p.name, DISCORD_TYPE[p.type], p.required, p.low, p.high, p.choices)
         for p in spec.params
         if not p.text_only
     )
@@ -69,6 +72,7 @@ def registered_shape(sub: dict[str, Any]) -> Shape:
             bool(o.get("required", False)),
             o.get("min_value"),
             o.get("max_value"),
+            tuple(str(c["value"]) for c in o.get("choices", [])),
         )
         for o in sub.get("options", [])
     )
@@ -141,6 +145,13 @@ async def test_a_drifted_surface_is_caught() -> None:
         next(c for c in COMMANDS if c.name == "reflect")
     )
     assert slack_usage_hint().replace(" | forget-user <member> <reason>", "") != slack_usage_hint()
+    channel = dict(subs["channel"])
+    channel["options"] = [
+        {k: v for k, v in o.items() if k != "choices"} for o in channel["options"]
+    ]
+    assert registered_shape(channel) != table_shape(
+        next(c for c in COMMANDS if c.name == "channel")
+    )
 
 
 @pytest.mark.parametrize(

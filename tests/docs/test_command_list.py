@@ -15,8 +15,11 @@ from bot import command_table
 from tests.docs.pages import README, ROOT, text_lines
 
 USING = ROOT / "docs" / "using.md"
-#: A command's name and its parameters: `history [all] [count]`, `budget <usd>|off|default`.
-SIGNATURE = re.compile(r"^[a-z][a-z-]*(?: (?:\[[^\]]+\]|<[^>]+>(?:\|[a-z]+)*))*")
+#: A command's name and its parameters: `history [all] [count]`, `budget <usd>|off|default`,
+#: `channel mention|free|off`.
+SIGNATURE = re.compile(
+    r"^[a-z][a-z-]*(?: (?:\[[^\]]+\]|<[^>]+>(?:\|[a-z]+)*|[a-z]+(?:\|[a-z]+)+))*"
+)
 
 Entry = tuple[str, bool]  # (signature, moderators only)
 
@@ -46,7 +49,8 @@ def test_help_lists_every_command_with_its_parameters() -> None:
     assert ("history [all] [count]", False) in entries
     assert ("budget <usd>|off|default", True) in entries
     assert ("forget-user <member> <reason>", True) in entries
-    assert len(entries) == 15  # 14 commands; `budget` with and without a limit
+    assert ("channel mention|free|off", True) in entries
+    assert len(entries) == 17  # 15 commands; `budget` and `channel` with and without one
 
 
 @pytest.mark.parametrize("page", [README, USING], ids=lambda p: p.name)

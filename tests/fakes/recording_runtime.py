@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from typing import Literal
 
 from bot.command_table import needs_moderator
+from bot.interface import Started
 from bot.messages import (
     CommandRequest,
     CommandResult,
@@ -39,6 +40,9 @@ class RecordingRuntime:
         self.answer: Callable[[IncomingMessage], Reply | None] = lambda m: Reply(
             text=f"echo: {m.text}"
         )
+        # Which messages get an answer; by default the addressed ones, as the real
+        # runtime does in a mention channel (the default mode).
+        self.hears: Callable[[IncomingMessage], bool] = lambda m: m.addressed
         self.refusal = refusal
         self.command_result = command_result
         self.completion_pool = completion_pool or {}
@@ -53,9 +57,16 @@ class RecordingRuntime:
         self.known: list[str] = []
 
     async def handle(
-        self, message: IncomingMessage, on_text: TextSink | None = None
+        self,
+        message: IncomingMessage,
+        on_text: TextSink | None = None,
+        on_start: Started | None = None,
     ) -> Reply | None:
         self.messages.append(message)
+        if not self.hears(message):
+            return None
+        if on_start is not None:
+            await on_start()
         if self.gate is not None:
             await self.gate.wait()
         if on_text is not None and self.stream is not None:

@@ -45,10 +45,15 @@ DEFAULT_SCOPES: tuple[str, ...] = (
     "im:history",
     "im:read",
     "im:write",
+    "channels:history",
+    "groups:history",
 )
-#: What an app created from the manifest before Slack's agent surface (issue 25) holds:
-#: no `assistant:write` (and no interactivity, which Slack does not report to the bot).
-OLD_MANIFEST_SCOPES: tuple[str, ...] = tuple(s for s in DEFAULT_SCOPES if s != "assistant:write")
+#: What an app created from the manifest before Slack's agent surface and free channels
+#: (issue 25) holds: no `assistant:write` (and no interactivity, which Slack does not
+#: report to the bot), and no channel history.
+OLD_MANIFEST_SCOPES: tuple[str, ...] = tuple(
+    s for s in DEFAULT_SCOPES if s not in ("assistant:write", "channels:history", "groups:history")
+)
 #: Slack's limit on an image description (files.getUploadURLExternal `alt_txt`).
 MAX_ALT_TXT = 1000
 #: assistant.threads.setSuggestedPrompts takes up to this many prompts.

@@ -70,6 +70,8 @@ def test_manifest_declares_the_agent_view_as_the_adapter_uses_it() -> None:
     assert set(settings["event_subscriptions"]["bot_events"]) == {
         "app_mention",
         "message.im",
+        "message.channels",
+        "message.groups",
         "app_uninstalled",
         "tokens_revoked",
         "app_home_opened",
