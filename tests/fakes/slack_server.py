@@ -431,6 +431,13 @@ class FakeSlack:
         result: dict[str, Any] = await handler(args, token)
         return web.json_response(result, headers=headers)
 
+    def sends_channel_messages(self, *, private: bool = False, token: str | None = None) -> bool:
+        """Whether Slack sends the app `message` events of a channel it is in: only with
+        the scope behind the subscription (message.channels needs `channels:history`,
+        message.groups `groups:history`); without it the app gets mentions alone."""
+        ident = self.identities.get(token or "", self.default_identity)
+        return ("groups:history" if private else "channels:history") in ident.scopes
+
     def _identity(self, token: str | None) -> Identity | None:
         if not token:
             return None

@@ -244,6 +244,19 @@ def dm_event(*, event_id: str, text: str = "hi in private", **extra: Any) -> dic
     return body
 
 
+def channel_message_event(
+    fake: FakeSlack, *, event_id: str, private: bool = False, **fields: Any
+) -> dict[str, Any] | None:
+    """A `message` event of a channel the app is in (message.channels, or
+    message.groups for a private channel), as Slack sends it; None when the app lacks
+    the scope, since Slack then sends none (`FakeSlack.sends_channel_messages`)."""
+    if not fake.sends_channel_messages(private=private):
+        return None
+    body = mention_event(event_id=event_id, **fields)
+    body["event"].update({"type": "message", "channel_type": "group" if private else "channel"})
+    return body
+
+
 def command_form(
     fake: FakeSlack,
     text: str,

@@ -19,6 +19,7 @@ from sonality.evidence import EvidenceStep
 from sonality.llm import Usage
 from sonality.store import AuditEvent, Episode, UsageRecord
 from storage import Database, transfer
+from storage.channels import ChannelMode
 from storage.models import StorageError
 from storage.spend import MemberSpend
 from tests.pg import PostgresServer
@@ -71,6 +72,15 @@ async def fill(path: Path, key: str) -> None:
         )
         await db.claim_share_notice("slack:T1", day, "u2")
         await db.record_feedback("slack:T1", "1700000000.000100", "u2", True, at(60))
+        await db.set_channel_mode(
+            "discord:9",
+            "123",
+            ChannelMode.FREE,
+            channel_name="general",
+            set_by_id="u1",
+            set_by_name="Ada",
+            at=at(60),
+        )
     finally:
         await db.close()
 
