@@ -271,7 +271,9 @@ async def test_slack_free_channel_is_answered_from_a_message_channels_event(
     http: aiohttp.ClientSession,
     anthropic_server: AnthropicFake,
 ) -> None:
-    settings = slack_settings(tmp_path / "data", fake, SONALITY_FREE_CHANNEL_SECONDS=3600)
+    # No pause between unprompted replies: the copy of a mention that arrives as a
+    # channel message would be answered too, if the adapter let it through.
+    settings = slack_settings(tmp_path / "data", fake, SONALITY_FREE_CHANNEL_SECONDS=0)
     async with slack_bot(settings, llm, fake, http) as bot:
         chatter = await deliver_message(bot, fake, "Chatter before the channel is free.")
         await fake.settle(quiet=0.2)
