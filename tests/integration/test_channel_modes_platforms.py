@@ -25,7 +25,6 @@ import aiohttp
 
 from adapters.discord import FREE_NEEDS_INTENT
 from adapters.slack import FREE_NEEDS_SCOPES
-from bot.app import open_runtime
 from bot.runtime import Runtime
 from providers.anthropic import AnthropicLLM
 from storage.channels import ChannelMode
@@ -34,11 +33,11 @@ from tests.fakes.discord_fixtures import (
     MANAGE_GUILD,
     SEND_MESSAGES,
     restores_discord_endpoints,  # noqa: F401
-    running,
 )
 from tests.fakes.discord_server import FakeChannel, FakeDiscord, FakeGuild, FakeUser
 from tests.fakes.slack_server import OLD_MANIFEST_SCOPES, FakeSlack
-from tests.integration.conftest import chat_requests, make_settings, prompt_of
+from tests.integration.conftest import chat_requests, prompt_of
+from tests.integration.discord_guild import bot_on, slash
 from tests.integration.test_slack_e2e import SlackBot, slack_bot, slack_settings
 from tests.slack.conftest import (  # noqa: F401  (fixtures "fake", "http")
     channel_message_event,
@@ -73,17 +72,7 @@ async def discord_bot(
     fake: FakeDiscord, data_dir: Path, llm: AnthropicLLM, **settings: Any
 ) -> AsyncIterator[Runtime]:
     """The bot on `fake`, keeping its state in `data_dir` (the same one is a restart)."""
-    values = make_settings(
-        data_dir,
-        DISCORD_TOKEN="test-token",
-        DISCORD_API_BASE_URL=fake.api_base,
-        DISCORD_GATEWAY_URL=fake.gateway_url,
-        **settings,
-    )
-    async with (
-        open_runtime(values, llm=llm) as runtime,
-        running(runtime, values, ready_within=WAIT),
-    ):
+    async with bot_on(fake, data_dir, llm, **settings) as (runtime, _):
         yield runtime
 
 
@@ -111,23 +100,8 @@ async def channel_command(
 ) -> str:
     """/sonality channel [mode] in `where`; the answer's text (public or private)."""
     options = [{"name": "mode", "type": 3, "value": m} for m in mode]
-    _, token = await fake.interaction_create(
-        guild=guild,
-        channel=where,
-        user=user,
-        subcommand="channel",
-        options=options,
-        permissions=permissions,
-    )
-    base = f"/webhooks/{fake.application_id}/{token}"
-    [answer] = await fake.wait_for(
-        lambda r: (
-            (r.method == "PATCH" and r.path == f"{base}/messages/@original")
-            or (r.method == "POST" and r.path == base)
-        ),
-        seconds=WAIT,
-    )
-    return str(answer.json["content"])
+    text, _ = await slash(fake, guild, user, "channel", permissions, channel=where, options=options)
+    return text
 
 
 async def say(

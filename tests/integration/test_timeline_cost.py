@@ -31,7 +31,7 @@ from tests.fakes.discord_fixtures import (
 )
 from tests.fakes.discord_server import FakeDiscord, FakeGuild, FakeUser
 from tests.integration.conftest import make_settings, say
-from tests.integration.discord_guild import guild_bot
+from tests.integration.discord_guild import guild_bot, slash
 from tests.integration.timeline_scenario import COMMUNITY, Played, play
 from tests.stack import on_every_stack
 
@@ -224,25 +224,6 @@ async def discord_guild(
     people.append(FakeUser(9003, "bob", "Bob"))
     async with guild_bot(tmp_path / "data", llm, people, SONALITY_RATE_LIMIT_MESSAGES=3) as bot:
         yield bot.fake, bot.guild, bot.runtime, people
-
-
-async def slash(
-    fake: FakeDiscord, guild: FakeGuild, user: FakeUser, name: str, permissions: int = 0
-) -> tuple[str, bool]:
-    """/sonality <name>: (the answer's text, whether only the caller sees it)."""
-    _, token = await fake.interaction_create(
-        guild=guild, channel=guild.channels[0], user=user, subcommand=name, permissions=permissions
-    )
-    base = f"/webhooks/{fake.application_id}/{token}"
-    [answer] = await fake.wait_for(
-        lambda r: (
-            (r.method == "PATCH" and r.path == f"{base}/messages/@original")
-            or (r.method == "POST" and r.path == base)
-        ),
-        seconds=WAIT,
-    )
-    private = answer.method == "POST" and bool(int(answer.json.get("flags", 0)) & 64)
-    return str(answer.json["content"]), private
 
 
 async def test_commands_count_with_messages_against_the_flood_limit_on_discord(
