@@ -45,9 +45,12 @@ STRANGER = FakeUser(7002, "stranger", "Stranger", bot=True)
 
 
 @contextlib.asynccontextmanager
-async def bots_world(tmp_path: Path, llm: Any, anthropic: AnthropicFake) -> AsyncIterator[World]:
+async def bots_world(
+    tmp_path: Path, llm: Any, anthropic: AnthropicFake, **settings: Any
+) -> AsyncIterator[World]:
     """One server with a member and two other bots; HELPER is listed in
-    SONALITY_ANSWER_BOTS, and so is the bot's own id (it must still never answer itself)."""
+    SONALITY_ANSWER_BOTS, and so is the bot's own id (it must still never answer itself).
+    `settings` are added to the bot's."""
     member = FakeUser(9001, "alice", "Alice")
     fake = FakeDiscord()
     guild = fake.add_guild("Guild A", channels=2, members=[member, HELPER, STRANGER])
@@ -58,6 +61,7 @@ async def bots_world(tmp_path: Path, llm: Any, anthropic: AnthropicFake) -> Asyn
         DISCORD_API_BASE_URL=fake.api_base,
         DISCORD_GATEWAY_URL=fake.gateway_url,
         SONALITY_ANSWER_BOTS=f"{HELPER.id},{fake.bot.id}",
+        **settings,
     )
     try:
         async with (
@@ -138,15 +142,33 @@ async def test_a_listed_bot_is_answered_three_times_in_a_row_until_a_person_writ
 async def test_an_unlisted_bot_or_one_that_does_not_ping_is_never_answered(
     tmp_path: Path, llm: Any, anthropic_server: AnthropicFake
 ) -> None:
-    async with bots_world(tmp_path, llm, anthropic_server) as world:
+    # With the Message Content intent the bot reads messages that do not ping it too.
+    intent = {"DISCORD_MESSAGE_CONTENT_INTENT": True}
+    async with bots_world(tmp_path, llm, anthropic_server, **intent) as world:
         stranger = await from_bot(world, "hello?", bot=STRANGER, answered=False)
-        # HELPER is listed, but its message names the bot without pinging it.
+        # HELPER is listed, but its message names the bot without pinging it, and its
+        # reply to the bot's message has the ping switched off.
         quiet = await from_bot(world, "hello?", ping=False, answered=False)
+        answered = await from_bot(world, "hello")
+        [ours] = delivered_to(world, answered)
+        calls = len(anthropic_server.requests)
+        unpinged = await world.fake.message_create(
+            channel=world.guild_a.channels[0],
+            author=HELPER,
+            content="thanks!",
+            reply_to=ours,
+            ping=False,
+        )
+        await arrived(world, unpinged)
         assert replies_to(world, stranger) == replies_to(world, quiet) == []
-        assert anthropic_server.requests == []
-        assert await world.runtime.db.bot_reply_counts() == {}
-        # The check above can fail: the same message with its ping is answered.
-        await from_bot(world, "hello?")
+        assert replies_to(world, unpinged) == []
+        assert len(anthropic_server.requests) == calls
+        assert len(chat_requests(anthropic_server)) == 1
+        # The checks above can fail: the same reply with its ping is answered.
+        pinged = await world.fake.message_create(
+            channel=world.guild_a.channels[0], author=HELPER, content="thanks!", reply_to=ours
+        )
+        await world.fake.wait_for(lambda r: is_reply_post(r, pinged), seconds=WAIT)
 
 
 async def test_a_bots_strong_argument_moves_no_belief(
