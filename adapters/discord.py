@@ -576,8 +576,7 @@ class DiscordAdapter:
         listed (SONALITY_ANSWER_BOTS) that really pinged us. A mention or reply whose
         ping it switched off is not enough, so a bot that keeps its replies quiet, as
         we do, never sets us off."""
-        ids = {str(message.author.id), str(message.application_id or "")}
-        return not self._answer_bots.isdisjoint(ids) and any(
+        return str(message.author.id) in self._answer_bots and any(
             u.id == bot_id for u in message.mentions
         )
 

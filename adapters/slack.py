@@ -1026,6 +1026,7 @@ class SlackAdapter:
             profile.get("app_id"),
             event.get("app_id"),
         ]
+        # Bolt already drops the app's own events; this holds should that ever change.
         own = {context.bot_id, context.bot_user_id} - {None}
         if any(i in own for i in ids):
             return None
