@@ -14,18 +14,15 @@ from typing import Any
 
 import discord
 
-from bot.app import open_runtime
 from tests.fakes.anthropic_server import AnthropicFake
 from tests.fakes.discord_fixtures import (
     restores_discord_endpoints,  # noqa: F401
-    running,
 )
 from tests.fakes.discord_server import FakeDiscord, FakeUser
 from tests.integration.conftest import (
     chat_requests,
     ess_requests,
     eventually,
-    make_settings,
     prompt_of,
 )
 from tests.integration.test_discord_e2e import (
@@ -33,6 +30,7 @@ from tests.integration.test_discord_e2e import (
     WAIT,
     World,
     delivered_to,
+    discord_world,
     is_reply_post,
     mention,
     replies_to,
@@ -48,29 +46,22 @@ STRANGER = FakeUser(7002, "stranger", "Stranger", bot=True)
 async def bots_world(
     tmp_path: Path, llm: Any, anthropic: AnthropicFake, **settings: Any
 ) -> AsyncIterator[World]:
-    """One server with a member and two other bots; HELPER is listed in
+    """Guild A with two channels, a member and two other bots; HELPER is listed in
     SONALITY_ANSWER_BOTS, and so is the bot's own id (it must still never answer itself).
     `settings` are added to the bot's."""
-    member = FakeUser(9001, "alice", "Alice")
     fake = FakeDiscord()
-    guild = fake.add_guild("Guild A", channels=2, members=[member, HELPER, STRANGER])
-    await fake.start()
-    config = make_settings(
-        tmp_path / "data",
-        DISCORD_TOKEN="test-token",
-        DISCORD_API_BASE_URL=fake.api_base,
-        DISCORD_GATEWAY_URL=fake.gateway_url,
-        SONALITY_ANSWER_BOTS=f"{HELPER.id},{fake.bot.id}",
+    answer = f"{HELPER.id},{fake.bot.id}"
+    async with discord_world(
+        tmp_path,
+        llm,
+        anthropic,
+        fake=fake,
+        others=[HELPER, STRANGER],
+        channels=2,
+        SONALITY_ANSWER_BOTS=answer,
         **settings,
-    )
-    try:
-        async with (
-            open_runtime(config, llm=llm) as runtime,
-            running(runtime, config, ready_within=WAIT) as adapter,
-        ):
-            yield World(fake, runtime, adapter, anthropic, guild, guild, member, member)
-    finally:
-        await fake.close()
+    ) as world:
+        yield world
 
 
 async def arrived(world: World, message: dict[str, Any]) -> None:
@@ -214,11 +205,11 @@ async def test_the_bots_own_reply_pings_nobody_and_sets_nothing_off(
         # The reply came back to the bot (Discord sends a bot its own messages), and it
         # answered nothing, even with its own id in SONALITY_ANSWER_BOTS.
         await arrived(world, reply)
-        calls, posts = len(anthropic_server.requests), len(fake.find("POST", "/messages"))
+        calls, sent = len(anthropic_server.requests), len(fake.find("POST", "/messages"))
         await asyncio.sleep(0.2)
         await settle(world)
         assert len(anthropic_server.requests) == calls
-        assert len(fake.find("POST", "/messages")) == posts
+        assert len(fake.find("POST", "/messages")) == sent
 
         # The checks above can fail: a message that allows pings pings HELPER; and one
         # that pings the bot itself is still not answered (its own id is listed).

@@ -6,10 +6,13 @@ text escaped, so a mention the model writes in it pings nobody."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any, cast
 
 import aiohttp
+import pytest
 
 from providers.anthropic import AnthropicLLM
 from tests.fakes.anthropic_server import AnthropicFake
@@ -38,6 +41,21 @@ STRANGER = {
 OURSELVES = {"user": "UBOT", "bot_id": "BBOT", "bot_profile": {"id": "BBOT", "name": "sonality"}}
 
 
+Start = Callable[[str, str], AbstractAsyncContextManager[SlackBot]]
+
+
+@pytest.fixture
+def start(tmp_path: Path, llm: AnthropicLLM, fake: FakeSlack, http: aiohttp.ClientSession) -> Start:
+    """`start(data_dir, answer_bots)`: the bot on its own data directory, answering the
+    bots listed."""
+
+    def starting(data: str, answer_bots: str) -> AbstractAsyncContextManager[SlackBot]:
+        settings = slack_settings(tmp_path / data, fake, SONALITY_ANSWER_BOTS=answer_bots)
+        return slack_bot(settings, llm, fake, http)
+
+    return starting
+
+
 async def from_bot(
     bot: SlackBot, text: str, author: dict[str, Any], *, answered: bool = True
 ) -> dict[str, Any] | None:
@@ -58,19 +76,14 @@ async def from_bot(
 
 
 async def test_a_listed_bot_is_answered_three_times_in_a_row_until_a_person_writes(
-    tmp_path: Path,
-    llm: AnthropicLLM,
-    fake: FakeSlack,
-    http: aiohttp.ClientSession,
-    anthropic_server: AnthropicFake,
+    start: Start, fake: FakeSlack, anthropic_server: AnthropicFake
 ) -> None:
     fake.streaming = True  # a person's answer streams; a bot's is posted whole
     anthropic_server.brain.ess_rule(**cast(dict[str, Any], CANARY))
     anthropic_server.brain.reply_rule(
         contains="road-safety", text="Thanks <@U0HELPER>, noted. <!channel> look!"
     )
-    settings = slack_settings(tmp_path / "data", fake, SONALITY_ANSWER_BOTS="B0HELPER,BBOT")
-    async with slack_bot(settings, llm, fake, http) as bot:
+    async with start("data", "B0HELPER,BBOT") as bot:
         for _ in range(3):
             post = await from_bot(bot, CANARY_TEXT, HELPER)
             assert post is not None
@@ -100,14 +113,9 @@ async def test_a_listed_bot_is_answered_three_times_in_a_row_until_a_person_writ
 
 
 async def test_an_unlisted_bot_and_the_app_itself_are_never_answered(
-    tmp_path: Path,
-    llm: AnthropicLLM,
-    fake: FakeSlack,
-    http: aiohttp.ClientSession,
-    anthropic_server: AnthropicFake,
+    start: Start, fake: FakeSlack, anthropic_server: AnthropicFake
 ) -> None:
-    settings = slack_settings(tmp_path / "data", fake, SONALITY_ANSWER_BOTS="B0HELPER,BBOT")
-    async with slack_bot(settings, llm, fake, http) as bot:
+    async with start("data", "B0HELPER,BBOT") as bot:
         assert await from_bot(bot, "hello?", STRANGER, answered=False) is None
         assert await from_bot(bot, "hello?", OURSELVES, answered=False) is None
         assert anthropic_server.requests == [] and fake.calls("reactions.add") == []
@@ -115,8 +123,7 @@ async def test_an_unlisted_bot_and_the_app_itself_are_never_answered(
         # answered, under the id that was listed.
         workflow = {"bot_id": "B0WORKFLOW", "bot_profile": {"app_id": "A0HELPER", "name": "Flow"}}
         assert await from_bot(bot, "hello?", workflow, answered=False) is None
-    settings = slack_settings(tmp_path / "other", fake, SONALITY_ANSWER_BOTS="A0HELPER")
-    async with slack_bot(settings, llm, fake, http) as bot:
+    async with start("other", "A0HELPER") as bot:
         assert await from_bot(bot, "hello?", workflow) is not None
         assert "Flow (a bot)" in prompt_of(chat_requests(anthropic_server)[-1])
         assert await bot.runtime.db.bot_reply_counts() == {(T1, "C0001"): 1}
