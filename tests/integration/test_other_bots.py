@@ -142,6 +142,9 @@ async def test_notices_are_for_people_not_for_bots(
     async with bot_runtime(tmp_path, llm) as runtime:
         anthropic_server.enqueue(*[Fault(status=500, retry_after_ms=5)] * 3)
         assert await send(runtime, HELPER, "are you there?") is None
+        assert anthropic_server.script_left == 0  # it was asked, and the model failed
+        reply = await send(runtime, HELPER, "and now?")
+        assert reply is not None and reply.text == "[reply] and now?"
         anthropic_server.enqueue(*[Fault(status=500, retry_after_ms=5)] * 3)
         reply = await send(runtime, ALICE, "are you there?")
         assert reply is not None and reply.text == LLM_DOWN
