@@ -306,6 +306,7 @@ class DiscordAdapter:
     ) -> None:
         self._runtime = runtime
         self._settings = settings
+        self._answer_bots = settings.answer_bot_ids
         self._client_options = dict(client_options or {})
         self._identify_delay = identify_delay
         self._endpoints = _Endpoints()
@@ -498,6 +499,7 @@ class DiscordAdapter:
     async def _on_message(self, message: discord.Message) -> None:
         incoming = self.to_incoming(message)
         if incoming is None:
+            await self._person_wrote(message)
             return
         guild_id = message.guild.id if message.guild else None
         # The answer starts before the typing indicator's first request returns: that
@@ -530,19 +532,24 @@ class DiscordAdapter:
         client = self._client
         me = client.user if client is not None else None
         author = message.author
-        if me is None or author.bot or author.id == me.id or message.webhook_id is not None:
+        if me is None or author.id == me.id or message.webhook_id is not None:
             return None
         if message.type not in (discord.MessageType.default, discord.MessageType.reply):
             return None  # joins, pins, thread starters: nothing was said to the bot
         guild = message.guild
         if guild is None:
-            if not self._settings.discord_allow_dms or not isinstance(
-                message.channel, discord.DMChannel
+            if (
+                author.bot
+                or not self._settings.discord_allow_dms
+                or not isinstance(message.channel, discord.DMChannel)
             ):
                 return None
             community = _community(None, "", author)
         else:
-            if not self._addresses_bot(message, me.id):
+            if author.bot:
+                if not self._answers_bot(message, me.id):
+                    return None
+            elif not self._addresses_bot(message, me.id):
                 return None
             community = _community(guild.id, guild.name, author)
         text = clean_text(self.clean_text(message, me.id)).strip()
@@ -557,10 +564,37 @@ class DiscordAdapter:
             channel_id=str(channel_id),
             thread_id=thread_id,
             message_id=str(message.id),
-            user=User(id=str(author.id), name=clean_name(author.display_name), is_bot=False),
+            user=User(id=str(author.id), name=clean_name(author.display_name), is_bot=author.bot),
             text=text,
             addressed=True,
         )
+
+    def _answers_bot(self, message: discord.Message, bot_id: int) -> bool:
+        """Whether `message`, from another bot, is one to answer: a bot the operator
+        listed (SONALITY_ANSWER_BOTS) that really pinged us. A mention or reply whose
+        ping it switched off is not enough, so a bot that keeps its replies quiet, as
+        we do, never sets us off."""
+        return str(message.author.id) in self._answer_bots and any(
+            u.id == bot_id for u in message.mentions
+        )
+
+    async def _person_wrote(self, message: discord.Message) -> None:
+        """A person's message the bot does not answer still ends the bots' run of replies
+        in its channel (SONALITY_BOT_EXCHANGES); nothing to do unless bots are answered."""
+        if (
+            not self._answer_bots
+            or message.guild is None
+            or message.author.bot
+            or message.webhook_id is not None
+            or message.type not in (discord.MessageType.default, discord.MessageType.reply)
+        ):
+            return
+        channel = message.channel
+        channel_id = channel.parent_id if isinstance(channel, discord.Thread) else channel.id
+        try:
+            await self._runtime.person_wrote(f"{PLATFORM}:{message.guild.id}", str(channel_id))
+        except Exception:
+            log.exception("Discord: could not note a message in guild %s", message.guild.id)
 
     def _addresses_bot(self, message: discord.Message, bot_id: int) -> bool:
         """An @mention (user or the bot's own role) or a reply to the bot's message.

@@ -14,6 +14,7 @@ from collections.abc import Coroutine
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
+from bot.bot_exchanges import BotExchanges
 from bot.budget import SPENDER, BudgetExceeded, BudgetLedger, MemberShareExceeded, Spender
 from bot.commands import CommandHandlers, describe_ess, ranked_topics
 from bot.forget_journal import ForgetJournal
@@ -30,6 +31,7 @@ from bot.messages import (
     IncomingMessage,
     Reply,
     ReplyKind,
+    User,
 )
 from bot.ratelimit import RateLimiter, SharedRateLimiter, Verdict
 from bot.registry import CommunityRegistry
@@ -98,12 +100,48 @@ class Runtime:
         self.removals = CommunityRemovals(
             db, registry, settings.delete_after_removal_days, on_erased=self._forget_caches
         )
+        # Other bots answered (SONALITY_ANSWER_BOTS), a few times in a row per channel.
+        self.bot_exchanges = BotExchanges(db, settings.answer_bot_ids, settings.bot_exchanges)
 
     # ------------------------------------------------------------------ messages
     async def handle(
         self, message: IncomingMessage, on_text: TextSink | None = None
     ) -> Reply | None:
-        if not self._accepting or not message.addressed or message.user.is_bot:
+        if message.user.is_bot:
+            return await self._handle_bot(message, on_text)
+        if self._accepting and not self.removals.is_removed(message.community.id):
+            await self.bot_exchanges.person_wrote(message.community.id, message.channel_id)
+        return await self._answer(message, on_text)
+
+    async def person_wrote(self, community_id: str, channel_id: str) -> None:
+        await self.bot_exchanges.person_wrote(community_id, channel_id)
+
+    async def _handle_bot(self, message: IncomingMessage, on_text: TextSink | None) -> Reply | None:
+        """Another bot's message: answered only if the operator listed it, at most
+        SONALITY_BOT_EXCHANGES times in a row in the channel, and never learned from."""
+        community = message.community
+        if (
+            not self._accepting
+            or not message.addressed
+            or not self.bot_exchanges.may_answer(message.user.id)
+            or self.removals.is_removed(community.id)
+            or not message.text.strip()
+        ):
+            return None
+        if not await self.bot_exchanges.claim(community.id, message.channel_id):
+            return None
+        reply = await self._answer(message, on_text, learn=False)
+        if reply is not None and reply.kind is ReplyKind.NOTICE and not reply.streamed:
+            # "Slow down", "spending limit reached", "model unavailable" are for people;
+            # to a bot they would only be one more message to answer.
+            return None
+        return reply
+
+    async def _answer(
+        self, message: IncomingMessage, on_text: TextSink | None, *, learn: bool = True
+    ) -> Reply | None:
+        """Answer one addressed message; with `learn` off, nothing of it is learned."""
+        if not self._accepting or not message.addressed:
             return None
         if self.removals.is_removed(message.community.id):
             return None  # removed from there: not a word until it is added back
@@ -145,9 +183,7 @@ class Runtime:
             now = datetime.now(UTC)
             self.last_message_at[community.id] = now
             history = self._history(community.id, user.id, now)  # read during retrieval
-            reply = await agent.respond(
-                text, Speaker(id=user.id, name=user.name), history, on_text=sink
-            )
+            reply = await agent.respond(text, _speaker(user), history, on_text=sink, learn=learn)
         except MemberShareExceeded:  # spent while this message waited for its turn
             return await self._share_notice(community.id, user.id)
         except BudgetExceeded:  # reached while this message waited for its turn
@@ -367,3 +403,10 @@ class Runtime:
         await self.commands.timelines.close()
         await self.registry.close_all()
         await self.budget.flush()  # what members spent, learning's last calls included
+
+
+def _speaker(user: User) -> Speaker:
+    """Who the model is told wrote the message; another bot is named as one."""
+    if user.is_bot:
+        return Speaker(id=user.id, name=f"{user.name or 'another bot'} (a bot)")
+    return Speaker(id=user.id, name=user.name)

@@ -163,6 +163,11 @@ class Settings(BaseSettings):
     agent_idle_evict_minutes: float = Field(
         default=30.0, gt=0, alias="SONALITY_AGENT_IDLE_EVICT_MINUTES"
     )
+    # Other bots the bot may answer (bot/bot_exchanges.py): their ids, comma-separated
+    # (a Discord bot's user id; a Slack bot's B…, U… or A… id). Empty: every bot ignored.
+    answer_bots: str = Field(default="", alias="SONALITY_ANSWER_BOTS")
+    # Replies to those bots in a row per channel, until a person writes there.
+    bot_exchanges: int = Field(default=3, ge=1, le=100, alias="SONALITY_BOT_EXCHANGES")
 
     # --- scheduler -------------------------------------------------------------------
     nightly_hour: int = Field(default=4, ge=0, le=23, alias="SONALITY_NIGHTLY_HOUR")
@@ -331,6 +336,23 @@ class Settings(BaseSettings):
         if self.discord_shard_ids is None:
             return None
         return parse_shard_ids(self.discord_shard_ids)
+
+    @field_validator("answer_bots")
+    @classmethod
+    def _bot_ids(cls, value: str) -> str:
+        ids = [part.strip() for part in value.split(",") if part.strip()]
+        for bot_id in ids:
+            if not bot_id.isascii() or not bot_id.isalnum():
+                raise ValueError(
+                    f"{bot_id[:40]!r} is not a bot id: list ids separated by commas, such as "
+                    "a Discord bot's user id (digits) or a Slack bot's B…/U… id"
+                )
+        return ",".join(ids)
+
+    @property
+    def answer_bot_ids(self) -> frozenset[str]:
+        """The ids in SONALITY_ANSWER_BOTS (empty: no bot is ever answered)."""
+        return frozenset(self.answer_bots.split(",")) - {""}
 
     @field_validator("database_url")
     @classmethod

@@ -257,12 +257,15 @@ class SonalityAgent:
         speaker: Speaker | None = None,
         conversation: Sequence[ChatTurn] | Awaitable[Sequence[ChatTurn]] = (),
         on_text: TextSink | None = None,
+        *,
+        learn: bool = True,
     ) -> str:
         """Answer one message with one LLM call and queue it for learning.
 
         `conversation` may be an awaitable, so the host's read overlaps retrieval.
         `on_text` gets the reply as it streams. Raises `LLMError` when there is no whole
-        reply; nothing is recorded then.
+        reply; nothing is recorded then. With `learn` off the message is answered and
+        forgotten: no outbox row, no ESS, no memory; only the reply's tokens are kept.
         """
         if self._closed:
             raise RuntimeError("agent is closed")
@@ -291,6 +294,12 @@ class SonalityAgent:
         reply = result.text.strip()
         if not reply:
             raise LLMError("the model returned an empty answer")
+        if not learn:
+            usage = UsageRecord(
+                purpose="reply", model=result.model, usage=result.usage, created_at=asked_at
+            )
+            await self.store.record_usage([usage])
+            return reply
         record = InteractionRecord(
             id=uuid.uuid4().hex,
             speaker=speaker,

@@ -45,6 +45,7 @@ from storage.base import (
     run_on_sqlite_thread,
     to_db_time,
 )
+from storage.bots import BotExchangeStore
 from storage.buffers import BufferStore
 from storage.community import CommunityStore
 from storage.coordination import LEARNING, LOCK_SPACE, Coordinator
@@ -87,6 +88,7 @@ class Database(
     FloodStore,
     MemberSpendStore,
     FeedbackStore,
+    BotExchangeStore,
 ):
     """The open database. Create with `await Database.open(path)`; `await close()` at exit."""
 

@@ -596,6 +596,24 @@ _V12_REPLY_FEEDBACK: list[Statement] = [
     """,
 ]
 
+# ---- issue 25: replies to other bots in a row (one block; renumber freely) -----------
+_V13_BOT_EXCHANGES: list[Statement] = [
+    # How many times in a row the bot answered other bots in a channel (storage/bots.py,
+    # bot/bot_exchanges.py): a row per channel with a count, deleted when a person writes
+    # there. Kept in the database so neither a restart nor a second process starts the
+    # count again. No member data (bots and channels only); erasing a community finds
+    # the rows by `community_id`. No reference to `communities`: a bot may speak before
+    # the community's row exists.
+    """
+    CREATE TABLE bot_exchanges (
+        community_id TEXT NOT NULL,
+        channel_id TEXT NOT NULL,
+        replies INTEGER NOT NULL,
+        PRIMARY KEY (community_id, channel_id)
+    ) WITHOUT ROWID
+    """,
+]
+
 MIGRATIONS: list[list[Statement]] = [
     _V1,
     _V2,
@@ -609,6 +627,7 @@ MIGRATIONS: list[list[Statement]] = [
     _V10_FORGET_KEYS,
     _V11_MEMBER_SPEND,
     _V12_REPLY_FEEDBACK,
+    _V13_BOT_EXCHANGES,
 ]
 """Index i holds the statements that take the schema from version i to i + 1."""
 

@@ -24,6 +24,9 @@ Facts this server relies on (checked against discord.py 2.7.1):
   webhook (@original edits, follow-ups) works only after that callback and for 15
   minutes. A button press (MESSAGE_COMPONENT, type 3) may also be answered by updating
   the message it is on (callback types 6 and 7), and its @original is that message.
+- A message the bot sends comes back to it as MESSAGE_CREATE (`echo_sent`), and its
+  `mentions` are the users it really pinged, by its `allowed_mentions`, not every
+  <@id> in the text.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import contextlib
 import itertools
 import json
 import math
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -201,6 +205,9 @@ class FakeDiscord:
         self.rate_limited_edits = 0
         #: What GET /gateway/bot recommends; AutoShardedClient without a count uses it.
         self.recommended_shards = 1
+        #: Discord sends a bot its own messages too (MESSAGE_CREATE); off, only the
+        #: messages a test creates are dispatched.
+        self.echo_sent = True
         self._sessions: list[tuple[web.WebSocketResponse, list[int]]] = []  # ws, [shard, count]
         self._seq = itertools.count(1)
         self._changed = asyncio.Event()
@@ -778,7 +785,11 @@ class FakeDiscord:
             if self._message_faults:
                 status, body, headers = self._message_faults.pop(0)
                 return json_response(body, status=status, headers=headers)
-            return json_response(self._store_sent(int(parts[1]), req.json or {}))
+            sent = self._store_sent(int(parts[1]), req.json or {})
+            if self.echo_sent:
+                guild = self._guild_of_channel(int(parts[1]))
+                await self.dispatch("MESSAGE_CREATE", sent, guild_id=guild.id if guild else None)
+            return json_response(sent)
         if method == "PATCH" and parts[0] == "channels" and parts[2:3] == ["messages"]:
             return self._edit_message(int(parts[1]), int(parts[3]), req.json or {})
         if method == "POST" and parts[0] == "interactions" and parts[-1] == "callback":
@@ -940,16 +951,49 @@ class FakeDiscord:
         return json_response(stored, headers=headers)
 
     def _store_sent(self, channel_id: int, body: JSONDict) -> JSONDict:
-        data = self.message_payload(
-            channel_id=channel_id, author=self.bot, content=body.get("content") or ""
-        )
+        content = body.get("content") or ""
         ref = body.get("message_reference")
+        replied = self.messages.get(int(ref["message_id"])) if ref else None
+        data = self.message_payload(
+            channel_id=channel_id,
+            author=self.bot,
+            content=content,
+            mentions=self._pinged(channel_id, content, body.get("allowed_mentions"), replied),
+        )
         if ref:
             data["type"] = 19
             data["message_reference"] = {k: v for k, v in ref.items() if k != "fail_if_not_exists"}
             data["message_reference"].setdefault("channel_id", str(channel_id))
+            if replied is not None:
+                data["referenced_message"] = replied
         self.messages[int(data["id"])] = data
         return data
+
+    def _pinged(
+        self,
+        channel_id: int,
+        content: str,
+        allowed: JSONDict | None,
+        replied: JSONDict | None,
+    ) -> list[FakeUser]:
+        """Whom a sent message pings, as Discord decides it: its `mentions` lists only
+        the users actually mentioned, not every <@id> in the text. Without
+        `allowed_mentions` every user mention in the content pings, and so does a reply;
+        with it, only the users it allows (`parse: ["users"]` or `users`) and the
+        replied-to author only with `replied_user: true`."""
+        guild = self._guild_of_channel(channel_id)
+        known = {u.id: u for u in (guild.members if guild else [])}
+        named = [int(i) for i in re.findall(r"<@!?(\d+)>", content)]
+        if allowed is None:
+            ids, reply_ping = named, True
+        else:
+            users = {int(i) for i in allowed.get("users") or []}
+            parse_users = "users" in (allowed.get("parse") or [])
+            ids = [i for i in named if parse_users or i in users]
+            reply_ping = bool(allowed.get("replied_user"))
+        if replied is not None and reply_ping:
+            ids.append(int(replied["author"]["id"]))
+        return [known[i] for i in dict.fromkeys(ids) if i in known]
 
     def _webhook_message(self, body: JSONDict) -> JSONDict:
         return {

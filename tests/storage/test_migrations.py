@@ -36,6 +36,7 @@ EXPECTED_TABLES = {
     "flood_windows",
     "member_spend",
     "reply_feedback",
+    "bot_exchanges",
 }
 
 

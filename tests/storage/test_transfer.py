@@ -71,6 +71,7 @@ async def fill(path: Path, key: str) -> None:
         )
         await db.claim_share_notice("slack:T1", day, "u2")
         await db.record_feedback("slack:T1", "1700000000.000100", "u2", True, at(60))
+        await db.claim_bot_reply("slack:T1", "C1", 3)
     finally:
         await db.close()
 
