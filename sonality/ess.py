@@ -188,6 +188,21 @@ def safe_default_ess(user_message: str) -> ESSResult:
     )
 
 
+def wordless_ess() -> ESSResult:
+    """The rating of a message without words (pictures only): no model is asked, since
+    the rating judges words and there are none, and nothing in it can move a belief."""
+    return ESSResult(
+        score=0.0,
+        reasoning_type=ReasoningType.NO_ARGUMENT,
+        source_reliability=SourceReliability.NOT_APPLICABLE,
+        internal_consistency=True,
+        novelty=0.0,
+        topics=(),
+        summary="The sender wrote no words.",
+        opinion_direction=OpinionDirection.NEUTRAL,
+    )
+
+
 def _describe_errors(error: ValidationError) -> str:
     """Field names and error kinds only: the offending values may echo user text."""
     return "; ".join(
