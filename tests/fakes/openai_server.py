@@ -119,7 +119,8 @@ __all__ = [
     "ToolUse",
 ]
 
-#: Model ids the fake knows: OpenAI's current chat models and two local (Ollama) names.
+#: Model ids the fake knows: OpenAI's current chat models and three local (Ollama)
+#: names, two of them text-only and one (`qwen2.5vl`) a vision model.
 KNOWN_MODELS = (
     "gpt-4.1",
     "gpt-4.1-mini",
@@ -133,6 +134,7 @@ KNOWN_MODELS = (
     "o4-mini",
     "llama3.1:8b",
     "qwen2.5:7b",
+    "qwen2.5vl:7b",
 )
 
 #: Models of KNOWN_MODELS that take text only (an image to them is a 400).
