@@ -14,6 +14,7 @@ read the schema as a hint.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import re
@@ -191,15 +192,11 @@ def safe_default_ess(user_message: str) -> ESSResult:
 def wordless_ess() -> ESSResult:
     """The rating of a message without words (pictures only): no model is asked, since
     the rating judges words and there are none, and nothing in it can move a belief."""
-    return ESSResult(
-        score=0.0,
-        reasoning_type=ReasoningType.NO_ARGUMENT,
-        source_reliability=SourceReliability.NOT_APPLICABLE,
+    return dataclasses.replace(
+        safe_default_ess(""),
         internal_consistency=True,
-        novelty=0.0,
-        topics=(),
         summary="The sender wrote no words.",
-        opinion_direction=OpinionDirection.NEUTRAL,
+        used_defaults=False,
     )
 
 

@@ -944,6 +944,13 @@ def _data_url(url: str) -> tuple[str, bytes] | None:
         return None
 
 
+def _invalid_choice(value: object, param: str, allowed: tuple[str, ...]) -> Problem | None:
+    """A required field that must be one of `allowed`."""
+    if value is None:
+        return _missing(param)
+    return None if value in allowed else _bad_value(param, value, allowed)
+
+
 def _invalid_parts(where: str, role: str, content: list[Any]) -> Problem | None:
     """The content parts of one message: their types, and each image as OpenAI checks it."""
     allowed = _PART_TYPES.get(role, ("text",))
@@ -952,10 +959,9 @@ def _invalid_parts(where: str, role: str, content: list[Any]) -> Problem | None:
         if not isinstance(part, dict):
             return _wrong_type(at, "an object", part)
         kind = part.get("type")
-        if kind is None:
-            return _missing(f"{at}.type")
-        if kind not in allowed:
-            return _bad_value(f"{at}.type", kind, allowed)
+        problem = _invalid_choice(kind, f"{at}.type", allowed)
+        if problem is not None:
+            return problem
         if kind == "text" and not isinstance(part.get("text"), str):
             return _missing(f"{at}.text")
         if kind == "image_url":
@@ -1088,10 +1094,9 @@ def _invalid_messages(messages: object) -> Problem | None:
         if not isinstance(message, dict):
             return _wrong_type(where, "an object", message)
         role = message.get("role")
-        if role is None:
-            return _missing(f"{where}.role")
-        if role not in _ROLES:
-            return _bad_value(f"{where}.role", role, _ROLES)
+        problem = _invalid_choice(role, f"{where}.role", _ROLES)
+        if problem is not None:
+            return problem
         content = message.get("content")
         if content is None:
             if role == "assistant" and message.get("tool_calls"):

@@ -22,14 +22,15 @@ from typing import Any
 
 import pytest
 
-from bot.app import open_runtime
 from bot.images import NOT_READ
 from bot.runtime import Runtime
+from providers.openai import OpenAILLM
 from sonality.agent import SonalityAgent
-from tests.fakes.discord_fixtures import restores_discord_endpoints, running  # noqa: F401
+from tests.fakes.discord_fixtures import restores_discord_endpoints  # noqa: F401
 from tests.fakes.discord_server import FakeDiscord, FakeGuild, FakeUser
 from tests.fakes.images import noise_png, picture
-from tests.integration.conftest import LLMFake, chat_requests, ess_requests, make_settings
+from tests.integration.conftest import LLMFake, chat_requests, ess_requests
+from tests.integration.discord_guild import guild_bot
 from tests.integration.test_discord_e2e import WAIT, delivered_to, is_reply_post, settle
 
 
@@ -56,25 +57,10 @@ async def discord_images(
     tmp_path: Path, llm: Any, server: LLMFake, **settings: Any
 ) -> AsyncIterator[World]:
     member = FakeUser(9001, "alice", "Alice")
-    fake = FakeDiscord()
-    guild = fake.add_guild("Guild", members=[member])
-    await fake.start()
-    config = make_settings(
-        tmp_path / "data",
-        llm=llm,
-        DISCORD_TOKEN="test-token",
-        DISCORD_API_BASE_URL=fake.api_base,
-        DISCORD_GATEWAY_URL=fake.gateway_url,
-        **settings,
-    )
-    try:
-        async with (
-            open_runtime(config, llm=llm) as runtime,
-            running(runtime, config, ready_within=WAIT),
-        ):
-            yield World(fake, runtime, server, guild, member)
-    finally:
-        await fake.close()
+    if isinstance(llm, OpenAILLM):  # the fake OpenAI knows only its vendor's models
+        settings.setdefault("SONALITY_LLM_PROVIDER", "openai")
+    async with guild_bot(tmp_path / "data", llm, [member], **settings) as bot:
+        yield World(bot.fake, bot.runtime, server, bot.guild, member)
 
 
 async def send(

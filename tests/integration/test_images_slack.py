@@ -10,7 +10,7 @@ sign-in page, which the bot does not follow: the member is told, the words answe
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,17 +30,23 @@ from tests.slack.conftest import (  # noqa: F401  (fixtures "fake", "http")
     slack_values,
 )
 
+OpenBot = Callable[..., contextlib.AbstractAsyncContextManager[SlackBot]]
 
-@contextlib.asynccontextmanager
-async def bot_with(
-    tmp_path: Path, llm: Any, fake: FakeSlack, http: aiohttp.ClientSession, **overrides: Any
-) -> AsyncIterator[SlackBot]:
-    # The workspace the events come from (T1) is the bot token's, which downloads need.
-    fake.identities.setdefault(BOT_TOKEN, Identity(team_id="T1"))
-    values = slack_values(fake, **{"SLACK_ALLOW_DMS": False, **overrides})
-    settings = make_settings(tmp_path / "data", llm=llm, **values)
-    async with slack_bot(settings, llm, fake, http) as bot:
-        yield bot
+
+@pytest.fixture
+def open_bot(tmp_path: Path, llm: Any, fake: FakeSlack, http: aiohttp.ClientSession) -> OpenBot:
+    """The bot on the fake Slack, with these settings over the tests' own."""
+
+    @contextlib.asynccontextmanager
+    async def opened(**overrides: Any) -> AsyncIterator[SlackBot]:
+        # The workspace the events come from (T1) is the bot token's, as downloads need.
+        fake.identities.setdefault(BOT_TOKEN, Identity(team_id="T1"))
+        values = slack_values(fake, **{"SLACK_ALLOW_DMS": False, **overrides})
+        settings = make_settings(tmp_path / "data", llm=llm, **values)
+        async with slack_bot(settings, llm, fake, http) as bot:
+            yield bot
+
+    return opened
 
 
 async def deliver(bot: SlackBot, body: dict[str, Any]) -> dict[str, Any]:
@@ -60,13 +66,11 @@ def mention_with(bot: SlackBot, text: str, files: list[dict[str, Any]]) -> dict[
 
 
 async def test_a_shared_picture_reaches_the_reply_model_with_the_bot_token(
-    tmp_path: Path,
-    llm: Any,
+    open_bot: OpenBot,
     llm_server: LLMFake,
     fake: FakeSlack,
-    http: aiohttp.ClientSession,
 ) -> None:
-    async with bot_with(tmp_path, llm, fake, http) as bot:
+    async with open_bot() as bot:
         jpeg = picture("image/jpeg")
         shared = fake.share_file("IMG_0001.jpg", jpeg, mimetype="image/jpeg", team="T1")
         reply = await deliver(bot, mention_with(bot, "<@UBOT> what is this?", [shared]))
@@ -81,14 +85,12 @@ async def test_a_shared_picture_reaches_the_reply_model_with_the_bot_token(
 
 
 async def test_a_picture_in_a_dm_is_read_too(
-    tmp_path: Path,
-    llm: Any,
+    open_bot: OpenBot,
     anthropic_server: LLMFake,
     fake: FakeSlack,
-    http: aiohttp.ClientSession,
 ) -> None:
     """A DM with only a file: Slack's `file_share` message, no words."""
-    async with bot_with(tmp_path, llm, fake, http, SLACK_ALLOW_DMS=True) as bot:
+    async with open_bot(SLACK_ALLOW_DMS=True) as bot:
         gif = picture("image/gif")
         shared = fake.share_file("wave.gif", gif, mimetype="image/gif", team="T1")
         body = dm_event(event_id="EvDM1", text="", subtype="file_share", files=[shared])
@@ -99,17 +101,15 @@ async def test_a_picture_in_a_dm_is_read_too(
 
 
 async def test_without_files_read_the_sign_in_redirect_is_not_followed(
-    tmp_path: Path,
-    llm: Any,
+    open_bot: OpenBot,
     anthropic_server: LLMFake,
     fake: FakeSlack,
-    http: aiohttp.ClientSession,
 ) -> None:
     """An app made from the old manifest has no `files:read`: Slack answers the download
     with a redirect to its sign-in page. The member is told; the words are answered."""
     older = tuple(s for s in DEFAULT_SCOPES if s != "files:read")
     fake.identities[BOT_TOKEN] = Identity(team_id="T1", scopes=older)
-    async with bot_with(tmp_path, llm, fake, http) as bot:
+    async with open_bot() as bot:
         shared = fake.share_file("cat.png", picture(), team="T1")
         reply = await deliver(bot, mention_with(bot, "<@UBOT> and this?", [shared]))
         assert reply["text"].startswith("[reply] and this?")
@@ -127,17 +127,15 @@ async def test_without_files_read_the_sign_in_redirect_is_not_followed(
     ],
 )
 async def test_a_file_that_is_no_picture_is_refused_without_a_crash(
-    tmp_path: Path,
-    llm: Any,
+    open_bot: OpenBot,
     anthropic_server: LLMFake,
     fake: FakeSlack,
-    http: aiohttp.ClientSession,
     name: str,
     mimetype: str,
     served: str | None,
     note: str,
 ) -> None:
-    async with bot_with(tmp_path, llm, fake, http) as bot:
+    async with open_bot() as bot:
         shared = fake.share_file(
             name, b"%PDF-1.7", mimetype=mimetype, served_type=served, team="T1"
         )

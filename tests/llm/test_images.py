@@ -12,50 +12,18 @@ model that reads none), and the client turns that 400 into `LLMError`.
 from __future__ import annotations
 
 import base64
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from typing import Literal
 
 import pytest
-import pytest_asyncio
 from pydantic import ValidationError
 
-from providers.anthropic import AnthropicLLM
-from providers.openai import OpenAILLM
 from sonality.llm import ChatTurn, ImagePart, LLMError, SystemBlock, TextSink
 from tests.fakes.anthropic_fixtures import FAKE_API_KEY, client_for
 from tests.fakes.anthropic_server import AnthropicFake
 from tests.fakes.images import blank_png, noise_png, picture
 from tests.fakes.openai_fixtures import FAKE_OPENAI_KEY, openai_client_for
 from tests.fakes.openai_server import OpenAIFake
-
-#: Long enough for Anthropic's 1,024-token cache minimum on the default model.
-LONG_SYSTEM = "You are a patient tutor who explains the sea. " * 120
-
-
-@dataclass
-class Vendor:
-    name: Literal["anthropic", "openai"]
-    server: AnthropicFake | OpenAIFake
-    client: AnthropicLLM | OpenAILLM
-
-
-@pytest_asyncio.fixture(params=["anthropic", "openai"])
-async def vendor(request: pytest.FixtureRequest) -> AsyncIterator[Vendor]:
-    if request.param == "anthropic":
-        async with AnthropicFake(api_key=FAKE_API_KEY) as server:
-            client = client_for(server, max_retries=0)
-            try:
-                yield Vendor("anthropic", server, client)
-            finally:
-                await client.aclose()
-    else:
-        async with OpenAIFake(api_key=FAKE_OPENAI_KEY) as openai:
-            other = openai_client_for(openai, max_retries=0)
-            try:
-                yield Vendor("openai", openai, other)
-            finally:
-                await other.aclose()
+from tests.llm.conftest import Vendor
+from tests.llm.test_streaming import LONG_SYSTEM
 
 
 def with_images(*images: ImagePart, text: str = "What is in this picture?") -> list[ChatTurn]:

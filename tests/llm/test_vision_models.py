@@ -6,6 +6,8 @@ image it cannot read fails the whole reply, so an unknown model counts as text-o
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from pydantic import ValidationError
 
@@ -68,7 +70,7 @@ def test_auto_counts_every_other_model_as_text_only(model: str) -> None:
     assert not known_to_take_images(model)
 
 
-def settings(**values: str) -> Settings:
+def settings(**values: Any) -> Settings:
     return Settings(_env_file=None, **values)  # type: ignore[call-arg]
 
 
