@@ -144,3 +144,28 @@ async def test_a_file_that_is_no_picture_is_refused_without_a_crash(
         assert [r.images for r in chat_requests(anthropic_server)] == [[]]
         # Slack's label was enough for the PDF; the page was fetched and refused.
         assert len(fake.file_requests) == (1 if served else 0)
+
+
+async def test_a_streamed_reply_ends_with_the_note(
+    open_bot: OpenBot, anthropic_server: LLMFake, fake: FakeSlack
+) -> None:
+    """Where the workspace streams replies, the note about a file comes at the end of
+    the streamed message, after the answer."""
+    fake.streaming = True
+    async with open_bot() as bot:
+        files = [
+            fake.share_file("a.png", picture(), team="T1"),
+            fake.share_file("b.pdf", b"%PDF", mimetype="application/pdf", team="T1"),
+        ]
+        status, _ = await bot.deliver(mention_with(bot, "<@UBOT> both?", files))
+        assert status == 200
+        await fake.wait_for(
+            lambda: [s for s in fake.streams.values() if s["stopped"]], what="the stream's end"
+        )
+        [stream] = fake.streams.values()
+        assert stream["text"].startswith("[reply] both?")
+        assert stream["text"].endswith(
+            "(b.pdf is not an image I can look at (PNG, JPEG, GIF or WebP).)"
+        )
+        assert fake.posts() == []
+        assert [len(r.images) for r in chat_requests(anthropic_server)] == [1]
