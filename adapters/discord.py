@@ -20,7 +20,7 @@ import contextlib
 import io
 import logging
 import re
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import aiohttp
@@ -32,14 +32,15 @@ from discord.http import Route
 from discord.utils import MISSING
 
 from adapters.chunking import split_message
+from adapters.discord_commands import build_group
 from adapters.discord_confirm import ConfirmView
 from adapters.discord_faults import GatewayClass, answer_command_error
 from adapters.sanitize import MAX_COMMUNITY_NAME_CHARS, clean_command, clean_name, clean_text
+from bot.command_table import PRIVATE_COMMANDS, needs_moderator
 from bot.images import AttachedFile, ImageFetcher
 from bot.interface import ChatRuntime, StartupError
 from bot.messages import (
     INTERNAL_ERROR,
-    PRIVATE_COMMANDS,
     CommandRequest,
     CommandResult,
     Community,
@@ -48,10 +49,8 @@ from bot.messages import (
     ReplyKind,
     User,
     dm_community_id,
-    needs_moderator,
 )
 from bot.settings import Settings
-from bot.timeline import MAX_DAYS
 from providers.openai import connection_failure
 
 __all__ = ["INTENTS_HELP", "MESSAGE_LIMIT", "TOKEN_HELP", "DiscordAdapter"]
@@ -87,7 +86,6 @@ _CLOSE_CODE_HELP = {
 _USER_MENTION = re.compile(r"<@!?(\d+)>")
 _ROLE_MENTION = re.compile(r"<@&(\d+)>")
 _CHANNEL_MENTION = re.compile(r"<#(\d+)>")
-_LEADING_NUMBER = re.compile(r"\s*(\d+)")
 
 
 #: Discord allows 5 edits per 5 s in a channel: one edit a second stays under it.
@@ -657,123 +655,11 @@ class DiscordAdapter:
 
     # ------------------------------------------------------------------ commands
     def _build_group(self) -> app_commands.Group:
-        """/sonality <sub>: visible to everyone, because most subcommands are for every
-        member; moderator subcommands are enforced here, in code (an admin can still
-        narrow who sees the command under Server Settings → Integrations). Installed to
-        guilds only: a per-guild personality is what the bot is; DMs when allowed."""
-        allow_dms = self._settings.discord_allow_dms
-        group = app_commands.Group(
-            name="sonality",
-            description="This community's evolving personality",
-            allowed_installs=app_commands.AppInstallationType(guild=True, user=False),
-            allowed_contexts=app_commands.AppCommandContext(
-                guild=True, dm_channel=allow_dms, private_channel=False
-            ),
+        return build_group(
+            allow_dms=self._settings.discord_allow_dms,
+            run=self._run_command,
+            choices=self._choices,
         )
-        run = self._run_command
-        choices = self._choices
-
-        @group.command(name="beliefs", description="What it believes now, optionally on one topic")
-        @app_commands.describe(topic="A belief topic")
-        async def beliefs(interaction: discord.Interaction, topic: str | None = None) -> None:
-            await run(interaction, "beliefs", (topic,) if topic else ())
-
-        @beliefs.autocomplete("topic")
-        async def beliefs_topic(
-            interaction: discord.Interaction, current: str
-        ) -> list[app_commands.Choice[str]]:
-            return [
-                app_commands.Choice(name=t[:100], value=t[:100])
-                for t in await choices(interaction, "topic", current)
-            ]
-
-        @group.command(name="rollback", description="Restore an earlier personality version")
-        @app_commands.describe(version="The version to restore")
-        async def rollback(interaction: discord.Interaction, version: int) -> None:
-            await run(interaction, "rollback", (str(version),))
-
-        @group.command(name="diff", description="What changed between two versions")
-        @app_commands.describe(a="The older version", b="The newer version")
-        async def diff(interaction: discord.Interaction, a: int, b: int) -> None:
-            await run(interaction, "diff", (str(a), str(b)))
-
-        async def version_choices(
-            interaction: discord.Interaction, current: str
-        ) -> list[app_commands.Choice[int]]:
-            out: list[app_commands.Choice[int]] = []
-            for label in await choices(interaction, "version", current):
-                match = _LEADING_NUMBER.match(label)
-                if match:
-                    out.append(app_commands.Choice(name=label[:100], value=int(match.group(1))))
-            return out
-
-        @group.command(name="usage", description="Tokens and estimated cost, by day and role")
-        @app_commands.describe(days="How many days to list (1-90, default 7)")
-        async def usage(
-            interaction: discord.Interaction,
-            days: app_commands.Range[int, 1, 90] | None = None,
-        ) -> None:
-            await run(interaction, "usage", (str(days),) if days is not None else ())
-
-        @group.command(name="budget", description="Today's spending and the daily limit")
-        @app_commands.describe(
-            amount='Moderators: a daily limit in USD, "off" for none, or "default"'
-        )
-        async def budget(interaction: discord.Interaction, amount: str | None = None) -> None:
-            await run(interaction, "budget", (amount,) if amount else ())
-
-        @group.command(
-            name="timeline", description="A picture of how its opinions moved, and who moved them"
-        )
-        @app_commands.describe(
-            topic="One belief (default: the strongest few)",
-            days=f"Only the last days (1-{MAX_DAYS}, default: all)",
-        )
-        async def timeline(
-            interaction: discord.Interaction,
-            topic: str | None = None,
-            days: app_commands.Range[int, 1, MAX_DAYS] | None = None,
-        ) -> None:
-            args = ((topic,) if topic else ()) + ((str(days),) if days is not None else ())
-            await run(interaction, "timeline", args)
-
-        @group.command(
-            name="forget-me", description="Forget me here: my messages and their influence"
-        )
-        async def forget_me(interaction: discord.Interaction) -> None:
-            # Asks first; its Confirm button runs it (`discord_confirm.ConfirmView`).
-            await run(interaction, "forget-me", ())
-
-        @group.command(name="forget-user", description="Moderators: forget a member who asked")
-        @app_commands.describe(member="The member to forget", reason="Why (kept in the log)")
-        async def forget_user(
-            interaction: discord.Interaction, member: discord.User, reason: str
-        ) -> None:
-            await run(interaction, "forget-user", (str(member.id), reason))
-
-        timeline.autocomplete("topic")(beliefs_topic)
-        rollback.autocomplete("version")(version_choices)
-        diff.autocomplete("a")(version_choices)
-        diff.autocomplete("b")(version_choices)
-
-        def without_options(
-            name: str,
-        ) -> Callable[[discord.Interaction], Coroutine[Any, Any, None]]:
-            async def callback(interaction: discord.Interaction) -> None:
-                await run(interaction, name, ())
-
-            return callback
-
-        for name, description in (
-            ("history", "Recent personality versions"),
-            ("snapshot", "The current personality snapshot"),
-            ("status", "How the personality is doing"),
-            ("reflect", "Reflect now instead of tonight"),
-            ("my-data", "Everything kept about you, as a private file"),
-            ("help", "What the /sonality commands do"),
-        ):
-            group.command(name=name, description=description)(without_options(name))
-        return group
 
     def is_moderator(self, interaction: discord.Interaction) -> bool:
         """Manage Server in this channel; in a DM, only if the operator lets DM members

@@ -1,8 +1,9 @@
-"""Confirm and Cancel buttons under a command's question (Discord only).
+"""Confirm and Cancel buttons under a command's question, on Discord.
 
 Why buttons: a command that cannot be undone (`/sonality forget-me`) asks first, and on
 Discord the natural answer is a button on the private question rather than typing the
-command again with an option. Slack and the terminal type `confirm` instead; the
+command again with an option. Slack shows buttons too where the app has its agent
+surface (`slack_agent`); the terminal types `confirm` instead; the
 runtime's `CommandResult.confirm_args` says what confirming means for every platform.
 
 Rules kept here: only the member who asked can press (anyone else's press is answered
@@ -18,15 +19,11 @@ from collections.abc import Awaitable, Callable
 
 import discord
 
+from adapters.confirm_text import CANCELLED, NOT_YOURS, WORKING, expired_text
+
+__all__ = ["CANCELLED", "NOT_YOURS", "WORKING", "ConfirmView", "expired_text"]
+
 log = logging.getLogger(__name__)
-
-NOT_YOURS = "Only the member who asked can answer this question."
-WORKING = "Working on it…"
-CANCELLED = "Cancelled: nothing was changed."
-
-
-def expired_text(command: str) -> str:
-    return f"This question expired and nothing was changed. Run `/sonality {command}` again."
 
 
 class ConfirmView(discord.ui.View):

@@ -24,6 +24,9 @@ Design notes (the WHY):
   uploaded to the channel, because Slack has no ephemeral files.
 * Every Slack Web API failure is logged with team and channel and swallowed: one bad
   channel or a missing scope must not take the adapter down for every workspace.
+* Slack's agent surface (suggested prompts in the DM, feedback buttons under streamed
+  replies, Confirm / Cancel under forget-me's question) is built in `slack_agent`, and
+  shown only where the app has the `assistant:write` scope of the current manifest.
 """
 
 from __future__ import annotations
@@ -46,6 +49,9 @@ from slack_bolt.app.async_app import AsyncApp
 from slack_bolt.context.ack.async_ack import AsyncAck
 from slack_bolt.context.async_context import AsyncBoltContext
 from slack_bolt.context.respond.async_respond import AsyncRespond
+from slack_bolt.context.set_suggested_prompts.async_set_suggested_prompts import (
+    AsyncSetSuggestedPrompts,
+)
 from slack_bolt.listener.async_builtins import AsyncTokenRevocationListeners
 from slack_bolt.middleware.async_middleware import AsyncMiddleware
 from slack_bolt.oauth.async_oauth_settings import AsyncOAuthSettings
@@ -60,13 +66,26 @@ from slack_sdk.oauth.state_store.async_state_store import AsyncOAuthStateStore
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.chunking import split_message
+from adapters.confirm_text import CANCELLED, NOT_YOURS, WORKING, expired_text
 from adapters.sanitize import clean_command, clean_name, clean_text
+from adapters.slack_agent import (
+    CANCEL_ACTION,
+    CONFIRM_ACTION,
+    FEEDBACK_ACTION,
+    NEGATIVE,
+    POSITIVE,
+    PROMPTS_TITLE,
+    SUGGESTED_PROMPTS,
+    Question,
+    feedback_blocks,
+    has_agent_surface,
+    question_blocks,
+)
+from bot.command_table import COMMAND_NAMES, PRIVATE_COMMANDS, command, split_command
 from bot.images import AttachedFile, ImageFetcher
 from bot.interface import ChatRuntime, StartupError
 from bot.messages import (
-    COMMAND_NAMES,
     INTERNAL_ERROR,
-    PRIVATE_COMMANDS,
     CommandRequest,
     CommandResult,
     Community,
@@ -113,6 +132,7 @@ CLOSE_GRACE_SECONDS = 10.0
 BOT_SCOPES: tuple[str, ...] = (
     "app_mentions:read",
     "chat:write",
+    "assistant:write",
     "commands",
     "files:read",
     "files:write",
@@ -176,6 +196,13 @@ class SlackStore(Protocol):
 
     async def consume_oauth_state(self, state: str, now: datetime) -> bool:
         """True once for a state issued and not yet expired; False afterwards."""
+        ...
+
+    async def record_feedback(
+        self, community_id: str, reply_id: str, member_id: str, positive: bool, at: datetime
+    ) -> bool:
+        """A member's thumbs up / down on a reply (their latest press counts); False
+        when the bot keeps no data for that community."""
         ...
 
 
@@ -448,16 +475,20 @@ def _team_of(body: dict[str, Any], context: AsyncBoltContext) -> str | None:
     The outer `team_id` is the workspace the delivery is for (for a command, the
     caller's). `context_team_id` is the workspace of the conversation in newer payloads.
     The event's `team` is the author's team, which can be another org in a shared
-    channel. Bolt's `context.team_id` comes from `authorizations`, so it is the token's
-    team. A workspace id (T…) wins over an org id (E…) wherever that appears.
+    channel. A button press (`block_actions`) names its workspace as `team.id`. Bolt's
+    `context.team_id` comes from `authorizations`, so it is the token's team. A workspace
+    id (T…) wins over an org id (E…) wherever that appears.
     """
     raw_event = body.get("event")
     event: dict[str, Any] = raw_event if isinstance(raw_event, dict) else {}
+    raw_team = body.get("team")
+    pressed_in = raw_team.get("id") if isinstance(raw_team, dict) else None
     candidates = [
         c
         for c in (
             body.get("team_id"),
             body.get("context_team_id"),
+            pressed_in,
             event.get("team"),
             context.team_id,
             event.get("user_team"),
@@ -465,6 +496,13 @@ def _team_of(body: dict[str, Any], context: AsyncBoltContext) -> str | None:
         if isinstance(c, str) and c
     ]
     return next((c for c in candidates if c.startswith("T")), None) or next(iter(candidates), None)
+
+
+def _agent_surface(context: AsyncBoltContext) -> bool:
+    """Whether this workspace's app has the agent surface (`slack_agent`): Bolt reads
+    the bot token's scopes from auth.test (one workspace) or the installation (OAuth)."""
+    authorized = context.authorize_result
+    return has_agent_surface(authorized.bot_scopes if authorized is not None else None)
 
 
 THINKING_STATUS = "is thinking…"
@@ -479,7 +517,8 @@ class SlackStream:
     Why a task of its own: the model's stream never waits for Slack; `feed` appends
     and the task sends what is new at most every `APPEND_EVERY`. A workspace without
     the streaming methods (`unknown_method`) is remembered, and the reply then goes
-    out as one chat.postMessage: `finish` hands back the reply to post.
+    out as one chat.postMessage: `finish` hands back the reply to post. With `feedback`
+    an answer ends with Slack's feedback buttons (`slack_agent.feedback_blocks`).
     """
 
     def __init__(
@@ -490,9 +529,12 @@ class SlackStream:
         channel: str,
         thread_ts: str,
         user_id: str,
+        *,
+        feedback: bool = False,
     ) -> None:
         self.adapter, self.client = adapter, client
         self.team, self.channel, self.thread_ts, self.user_id = team, channel, thread_ts, user_id
+        self.feedback = feedback
         self.text = ""
         self.sent = 0  # characters of `text` Slack has
         self.ts: str | None = None
@@ -529,12 +571,17 @@ class SlackStream:
             return Reply(text=final, kind=reply.kind, truncated=reply.truncated)
         shown = self.text[: self.sent].lstrip()
         rest = final[len(shown) :] if final.startswith(shown) else "\n\n" + final
+        # Only a whole answer is worth rating (not one the model broke off).
+        rate = self.feedback and reply.kind is ReplyKind.ANSWER
         stopped = await self.adapter._call(
             "chat.stopStream",
             self.team,
             self.channel,
             self.client.chat_stopStream(
-                channel=self.channel, ts=self.ts, markdown_text=rest or None
+                channel=self.channel,
+                ts=self.ts,
+                markdown_text=rest or None,
+                blocks=feedback_blocks() if rate else None,
             ),
         )
         if stopped is None:
@@ -599,6 +646,8 @@ class SlackAdapter:
     """
 
     name = "slack"
+    #: Seconds a Confirm / Cancel question can be answered (as on Discord).
+    confirm_timeout: float = 300.0
 
     def __init__(
         self,
@@ -620,6 +669,8 @@ class SlackAdapter:
         self._bot_dms: dict[tuple[str, str], str] = {}
         # Teams whose workspace answered `unknown_method` to chat.startStream.
         self._without_streaming: set[str] = set()
+        # Nonces of the Confirm / Cancel questions answered (each runs once).
+        self._answered: set[str] = set()
         self._inflight: set[asyncio.Task[Any]] = set()
         self._ready = asyncio.Event()
         self._stopped = asyncio.Event()
@@ -713,6 +764,11 @@ class SlackAdapter:
         )
         app.event("app_uninstalled")(self._on_app_uninstalled)
         app.event("tokens_revoked")(self._on_tokens_revoked)
+        # The agent surface (`slack_agent`).
+        app.event("app_home_opened")(self._on_home_opened)
+        app.action(FEEDBACK_ACTION)(self._on_feedback)
+        app.action(CONFIRM_ACTION)(self._on_answer)
+        app.action(CANCEL_ACTION)(self._on_answer)
         return app
 
     # -- membership --------------------------------------------------------------------------
@@ -1093,7 +1149,15 @@ class SlackAdapter:
                 message = await self._images.attach(message, files, auth)
             stream: SlackStream | None = None
             if thread_ts is not None and team not in self._without_streaming:
-                stream = SlackStream(self, client, team, channel, thread_ts, user_id)
+                stream = SlackStream(
+                    self,
+                    client,
+                    team,
+                    channel,
+                    thread_ts,
+                    user_id,
+                    feedback=_agent_surface(context),
+                )
                 if is_dm:  # an assistant thread: Slack shows the status under it
                     await self._call(
                         "assistant.threads.setStatus",
@@ -1187,10 +1251,8 @@ class SlackAdapter:
             # A mention in a command keeps the member's id (`@U2`), not their handle:
             # forget-user must name exactly one member.
             text = _USER_MENTION.sub(r"<@\1>", body.get("text") or "")
-            words = clean_command(from_slack_text(text, None, {})).split()
-            name = words[0].lower() if words else "help"
-            rest = words[1:]
-            if name not in COMMAND_NAMES:
+            name, args = split_command(clean_command(from_slack_text(text, None, {})))
+            if command(name) is None:
                 result = CommandResult(
                     text=f"Unknown command `{name}`. Try `/sonality help`. "
                     f"Commands: {', '.join(COMMAND_NAMES)}.",
@@ -1198,32 +1260,12 @@ class SlackAdapter:
                     private=True,
                 )
             else:
-                # A topic may be several words; every other argument is one token.
-                args = (" ".join(rest),) if name == "beliefs" and rest else tuple(rest)
                 client = context.client
                 assert client is not None
-                info = await self._user(client, team, user_id)
-                # Workspace admins/owners moderate; SLACK_MODERATOR_IDS adds people.
-                community = Community(id=f"{PLATFORM}:{team}")
-                moderator = user_id in self._moderators or (info is not None and info.is_admin)
-                if await self._in_bot_dm(client, team, user_id, channel):
-                    community = self._dm_community(team, user_id, info)
-                    moderator = self._settings.dm_moderation
-                request = CommandRequest(
-                    community=community,
-                    caller=User(
-                        id=user_id,
-                        name=(info.name if info else "") or clean_name(body.get("user_name") or ""),
-                    ),
-                    is_moderator=moderator,
-                    name=name,
-                    args=args,
+                request = await self._command_request(
+                    client, team, user_id, channel, name, args, body.get("user_name")
                 )
-                try:
-                    result = await self._runtime.run_command(request)
-                except Exception:
-                    log.exception("runtime failed on /sonality %s (team=%s)", name, team)
-                    result = CommandResult(text=INTERNAL_ERROR, ok=False, private=True)
+                result = await self._run(request, team)
                 if result.files and result.ok and not result.private:
                     unposted = await self._post_files(client, team, channel, result)
                     if unposted is None:
@@ -1231,7 +1273,46 @@ class SlackAdapter:
                     result = unposted
                 elif result.files and result.ok and name in PRIVATE_COMMANDS:
                     result = await self._dm_files(client, team, str(user_id), result)
+                if result.confirm_args and _agent_surface(context):
+                    await self._ask(respond, team, channel, request, result)
+                    return
             await self._respond(respond, team, channel, name, result)
+
+    async def _command_request(
+        self,
+        client: AsyncWebClient,
+        team: str,
+        user_id: str,
+        channel: str | None,
+        name: str,
+        args: tuple[str, ...],
+        user_name: object = None,
+    ) -> CommandRequest:
+        """Who runs `name`, as a moderator or not, about which personality."""
+        info = await self._user(client, team, user_id)
+        # Workspace admins/owners moderate; SLACK_MODERATOR_IDS adds people.
+        community = Community(id=f"{PLATFORM}:{team}")
+        moderator = user_id in self._moderators or (info is not None and info.is_admin)
+        if await self._in_bot_dm(client, team, user_id, channel):
+            community = self._dm_community(team, user_id, info)
+            moderator = self._settings.dm_moderation
+        return CommandRequest(
+            community=community,
+            caller=User(
+                id=user_id,
+                name=(info.name if info else "") or clean_name(str(user_name or "")),
+            ),
+            is_moderator=moderator,
+            name=name,
+            args=args,
+        )
+
+    async def _run(self, request: CommandRequest, team: str) -> CommandResult:
+        try:
+            return await self._runtime.run_command(request)
+        except Exception:
+            log.exception("runtime failed on /sonality %s (team=%s)", request.name, team)
+            return CommandResult(text=INTERNAL_ERROR, ok=False, private=True)
 
     async def _post_files(
         self, client: AsyncWebClient, team: str, channel: str | None, result: CommandResult
@@ -1307,28 +1388,221 @@ class SlackAdapter:
         channel: str | None,
         name: str,
         result: CommandResult,
+        *,
+        replace: bool = False,
     ) -> None:
+        """Post `result` to the command's response_url; with `replace` its first part
+        takes the place of the message whose button was pressed."""
         public = result.ok and not result.private and name in PUBLIC_RESULTS
         text = f"**{result.title}**\n{result.text}" if result.title else result.text
         chunks = render_chunks(text) or ["(no output)"]
         if len(chunks) > MAX_RESPONSE_POSTS:
             chunks = chunks[:MAX_RESPONSE_POSTS]
             chunks[-1] += "\n_(output cut: too long for Slack)_"
-        for chunk in chunks:
-            sent = await self._call(
-                "response_url",
+        for i, chunk in enumerate(chunks):
+            if not await self._answer(
+                respond,
                 team,
                 channel,
-                respond(text=chunk, response_type="in_channel" if public else "ephemeral"),
+                text=chunk,
+                response_type="in_channel" if public else "ephemeral",
+                replace_original=True if replace and i == 0 else None,
+            ):
+                return
+
+    async def _answer(
+        self, respond: AsyncRespond, team: str, channel: str | None, **message: Any
+    ) -> bool:
+        """One post to a response_url; False (and logged) when it did not go through."""
+        sent = await self._call("response_url", team, channel, respond(**message))
+        if sent is None:
+            return False
+        if sent.status_code >= 400:
+            log.warning(
+                "Slack response_url refused (team=%s channel=%s): %s %s",
+                team,
+                channel,
+                sent.status_code,
+                sent.body,
             )
-            if sent is None:
+            return False
+        return True
+
+    # -- the agent surface (`slack_agent`) -----------------------------------------------
+
+    async def _on_home_opened(
+        self,
+        body: dict[str, Any],
+        event: dict[str, Any],
+        context: AsyncBoltContext,
+        set_suggested_prompts: AsyncSetSuggestedPrompts | None = None,
+    ) -> None:
+        """A member opened the bot's Messages tab: offer them what to ask. Not in the
+        Home tab (Bolt gives no `set_suggested_prompts` there), and not where DMs go
+        unanswered (SLACK_ALLOW_DMS off) or the app lacks the agent surface."""
+        if event.get("tab") != "messages" or set_suggested_prompts is None:
+            return
+        if not self._settings.slack_allow_dms or not _agent_surface(context):
+            return
+        with self._tracked():
+            await self._call(
+                "assistant.threads.setSuggestedPrompts",
+                _team_of(body, context),
+                event.get("channel"),
+                set_suggested_prompts(list(SUGGESTED_PROMPTS), title=PROMPTS_TITLE),
+            )
+
+    async def _on_feedback(
+        self, ack: AsyncAck, body: dict[str, Any], context: AsyncBoltContext
+    ) -> None:
+        """A press of the feedback buttons under a streamed reply: one vote per member
+        and reply, counted for the personality that wrote it."""
+        await ack()
+        with self._tracked():
+            team = _team_of(body, context)
+            user_id = str((body.get("user") or {}).get("id") or "")
+            container = body.get("container") or {}
+            reply_id = str(
+                container.get("message_ts") or (body.get("message") or {}).get("ts") or ""
+            )
+            channel = str(
+                container.get("channel_id") or (body.get("channel") or {}).get("id") or ""
+            )
+            value = _pressed_action(body).get("value")
+            if not (team and user_id and reply_id and channel) or value not in (POSITIVE, NEGATIVE):
+                log.warning("Slack feedback press without team, user, reply or known value ignored")
                 return
-            if sent.status_code >= 400:
-                log.warning(
-                    "Slack response_url refused (team=%s channel=%s): %s %s",
-                    team,
-                    channel,
-                    sent.status_code,
-                    sent.body,
+            # A reply in a D… channel is in the presser's own DM with the bot.
+            workspace = f"{PLATFORM}:{team}"
+            community = (
+                dm_community_id(workspace, user_id) if channel.startswith("D") else workspace
+            )
+            try:
+                recorded = await self._store.record_feedback(
+                    community, reply_id, user_id, value == POSITIVE, utcnow()
                 )
+            except Exception:
+                log.exception("could not record Slack feedback (team=%s channel=%s)", team, channel)
                 return
+            if recorded:
+                log.info("Slack feedback (%s) on reply %s in %s", value, reply_id, community)
+            else:
+                log.info(
+                    "Slack feedback on reply %s ignored: no data kept for %s", reply_id, community
+                )
+
+    async def _on_answer(
+        self,
+        ack: AsyncAck,
+        body: dict[str, Any],
+        context: AsyncBoltContext,
+        respond: AsyncRespond,
+    ) -> None:
+        """Confirm or Cancel under a question. Confirm runs its command with the
+        confirming arguments, as the member who asked, and shows the answer in the
+        question's place; Cancel says nothing changed."""
+        await ack()
+        with self._tracked():
+            pressed = await self._pressed(body, context, respond)
+            if pressed is None:
+                return
+            question, team, channel = pressed
+            cancelled = _pressed_action(body).get("action_id") == CANCEL_ACTION
+            await self._answer(
+                respond,
+                team,
+                channel,
+                text=CANCELLED if cancelled else WORKING,
+                response_type="ephemeral",
+                replace_original=True,
+            )
+            if cancelled:
+                return
+            client = context.client
+            assert client is not None
+            request = await self._command_request(
+                client, team, question.owner, channel, question.command, question.confirm_args
+            )
+            # The personality the member was asked about, whatever the settings say now.
+            request = request.model_copy(update={"community": Community(id=question.community)})
+            result = await self._run(request, team)
+            await self._respond(respond, team, channel, question.command, result, replace=True)
+
+    async def _ask(
+        self,
+        respond: AsyncRespond,
+        team: str,
+        channel: str | None,
+        request: CommandRequest,
+        result: CommandResult,
+    ) -> None:
+        """A command's question with Confirm / Cancel under it, for the caller only."""
+        question = Question.ask(
+            request.caller.id, request.community.id, request.name, result.confirm_args
+        )
+        shown = result.button_text or result.text
+        text = f"**{result.title}**\n{shown}" if result.title else shown
+        await self._answer(
+            respond,
+            team,
+            channel,
+            text=to_mrkdwn(shown),
+            blocks=question_blocks(to_mrkdwn(text), question),
+            response_type="ephemeral",
+        )
+
+    async def _pressed(
+        self, body: dict[str, Any], context: AsyncBoltContext, respond: AsyncRespond
+    ) -> tuple[Question, str, str | None] | None:
+        """The question a Confirm or Cancel press answers, with its team and channel,
+        when this press may answer it: the member who asked, in time, the first press.
+        Anything else changes nothing (another member is told so in private)."""
+        team = _team_of(body, context)
+        user_id = (body.get("user") or {}).get("id")
+        channel = (body.get("channel") or {}).get("id") or (body.get("container") or {}).get(
+            "channel_id"
+        )
+        question = Question.decode(_pressed_action(body).get("value"))
+        if not team or not user_id or question is None:
+            log.warning("Slack button press without team, user or a question of ours ignored")
+            return None
+        if user_id != question.owner:
+            log.info(
+                "Slack: %s pressed a button of another member's /sonality %s (team %s)",
+                user_id,
+                question.command,
+                team,
+            )
+            await self._answer(
+                respond,
+                team,
+                channel,
+                text=NOT_YOURS,
+                response_type="ephemeral",
+                replace_original=False,
+            )
+            return None
+        if question.nonce in self._answered:
+            log.info("Slack: a second press of one /sonality %s question ignored", question.command)
+            return None
+        if len(self._answered) > 10_000:
+            self._answered.clear()
+        self._answered.add(question.nonce)
+        if question.expired(self.confirm_timeout):
+            await self._answer(
+                respond,
+                team,
+                channel,
+                text=expired_text(question.command),
+                response_type="ephemeral",
+                replace_original=True,
+            )
+            return None
+        return question, team, channel
+
+
+def _pressed_action(body: dict[str, Any]) -> dict[str, Any]:
+    """The first (and with our blocks, only) action of a `block_actions` payload."""
+    actions = body.get("actions")
+    first = actions[0] if isinstance(actions, list) and actions else None
+    return first if isinstance(first, dict) else {}

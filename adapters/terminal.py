@@ -31,13 +31,13 @@ import io
 import logging
 import os
 import re
-import shlex
 import sys
 import threading
 import unicodedata
 from pathlib import Path
 from typing import TextIO
 
+from bot.command_table import split_command
 from bot.interface import ChatRuntime
 from bot.messages import (
     INTERNAL_ERROR,
@@ -248,18 +248,13 @@ class TerminalAdapter:
             await self._status()
 
     async def _command(self, text: str) -> None:
-        try:
-            parts = shlex.split(text)
-        except ValueError:
-            parts = text.split()
-        if len(parts) < 2:
-            parts.append("help")
+        name, args = split_command(text.strip().removeprefix("/sonality"), quotes=True)
         request = CommandRequest(
             community=COMMUNITY,
             caller=self.user,
             is_moderator=True,
-            name=parts[1],
-            args=tuple(parts[2:]),
+            name=name,
+            args=args,
             trusted=True,
         )
         result = await self.runtime.run_command(request)

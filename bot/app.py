@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from bot.budget import BudgetLedger, MeteredLLM
+from bot.budget import BudgetLedger, MeteredLLM, Spender
 from bot.forget import reapply_journal, resume_forgets
 from bot.forget_journal import ForgetJournalError
 from bot.health import LLMHealth, RecordingLLM, health_endpoint
@@ -166,8 +166,9 @@ async def open_runtime(
         yield runtime
 
 
-def _speaker(record: InteractionRecord | None) -> str | None:
-    return None if record is None else record.speaker.id
+def _speaker(record: InteractionRecord | None) -> Spender | None:
+    """Whose message learning works on, and when it came in (`Spender.since`)."""
+    return None if record is None else Spender(record.speaker.id, since=record.created_at)
 
 
 def _memory_eraser(memory: MemoryHost) -> Callable[[str], Awaitable[None]]:

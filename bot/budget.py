@@ -120,6 +120,9 @@ class Spender:
 
     member_id: str
     limited: bool = True
+    #: When their message came in: a forget-me of theirs journaled since then means the
+    #: spend must not be stored (the reply was in flight), as for the message itself.
+    since: datetime = field(default_factory=utcnow)
 
 
 SPENDER: ContextVar[Spender | None] = ContextVar("sonality_spender", default=None)
@@ -312,7 +315,13 @@ class BudgetLedger:
             )
 
     async def record(
-        self, community_id: str, model: str, usage: Usage, member_id: str | None = None
+        self,
+        community_id: str,
+        model: str,
+        usage: Usage,
+        member_id: str | None = None,
+        *,
+        since: datetime | None = None,
     ) -> float:
         """Count one finished call, made for `member_id`'s message (None: shared work);
         returns what it cost (USD).
@@ -327,7 +336,7 @@ class BudgetLedger:
         entry.usage = entry.usage + usage
         if member_id is not None:
             entry.members[member_id] = entry.members.get(member_id, 0.0) + cost
-            self._write_later(community_id, entry.day, member_id, cost, total_tokens(usage))
+            self._write_later(community_id, entry.day, member_id, cost, total_tokens(usage), since)
         self._maybe_warn(community_id, await self._status(community_id, entry))
         return cost
 
@@ -381,18 +390,26 @@ class BudgetLedger:
         return await self.db.claim_share_notice(community_id, self.today(), member_id)
 
     def _write_later(
-        self, community_id: str, day: date, member_id: str, usd: float, tokens: int
+        self,
+        community_id: str,
+        day: date,
+        member_id: str,
+        usd: float,
+        tokens: int,
+        since: datetime | None,
     ) -> None:
         key = (community_id, day, member_id)
-        known = self._unwritten.get(key)
-        self._unwritten[key] = MemberSpend(
+        amount = MemberSpend(
             community_id=community_id,
             day=day,
             member_id=member_id,
-            usd=usd + (known.usd if known else 0.0),
-            calls=1 + (known.calls if known else 0),
-            tokens=tokens + (known.tokens if known else 0),
+            usd=usd,
+            calls=1,
+            tokens=tokens,
+            since=since,
         )
+        known = self._unwritten.get(key)
+        self._unwritten[key] = amount if known is None else _added(known, amount)
         if self._writing is None or self._writing.done():
             self._writing = asyncio.create_task(self._write(), name="member-spend")
 
@@ -550,17 +567,16 @@ class MeteredLLM(ForwardingLLM):
         inner: LLMClient,
         ledger: BudgetLedger,
         community_id: str,
-        learning_member: Callable[[], str | None] = lambda: None,
+        learning_member: Callable[[], Spender | None] = lambda: None,
     ) -> None:
         super().__init__(inner)
         self.ledger = ledger
         self.community_id = community_id
         self.learning_member = learning_member
 
-    def _member(self, purpose: str) -> str | None:
+    def _member(self, purpose: str) -> Spender | None:
         if purpose == REPLY:
-            spender = SPENDER.get()
-            return None if spender is None else spender.member_id
+            return SPENDER.get()
         if purpose == REFLECTION:
             return None  # shared work: the community's, nobody's share
         return self.learning_member()
@@ -575,8 +591,13 @@ class MeteredLLM(ForwardingLLM):
         return await super()._forward(purpose, model, call)
 
     async def _after(self, purpose: str, result: TextResult | ToolResult) -> None:
+        spender = self._member(purpose)
         await self.ledger.record(
-            self.community_id, result.model, result.usage, self._member(purpose)
+            self.community_id,
+            result.model,
+            result.usage,
+            None if spender is None else spender.member_id,
+            since=None if spender is None else spender.since,
         )
 
 
@@ -586,8 +607,16 @@ REFLECTION = "reflection"
 
 
 def _added(a: MemberSpend, b: MemberSpend) -> MemberSpend:
+    """Two amounts of one member's day as one; the forget check goes by the earlier
+    message (`since`), so an amount holding an in-flight reply's cost is never stored."""
+    times = [t for t in (a.since, b.since) if t is not None]
     return a.model_copy(
-        update={"usd": a.usd + b.usd, "calls": a.calls + b.calls, "tokens": a.tokens + b.tokens}
+        update={
+            "usd": a.usd + b.usd,
+            "calls": a.calls + b.calls,
+            "tokens": a.tokens + b.tokens,
+            "since": min(times) if times else None,
+        }
     )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import logging
 import math
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import date, datetime, timedelta
 
@@ -23,6 +24,7 @@ from bot.budget import (
     own_share_lines,
     total_tokens,
 )
+from bot.command_table import HISTORY_MAX_COUNT, USAGE_MAX_DAYS, command, help_text
 from bot.forget import forget_member, reapply_after_rollback, resolve_member
 from bot.forget_journal import ForgetJournal
 from bot.messages import (
@@ -31,7 +33,6 @@ from bot.messages import (
     Community,
     User,
     is_dm,
-    needs_moderator,
 )
 from bot.mydata import run_my_data
 from bot.timeline import Timelines
@@ -42,32 +43,16 @@ from sonality.ess import ESSResult, normalize_topic
 from sonality.memory.sponge import MoveSource, SpongeState
 from sonality.store import VersionInfo
 from storage import USAGE_ROLES, DailyUsage, Database, UsageRole
+from storage.feedback import FeedbackCounts
 
 log = logging.getLogger(__name__)
 
 AgentLookup = Callable[[Community], Awaitable[SonalityAgent]]
 NextReflection = Callable[[], datetime | None]
 
-HELP = """\
-/sonality beliefs [topic]   what I currently think, how sure I am and why
-/sonality history [all] [count]   versions where my views or self-description changed
-                            (all: every version, chat included)
-/sonality diff <a> <b>      compare two versions
-/sonality snapshot [version] my self-description (current or at a version)
-/sonality status            interactions, beliefs, updates in waiting, next reflection
-/sonality usage [days]      tokens and estimated cost: today, each day, this month
-/sonality budget            today's spending and the daily limit
-/sonality timeline [topic] [days]   a picture of how my opinions moved, and who moved them
-/sonality rollback <version> [reason]   moderators: restore a version (undoable)
-/sonality reflect           moderators: consolidate what I've learned now
-/sonality budget <usd>|off|default   moderators: set this community's daily limit
-/sonality my-data           everything I keep about you, as a private JSON file
-/sonality forget-me [confirm]   forget you: your messages, and their influence on my views
-/sonality forget-user <member> <reason>   moderators: the same, for a member who asked
-/sonality help              this list"""
+HELP = help_text()
 
 MAX_LIST = 15
-MAX_USAGE_DAYS = 90
 
 
 #: How a reasoning type reads to people (the engine's names are code).
@@ -90,6 +75,15 @@ def describe_ess(ess: ESSResult) -> str:
         side = {"supports": "for ", "opposes": "against "}.get(str(ess.opinion_direction), "on ")
         text += f", {side}{ess.topics[0]}"
     return text
+
+
+def feedback_line(counts: FeedbackCounts) -> str:
+    """Members' presses of the feedback buttons under replies, in one status line."""
+    replies = "reply" if counts.replies == 1 else "replies"
+    return (
+        f"Reply feedback: {counts.positive} 👍, {counts.negative} 👎 "
+        f"(on {counts.replies} {replies})"
+    )
 
 
 def _fmt_time(value: datetime | None) -> str:
@@ -127,12 +121,13 @@ class CommandHandlers:
             # Whatever an adapter decided: in a DM nobody holds a platform role, so only
             # the operator's SONALITY_DM_MODERATION makes its member a moderator.
             request = request.model_copy(update={"is_moderator": False})
+        spec = command(name)
         handler = getattr(self, f"_cmd_{name.replace('-', '_')}", None)
-        if handler is None:
+        if spec is None or handler is None:
             return CommandResult(
                 text=f"Unknown command `{request.name}`.\n\n{HELP}", ok=False, private=True
             )
-        if needs_moderator(name, request.args):
+        if spec.needs_moderator(request.args) and not spec.audits_itself:
             allowed = request.is_moderator
             await self._db.record_moderator_action(
                 request.community.id,
@@ -153,6 +148,8 @@ class CommandHandlers:
                 return CommandResult(
                     text=f"Only moderators can use `/sonality {name}`.", ok=False, private=True
                 )
+        if spec.missing(request.args) and not spec.audits_itself:
+            return CommandResult(text=f"Usage: `/sonality {spec.usage()}`.", ok=False, private=True)
         try:
             result: CommandResult = await handler(request)
             return result
@@ -210,17 +207,20 @@ class CommandHandlers:
         show_all = bool(args) and args[0].strip().lower() == "all"
         if show_all:
             args = args[1:]
-        limit = _int_arg(args, 0, default=10, name="count", low=1, high=50)
+        limit = _int_arg(args, 0, default=10, name="count", low=1, high=HISTORY_MAX_COUNT)
         store = self._db.community(request.community.id)
-        versions = await store.versions(limit=limit if show_all else HISTORY_SCAN)
+        # Read further back than shown: a commit's credit names the argument's rating,
+        # which its own (earlier) version records.
+        versions = await store.versions(limit=HISTORY_SCAN)
         if not versions:
             return CommandResult(text="No versions yet.", title="History")
+        ratings = {v.version: m.group(0) for v in versions if (m := _RATING.match(v.change))}
         if show_all:
-            credits = await self._move_credits(request.community, versions)
-            every = [_fmt_version(v) + credits.get(v.version, "") for v in versions]
+            credits = await self._move_credits(request.community, versions[:limit], ratings)
+            every = [_fmt_version(v, credits.get(v.version)) for v in versions[:limit]]
             return CommandResult(text="\n".join(every), title="History")
         notable = [v for v in versions if _notable(v)][: limit + 1]
-        credits = await self._move_credits(request.community, notable)
+        credits = await self._move_credits(request.community, notable, ratings)
         lines: list[str] = []
         folded: list[VersionInfo] = []  # plain chat since the last version shown
         shown = 0
@@ -233,7 +233,7 @@ class CommandHandlers:
             if folded:
                 lines.append(_fold(folded))
                 folded = []
-            lines.append(_fmt_version(version) + credits.get(version.version, ""))
+            lines.append(_fmt_version(version, credits.get(version.version)))
             shown += 1
         if folded:
             lines.append(_fold(folded))
@@ -250,29 +250,30 @@ class CommandHandlers:
         return await self._db.speaker_names(community.id, members)
 
     async def _move_credits(
-        self, community: Community, versions: list[VersionInfo]
-    ) -> dict[int, str]:
-        """For each version that committed an opinion move, who caused it and in which
-        version, read from the committed state (the commit itself is often just the
-        message that closed the cooling period, and must not take the credit)."""
+        self, community: Community, versions: list[VersionInfo], ratings: Mapping[int, str]
+    ) -> dict[int, dict[str, str]]:
+        """For each version that committed an opinion move, per topic, the arguments that
+        caused it: member, version and rating, read from the committed state (the commit
+        itself is often just the message that closed the cooling period, and must not
+        take the credit)."""
         wanted = [v for v in versions if "committed" in v.change]
         if not wanted:
             return {}
         store = self._db.community(community.id)
         states = await store.states_at(v.version for v in wanted)
         names = await self._member_names(community, *states.values())
-        credits: dict[int, str] = {}
+        credits: dict[int, dict[str, str]] = {}
         for version in wanted:
             state = states.get(version.version)
             if state is None:
                 continue
-            parts = [
-                f"{topic} by {credit_text(meta.moved_by, names)}"
+            moved = {
+                topic: credit_text(meta.moved_by, names, ratings)
                 for topic, meta in sorted(state.belief_meta.items())
                 if meta.moved_by and meta.last_reinforced == version.interaction_count
-            ]
-            if parts:
-                credits[version.version] = " | moved: " + "; ".join(parts)
+            }
+            if moved:
+                credits[version.version] = moved
         return credits
 
     async def _cmd_snapshot(self, request: CommandRequest) -> CommandResult:
@@ -286,8 +287,6 @@ class CommandHandlers:
         return CommandResult(text=state.snapshot, title=f"Snapshot v{state.version}")
 
     async def _cmd_diff(self, request: CommandRequest) -> CommandResult:
-        if len(request.args) < 2:
-            raise _UsageError("Usage: `/sonality diff <a> <b>` (two version numbers).")
         a = _int_arg(request.args, 0, default=0, name="version", low=0)
         b = _int_arg(request.args, 1, default=0, name="version", low=0)
         store = self._db.community(request.community.id)
@@ -313,7 +312,12 @@ class CommandHandlers:
             f"Staged updates: {len(state.staged_opinion_updates)}",
             f"Pending insights: {len(state.pending_insights)}",
             f"Shift since last reflection: {cumulative_shift(state):.3f}",
-            f"Last reflection at interaction: {state.last_reflection_at}",
+            "Last reflection: "
+            + (
+                f"at interaction {state.last_reflection_at}"
+                if state.last_reflection_at
+                else "none yet"
+            ),
             f"Next reflection: after {remaining} more interaction(s)"
             + (f", or at the nightly run {_fmt_time(nxt)}" if nxt else ""),
             f"Waiting to be processed: {agent.backlog}",
@@ -324,10 +328,14 @@ class CommandHandlers:
         if agent.last_ess is not None:
             e = agent.last_ess
             lines.append(f"Last message: {describe_ess(e)}")
+        if request.is_moderator:  # members' votes are for those who run the community
+            feedback = await self._db.feedback_counts(request.community.id)
+            if feedback.total:
+                lines.append(feedback_line(feedback))
         return CommandResult(text="\n".join(lines), title="Status")
 
     async def _cmd_usage(self, request: CommandRequest) -> CommandResult:
-        days = _int_arg(request.args, 0, default=7, name="days", low=1, high=MAX_USAGE_DAYS)
+        days = _int_arg(request.args, 0, default=7, name="days", low=1, high=USAGE_MAX_DAYS)
         cid = request.community.id
         today = self._budget.today()
         month_start = today.replace(day=1)
@@ -477,8 +485,6 @@ class CommandHandlers:
         )
 
     async def _cmd_rollback(self, request: CommandRequest) -> CommandResult:
-        if not request.args:
-            raise _UsageError("Usage: `/sonality rollback <version> [reason]`.")
         version = _int_arg(request.args, 0, default=0, name="version", low=0)
         reason = " ".join(request.args[1:]).strip()
         agent = await self._agent_for(request.community)
@@ -685,10 +691,12 @@ def render_usage(
 
 #: Versions `history` reads back to find the notable ones among plain chat.
 HISTORY_SCAN = 500
+#: A message version's rating, as its change line starts: "ESS 0.90".
+_RATING = re.compile(r"ESS \d+\.\d+")
 #: Causes that are always worth a line; an interaction is when it committed, decayed or
 #: reflected.
 _NOTABLE_CAUSES = frozenset({"seed", "rollback", "reflection", "decay", "forget-me", "budget"})
-_NOTABLE_CHANGES = ("committed", "reflection", "decayed")
+_NOTABLE_CHANGES = ("staged", "committed", "reflection", "decayed")
 
 
 def _notable(version: VersionInfo) -> bool:
@@ -697,9 +705,30 @@ def _notable(version: VersionInfo) -> bool:
     return any(word in version.change for word in _NOTABLE_CHANGES)
 
 
-def _fmt_version(v: VersionInfo) -> str:
+def _fmt_version(v: VersionInfo, credits: Mapping[str, str] | None = None) -> str:
+    """One version's line. A commit comes first, each topic with the arguments that
+    moved it; the message it happened during follows as "during: …", since a cooling
+    period often ends on a message that argued nothing."""
     who = f" by {v.actor}" if v.actor else ""
-    return f"v{v.version}  {_fmt_time(v.created_at)}  [{v.cause}{who}] {v.change}"
+    change = v.change
+    if credits:
+        parts = change.split(" | ")
+        commits = [p for p in parts if p.startswith("committed ")]
+        rest = [p for p in parts if not p.startswith("committed ")]
+        shown = []
+        for part in commits:
+            items = part.removeprefix("committed ").split("; ")
+            shown.append(
+                "committed "
+                + "; ".join(
+                    f"{item}, argued by {credits[item.split()[0]]}"
+                    if item.split() and item.split()[0] in credits
+                    else item
+                    for item in items
+                )
+            )
+        change = " | ".join([*shown, *(["during: " + " | ".join(rest)] if rest else [])])
+    return f"v{v.version}  {_fmt_time(v.created_at)}  [{v.cause}{who}] {change}"
 
 
 def _fold(run: list[VersionInfo]) -> str:
@@ -710,14 +739,20 @@ def _fold(run: list[VersionInfo]) -> str:
     return f"   … {len(run)} chat {noun} ({span}): no opinion or narrative changed"
 
 
-def credit_text(sources: list[MoveSource], names: Mapping[str, str]) -> str:
-    """ "Alice (v5), Bob (v7)": the members whose updates were netted into one move, and
-    the versions that staged them, largest contribution first. A member is shown by the
-    name stored with their messages (a forgotten member's pseudonym), else by the key."""
+def credit_text(
+    sources: list[MoveSource], names: Mapping[str, str], ratings: Mapping[int, str] = {}
+) -> str:
+    """ "Alice (v5, ESS 0.90), Bob (v7)": the members whose updates were netted into one
+    move, the versions that staged them and, where known, their rating, largest
+    contribution first. A member is shown by the name stored with their messages (a
+    forgotten member's pseudonym), else by the key."""
     parts = []
     for source in sources:
         who = names.get(source.member) or source.member or "unknown member"
-        parts.append(f"{who} (v{source.version})" if source.version else who)
+        where = [f"v{source.version}"] if source.version else []
+        if source.version in ratings:
+            where.append(ratings[source.version])
+        parts.append(f"{who} ({', '.join(where)})" if where else who)
     return ", ".join(parts)
 
 

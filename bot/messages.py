@@ -148,33 +148,3 @@ BUDGET_REACHED = (
     "I've reached today's spending limit for this community, so I'm resting until "
     "tomorrow. A moderator can raise it with /sonality budget."
 )
-
-COMMAND_NAMES: tuple[str, ...] = (
-    "beliefs",
-    "rollback",
-    "history",
-    "diff",
-    "snapshot",
-    "status",
-    "reflect",
-    "usage",
-    "budget",
-    "timeline",
-    "my-data",
-    "forget-me",
-    "forget-user",
-    "help",
-)
-#: Commands whose answer is about the caller alone: always delivered only to them.
-PRIVATE_COMMANDS: frozenset[str] = frozenset({"my-data", "forget-me", "forget-user"})
-MODERATOR_COMMANDS: frozenset[str] = frozenset({"rollback", "reflect", "budget"})
-#: Moderator commands that anyone may run without arguments, to look rather than change.
-READ_ONLY_WITHOUT_ARGS: frozenset[str] = frozenset({"budget"})
-
-
-def needs_moderator(name: str, args: tuple[str, ...]) -> bool:
-    """Whether this command, with these arguments, changes something only moderators may."""
-    name = name.strip().lower()
-    if name in READ_ONLY_WITHOUT_ARGS and not any(a.strip() for a in args):
-        return False
-    return name in MODERATOR_COMMANDS

@@ -29,6 +29,7 @@ from sonality.memory.sponge import SpongeState
 from storage.export import (
     MemberRows,
     StoredEvidence,
+    StoredFeedback,
     StoredFloodCount,
     StoredMessage,
     StoredModeratorAction,
@@ -102,6 +103,7 @@ class MemberExport(BaseModel):
     moderator_actions: tuple[StoredModeratorAction, ...]
     flood_count: StoredFloodCount | None = None
     spend_per_day: tuple[StoredSpend, ...] = ()
+    reply_feedback: tuple[StoredFeedback, ...] = ()
     reply_usage: UsageTotal
     not_per_member: str = NOT_PER_MEMBER
 
@@ -153,6 +155,7 @@ def build_export(
         moderator_actions=rows.moderator_actions,
         flood_count=rows.flood,
         spend_per_day=rows.spend,
+        reply_feedback=rows.feedback,
         reply_usage=usage,
     )
 

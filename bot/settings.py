@@ -81,7 +81,7 @@ class Settings(BaseSettings):
     llm_timeout_seconds: float | None = Field(
         default=None, gt=0, alias="SONALITY_LLM_TIMEOUT_SECONDS"
     )
-    # --- local models (README "Running a local model") -----------------------------
+    # --- local models (docs/models.md "Running a local model") ---------------------
     # The most output tokens a call of each role may ask for (usage_role: reply,
     # evidence = ESS and insight, reflection); unset = the engine's own limit.
     reply_max_tokens: int | None = Field(

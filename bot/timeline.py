@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from bot.command_table import TIMELINE_MAX_DAYS
 from bot.messages import Attachment, CommandRequest, CommandResult
 from bot.offload import Worker
 from sonality import config
@@ -77,7 +78,7 @@ if TYPE_CHECKING:
 MAX_VERSIONS = 3000
 #: Beliefs shown as small multiples when no topic is asked for.
 MAX_PANELS = 6
-MAX_DAYS = 365
+MAX_DAYS = TIMELINE_MAX_DAYS
 #: Members with a colour and a marker of their own; more are drawn as "others".
 MAX_MEMBERS = 7
 WIDTH_PX = 1000

@@ -15,7 +15,8 @@ def rebase(state: SpongeState, interaction_count: int) -> SpongeState:
     restored = state.model_copy(deep=True)
     offset = interaction_count - restored.interaction_count
     restored.interaction_count = interaction_count
-    restored.last_reflection_at += offset
+    if restored.last_reflection_at:  # 0 is "never reflected", which stays true
+        restored.last_reflection_at += offset
     for meta in restored.belief_meta.values():
         meta.last_reinforced += offset
     for update in restored.staged_opinion_updates:

@@ -49,6 +49,7 @@ from storage.buffers import BufferStore
 from storage.community import CommunityStore
 from storage.coordination import LEARNING, LOCK_SPACE, Coordinator
 from storage.export import ExportStore
+from storage.feedback import FeedbackStore
 from storage.flood import FloodStore
 from storage.forget import ForgetStore
 from storage.history import HistoryReader
@@ -85,6 +86,7 @@ class Database(
     ForgetStore,
     FloodStore,
     MemberSpendStore,
+    FeedbackStore,
 ):
     """The open database. Create with `await Database.open(path)`; `await close()` at exit."""
 

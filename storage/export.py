@@ -12,8 +12,9 @@ Chroma), ``audit_events`` of kind "ess" whose speaker is them (how each message 
 rated and which opinion updates it staged), ``evidence_log`` (the same ratings kept for
 good, with their one-line summaries, for the forget-me replay: the audit trail's copy
 expires), ``moderator_actions`` they took and, on PostgreSQL, their ``flood_windows``
-count (found by its hash of community and member), and ``member_spend`` (what the model
-calls for their messages cost today, for their share of the spending limit). Token
+count (found by its hash of community and member), ``member_spend`` (what the model
+calls for their messages cost today, for their share of the spending limit), and
+``reply_feedback`` (their thumbs up / down on replies, found by the same hash). Token
 usage per day (``usage_daily``) is per community, not per member, so it is not theirs;
 the per-message usage is.
 """
@@ -106,6 +107,16 @@ class StoredSpend(BaseModel):
     told_share_spent: bool
 
 
+class StoredFeedback(BaseModel):
+    """The member's vote on one reply (Slack's feedback buttons), the latest press."""
+
+    model_config = ConfigDict(frozen=True)
+
+    reply_id: str
+    positive: bool
+    pressed_at: datetime
+
+
 class StoredModeratorAction(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -129,6 +140,7 @@ class MemberRows(BaseModel):
     moderator_actions: tuple[StoredModeratorAction, ...] = ()
     flood: StoredFloodCount | None = None
     spend: tuple[StoredSpend, ...] = ()
+    feedback: tuple[StoredFeedback, ...] = ()
 
     @property
     def interaction_ids(self) -> list[str]:
@@ -245,6 +257,17 @@ class ExportStore(SqlBase):
                     (community_id, member_id),
                 )
             )
+            feedback = tuple(
+                StoredFeedback(
+                    reply_id=str(r[0]), positive=bool(r[1]), pressed_at=from_db_time(r[2])
+                )
+                for r in fetchall(
+                    conn,
+                    "SELECT reply_id, positive, pressed_at FROM reply_feedback "
+                    "WHERE community_id = ? AND member_key = ? ORDER BY pressed_at, reply_id",
+                    (community_id, member_key(community_id, member_id)),
+                )
+            )
             return MemberRows(
                 messages=messages,
                 conversation_turns=turns,
@@ -261,6 +284,7 @@ class ExportStore(SqlBase):
                     previous_window_messages=int(flood[3]),
                 ),
                 spend=spend,
+                feedback=feedback,
             )
 
         return await self._run_read(work)

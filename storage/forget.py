@@ -71,6 +71,7 @@ FORGET_TABLES = (
     "personality_versions",
     "flood_windows",
     "member_spend",
+    "reply_feedback",
 )
 
 __all__ = ["FORGOTTEN_TEXT", "ForgetRequest", "ForgetStore", "JournalEntry", "MemberWords"]
@@ -497,6 +498,11 @@ class ForgetStore(SqlBase):
                 conn,
                 "DELETE FROM member_spend WHERE community_id = ? AND member_id = ?",
                 (cid, member),
+            )
+            changed += execute(
+                conn,
+                "DELETE FROM reply_feedback WHERE community_id = ? AND member_key = ?",
+                (cid, member_key(cid, member)),
             )
             has = conn.dialect.contains
             for row_id, args, reason in fetchall(

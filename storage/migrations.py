@@ -578,6 +578,24 @@ _V11_MEMBER_SPEND: list[Statement] = [
     "CREATE INDEX member_spend_by_day ON member_spend (day)",
 ]
 
+# ---- issue 25: Slack feedback buttons on replies (one block; renumber freely) -------
+_V12_REPLY_FEEDBACK: list[Statement] = [
+    # A member's thumbs up / down on one of the bot's replies (storage/feedback.py): one
+    # row per reply and member, the member known only by the hash of community and
+    # member (storage/flood.py `member_key`), the latest press winning. Member data: a
+    # forget-me deletes the member's rows by that hash, my-data lists them.
+    """
+    CREATE TABLE reply_feedback (
+        community_id TEXT NOT NULL REFERENCES communities(id),
+        reply_id TEXT NOT NULL,
+        member_key TEXT NOT NULL,
+        positive INTEGER NOT NULL CHECK (positive IN (0, 1)),
+        pressed_at TEXT NOT NULL,
+        PRIMARY KEY (community_id, reply_id, member_key)
+    ) WITHOUT ROWID
+    """,
+]
+
 MIGRATIONS: list[list[Statement]] = [
     _V1,
     _V2,
@@ -590,6 +608,7 @@ MIGRATIONS: list[list[Statement]] = [
     _V9_FLOOD_SLIDING,
     _V10_FORGET_KEYS,
     _V11_MEMBER_SPEND,
+    _V12_REPLY_FEEDBACK,
 ]
 """Index i holds the statements that take the schema from version i to i + 1."""
 

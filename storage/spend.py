@@ -19,11 +19,12 @@ Shared work (reflection) is nobody's and is only in `usage_daily`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import date
+from datetime import date, datetime
 
 from pydantic import BaseModel, ConfigDict
 
 from storage.base import Conn, SqlBase, execute, fetchone
+from storage.forgotten import forgotten_since
 
 
 class MemberSpend(BaseModel):
@@ -37,6 +38,9 @@ class MemberSpend(BaseModel):
     usd: float = 0.0
     calls: int = 0
     tokens: int = 0
+    #: When the earliest message this amount was spent for came in (not stored): an
+    #: amount of a member who ran forget-me since is dropped, not written.
+    since: datetime | None = None
 
 
 _ADD = (
@@ -50,15 +54,16 @@ _ADD = (
 class MemberSpendStore(SqlBase):
     async def add_member_spend(self, amounts: Sequence[MemberSpend]) -> None:
         """Add each amount to its member's row of its day (one transaction)."""
-        params = [
-            (a.community_id, a.day.isoformat(), a.member_id, a.usd, a.calls, a.tokens)
-            for a in amounts
-        ]
-        if not params:
+        if not amounts:
             return
 
         def work(conn: Conn) -> None:
-            for row in params:
+            for a in amounts:
+                if a.since is not None and forgotten_since(
+                    conn, a.community_id, a.member_id, a.since
+                ):
+                    continue  # spent on a reply that was in flight during their forget-me
+                row = (a.community_id, a.day.isoformat(), a.member_id, a.usd, a.calls, a.tokens)
                 execute(conn, _ADD, row)
 
         await self._run_write(work, scope="member-spend")

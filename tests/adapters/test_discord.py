@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from adapters.discord import INTENTS_HELP, TOKEN_HELP, DiscordAdapter
+from bot.command_table import COMMAND_NAMES
 from bot.interface import StartupError
 from bot.messages import (
-    COMMAND_NAMES,
     CommandResult,
     Community,
     IncomingMessage,

@@ -1,8 +1,7 @@
-"""The command tables of the README and docs/using.md say what `/sonality help` says.
-
-Until the commands are defined once and every list is made from that definition, the
-bot's HELP text (bot/commands.py) is the reference: the same commands, each with the
-same parameters, and the same ones marked as moderators' only.
+"""The command tables of the README and docs/using.md list what the command table
+(bot/command_table.py) defines: the same commands, each with the same parameters, and
+the same ones marked as moderators' only. `/sonality help` is made from the same table
+(tests/adapters/test_command_surfaces.py checks it with Discord and Slack).
 """
 
 from __future__ import annotations
@@ -12,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.commands import HELP
+from bot import command_table
 from tests.docs.pages import README, ROOT, text_lines
 
 USING = ROOT / "docs" / "using.md"
@@ -24,13 +23,10 @@ Entry = tuple[str, bool]  # (signature, moderators only)
 
 def help_entries() -> set[Entry]:
     entries: set[Entry] = set()
-    for line in HELP.splitlines():
-        if not line.startswith("/sonality "):
-            continue  # a description's second line
-        rest = line.removeprefix("/sonality ")
-        match = SIGNATURE.match(rest)
-        assert match, line
-        entries.add((match.group(0), rest[match.end() :].strip().startswith("moderators:")))
+    for usage, what in command_table.help_entries():
+        match = SIGNATURE.fullmatch(usage)
+        assert match, usage
+        entries.add((usage, what.startswith("moderators:")))
     return entries
 
 
@@ -57,7 +53,8 @@ def test_help_lists_every_command_with_its_parameters() -> None:
 def test_the_page_lists_the_commands_help_lists(page: Path) -> None:
     shown, helped = table_entries(page), help_entries()
     assert shown == helped, (
-        f"only in {page.name}: {sorted(shown - helped)}; only in HELP: {sorted(helped - shown)}"
+        f"only in {page.name}: {sorted(shown - helped)}; "
+        f"only in the table: {sorted(helped - shown)}"
     )
 
 

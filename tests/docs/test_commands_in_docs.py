@@ -29,7 +29,7 @@ from tests.docs.pages import PAGES, ROOT, Command, commands, program_words
 ALL_COMMANDS = [command for page in PAGES for command in commands(page)]
 SCRIPTS = ("scripts/run.py", "scripts/test.py", "scripts/bench.py")
 #: Programs that have a script: naming them through `.venv/bin/python -m` would hide it.
-SCRIPTED_MODULES = {"bot", "bench.run", "pytest"}
+SCRIPTED_MODULES = {"bot", "bench", "bench.run", "pytest"}
 #: The image and the Compose service whose arguments go to the bot's command line.
 BOT_IMAGE = "sonality-bot"
 
@@ -77,8 +77,8 @@ def bench_problem(args: list[str]) -> str | None:
 
 
 @functools.cache
-def pytest_options() -> frozenset[str]:
-    shown = subprocess.run(
+def pytest_help() -> str:
+    return subprocess.run(
         [sys.executable, "-m", "pytest", "--help"],
         cwd=ROOT,
         capture_output=True,
@@ -86,15 +86,36 @@ def pytest_options() -> frozenset[str]:
         timeout=120,
         check=True,
     ).stdout
-    return frozenset(re.findall(r"(?<![\w-])(--?[A-Za-z][\w-]*)", shown))
+
+
+@functools.cache
+def pytest_options() -> frozenset[str]:
+    return frozenset(re.findall(r"(?<![\w-])(--?[A-Za-z][\w-]*)", pytest_help()))
+
+
+@functools.cache
+def pytest_options_with_a_value() -> frozenset[str]:
+    """Options whose help shows a value after them (`-m MARKEXPR`, `--maxfail=num`)."""
+    found: set[str] = set()
+    for line in pytest_help().splitlines():
+        entry = re.match(r"^\s+(-\S.*?)(?:\s{2,}|$)", line)
+        for form in entry.group(1).split(", ") if entry else ():
+            option, *value = re.split(r"[ =]", form, maxsplit=1)
+            if value and re.fullmatch(r"--?[A-Za-z][\w-]*", option):
+                found.add(option)
+    return frozenset(found)
 
 
 def pytest_args_problem(args: list[str]) -> str | None:
-    """pytest's arguments: options pytest knows, paths that exist."""
+    """pytest's arguments: options pytest knows (with their values), paths that exist."""
+    value_next = False
     for arg in args:
-        if arg.startswith("-"):
+        if value_next:
+            value_next = False
+        elif arg.startswith("-"):
             if arg.split("=")[0] not in pytest_options():
                 return f"pytest has no option {arg}"
+            value_next = "=" not in arg and arg in pytest_options_with_a_value()
         elif not (ROOT / arg.split("::")[0]).exists():
             return f"no such test path: {arg}"
     return None
@@ -172,9 +193,14 @@ def test_every_command_shown_runs_as_written(command: Command) -> None:
         (("python3", "scripts/run.py", "evaluate", "--suite", "vibes"), "unknown suite"),
         (("python3", "scripts/run.py", "evaluate", "--min", "charm=1"), "unknown metric"),
         (("python3", "scripts/run.py", "evaluate", "--verbose"), "--verbose"),
-        (("python3", "scripts/bench.py", "--only", "9"), "no figure named 9"),
+        (("python3", "scripts/bench.py", "--only", "3c"), "no figure named 3c"),
         (("python3", "scripts/test.py", "tests/nowhere"), "no such test path"),
         (("python3", "scripts/test.py", "--fast"), "no option --fast"),
+        (
+            ("python3", "scripts/test.py", "-m", "real_model", "tests/nowhere"),
+            "path: tests/nowhere",
+        ),
+        (("python3", "scripts/test.py", "-x", "real_model"), "no such test path: real_model"),
         ((".venv/bin/python", "-m", "bot"), "script of its own"),
         ((".venv/bin/python", "-m", "bench.nothing"), "no module"),
         (("docker", "compose", "run", "--rm", BOT_IMAGE, "restore"), "SOURCE"),
@@ -199,11 +225,11 @@ HELP_COMMANDS = sorted(
 def test_every_help_command_shown_runs_and_names_the_runnable_form(
     words: tuple[str, ...],
 ) -> None:
-    """Run what the script would run (its arguments to `-m bot` or `-m bench.run`)."""
+    """Run what the script would run (its arguments to `-m bot` or `-m bench`)."""
     script, *args = words
     module, form = {
         "scripts/run.py": ("bot", "python3 scripts/run.py"),
-        "scripts/bench.py": ("bench.run", "python3 scripts/bench.py"),
+        "scripts/bench.py": ("bench", "python3 scripts/bench.py"),
     }[script]
     done = subprocess.run(
         [sys.executable, "-m", module, *args],
@@ -288,7 +314,7 @@ def test_the_scripts_hand_every_argument_on_unchanged(monkeypatch: pytest.Monkey
     args = ["evaluate", "--label", "a b", "--yes"]
     assert _run_script(monkeypatch, "run.py", args) == [["/venv/bin/python", "-m", "bot", *args]]
     assert _run_script(monkeypatch, "bench.py", ["--only", "1"]) == [
-        ["/venv/bin/python", "-m", "bench.run", "--only", "1"]
+        ["/venv/bin/python", "-m", "bench", "--only", "1"]
     ]
     assert _run_script(monkeypatch, "test.py", ["tests/docs", "-x"]) == [
         ["/venv/bin/python", "-m", "pytest", "tests/docs", "-x"]

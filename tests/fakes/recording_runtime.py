@@ -12,13 +12,13 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Literal
 
+from bot.command_table import needs_moderator
 from bot.messages import (
     CommandRequest,
     CommandResult,
     Community,
     IncomingMessage,
     Reply,
-    needs_moderator,
 )
 from sonality.llm import TextSink
 

@@ -33,6 +33,8 @@ __all__ = [
     "FakeSlack",
     "FakeUpload",
     "RecordedRequest",
+    "block_errors",
+    "interaction_form",
     "post_signed",
     "sign",
 ]
@@ -40,6 +42,7 @@ __all__ = [
 #: What a bot token may do unless a test says otherwise (a current install of our app).
 DEFAULT_SCOPES: tuple[str, ...] = (
     "app_mentions:read",
+    "assistant:write",
     "chat:write",
     "commands",
     "files:read",
@@ -50,8 +53,16 @@ DEFAULT_SCOPES: tuple[str, ...] = (
     "im:read",
     "im:write",
 )
+#: What an app created from the manifest before Slack's agent surface and members'
+#: images (issue 25) holds: no `assistant:write` and no `files:read` (and no
+#: interactivity, which Slack does not report to the bot).
+OLD_MANIFEST_SCOPES: tuple[str, ...] = tuple(
+    s for s in DEFAULT_SCOPES if s not in ("assistant:write", "files:read")
+)
 #: Slack's limit on an image description (files.getUploadURLExternal `alt_txt`).
 MAX_ALT_TXT = 1000
+#: assistant.threads.setSuggestedPrompts takes up to this many prompts.
+MAX_PROMPTS = 4
 _CHANNEL_ID = re.compile(r"[CGD][A-Z0-9]{2,}")
 
 
@@ -97,6 +108,7 @@ class OAuthGrant:
     bot_user_id: str = "UBOT"
     enterprise_id: str | None = None
     installer_id: str = "UINSTALLER"
+    scopes: tuple[str, ...] = DEFAULT_SCOPES  # what the install granted
 
 
 @dataclass
@@ -156,6 +168,8 @@ class FakeSlack:
         self.streams: dict[str, dict[str, Any]] = {}
         # (channel, thread_ts, status) of every assistant.threads.setStatus.
         self.statuses: list[tuple[str, str, str]] = []
+        # Suggested prompts shown: channel, title and prompts of each accepted call.
+        self.suggested_prompts: list[dict[str, Any]] = []
         self.ws_connections = 0
         self.files: dict[str, SharedFile] = {}  # url_private path -> file
         self.file_requests: list[RecordedRequest] = []
@@ -375,9 +389,96 @@ class FakeSlack:
     async def _response(self, request: web.Request) -> web.Response:
         raw = await request.read()
         body = json.loads(raw) if raw else {}
+        if body.get("blocks") is not None and block_errors(body["blocks"]):
+            return web.Response(status=400, text="invalid_blocks")
         self.responses.setdefault(request.match_info["rid"], []).append(body)
         await self._notify()
         return web.Response(text="ok")
+
+    # -- interactions (what Slack sends when a member presses a button) -------------------
+
+    def press_feedback(
+        self, ts: str, *, user: str, team: str = "T0001", positive: bool = True
+    ) -> dict[str, Any]:
+        """The `block_actions` payload of `user` pressing thumbs up (or down) under the
+        streamed message `ts`, built from the blocks the bot sent with it."""
+        stream = self.streams[ts]
+        assert stream["stopped"], "Slack shows a message's blocks once its stream stopped"
+        for block in stream.get("blocks") or []:
+            for element in block.get("elements") or []:
+                if block["type"] == "context_actions" and element["type"] == "feedback_buttons":
+                    button = element["positive_button" if positive else "negative_button"]
+                    action = {
+                        "type": "feedback_buttons",
+                        "action_id": element["action_id"],
+                        "block_id": block.get("block_id") or "fb",
+                        "value": button["value"],
+                    }
+                    message = {
+                        "type": "message",
+                        "ts": ts,
+                        "thread_ts": stream["thread_ts"],
+                        "text": stream["text"],
+                        "blocks": stream["blocks"],
+                    }
+                    return self._press(team, user, stream["channel"], ts, action, message=message)
+        raise AssertionError(f"message {ts} has no feedback buttons")
+
+    def press_button(
+        self, rid: str, label: str, *, user: str, team: str = "T0001", channel: str = "C0001"
+    ) -> dict[str, Any]:
+        """The `block_actions` payload of `user` pressing the button labelled `label` on
+        the latest message with blocks posted to response_url `rid` (an ephemeral
+        message, seen only by the member it was for; Slack still names who pressed)."""
+        message = next(b for b in reversed(self.responses[rid]) if b.get("blocks"))
+        for block in message["blocks"]:
+            for element in block.get("elements") or []:
+                if element.get("type") == "button" and element["text"]["text"] == label:
+                    action = {
+                        "type": "button",
+                        "action_id": element["action_id"],
+                        "block_id": block.get("block_id") or "q",
+                        "text": element["text"],
+                        "value": element.get("value"),
+                        **({"style": element["style"]} if "style" in element else {}),
+                    }
+                    return self._press(team, user, channel, f"{time.time():.6f}", action)
+        raise AssertionError(f"no button {label!r} on the message posted to {rid}")
+
+    def _press(
+        self,
+        team: str,
+        user: str,
+        channel: str,
+        ts: str,
+        action: dict[str, Any],
+        *,
+        message: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        rid = f"press{next(self._ids)}"
+        payload: dict[str, Any] = {
+            "type": "block_actions",
+            "user": {"id": user, "username": user.lower(), "name": user.lower(), "team_id": team},
+            "api_app_id": "A0001",
+            "token": "legacy-verification-token",
+            "container": {
+                "type": "message",
+                "message_ts": ts,
+                "channel_id": channel,
+                "is_ephemeral": message is None,
+            },
+            "trigger_id": f"{next(self._ids)}.{next(self._ids)}",
+            "team": {"id": team, "domain": "test"},
+            "enterprise": None,
+            "is_enterprise_install": False,
+            "channel": {"id": channel, "name": "general" if channel.startswith("C") else ""},
+            "state": {"values": {}},
+            "response_url": self.response_url(rid),
+            "actions": [{**action, "action_ts": f"{time.time():.6f}"}],
+        }
+        if message is not None:
+            payload["message"] = message
+        return payload
 
     # -- Web API ----------------------------------------------------------------------------------
 
@@ -395,13 +496,16 @@ class FakeSlack:
         method = request.match_info["method"]
         self.requests.append(RecordedRequest(path=request.path, args=args, token=token))
         await self._notify()
+        # Slack names the token's scopes on every answer (Bolt reads them from auth.test).
+        ident = self._identity(token)
+        headers = {"x-oauth-scopes": ",".join(ident.scopes)} if ident is not None else {}
         if method in self.failures:
-            return web.json_response({"ok": False, "error": self.failures[method]})
+            return web.json_response({"ok": False, "error": self.failures[method]}, headers=headers)
         handler = getattr(self, "_api_" + method.replace(".", "_"), None)
         if handler is None:
-            return web.json_response({"ok": False, "error": "unknown_method"})
+            return web.json_response({"ok": False, "error": "unknown_method"}, headers=headers)
         result: dict[str, Any] = await handler(args, token)
-        return web.json_response(result)
+        return web.json_response(result, headers=headers)
 
     def _identity(self, token: str | None) -> Identity | None:
         if not token:
@@ -431,6 +535,9 @@ class FakeSlack:
     ) -> dict[str, Any]:
         if self._identity(token) is None:
             return {"ok": False, "error": "invalid_auth"}
+        _, invalid = _blocks_of(args)
+        if invalid is not None:
+            return invalid
         ts = f"{time.time():.6f}"
         return {
             "ok": True,
@@ -501,11 +608,15 @@ class FakeSlack:
         refused = self._stream_refusal(token)
         if refused is not None:
             return refused
+        blocks, invalid = _blocks_of(args)
+        if invalid is not None:
+            return invalid
         stream, answer = self._streamed(args)
         if stream is not None:
             stream["text"] += str(args.get("markdown_text") or "")
             stream["stopped"] = True
-            answer["message"] = {"text": stream["text"], "ts": args["ts"]}
+            stream["blocks"] = blocks or []  # rendered at the bottom of the message
+            answer["message"] = {"text": stream["text"], "ts": args["ts"], "blocks": blocks or []}
         return answer
 
     async def _api_assistant_threads_setStatus(
@@ -517,6 +628,46 @@ class FakeSlack:
         if not channel or not thread_ts or "status" not in args:
             return self._invalid("missing required field: channel_id, thread_ts or status")
         self.statuses.append((str(channel), str(thread_ts), str(args["status"])))
+        return {"ok": True}
+
+    async def _api_assistant_threads_setSuggestedPrompts(
+        self, args: dict[str, Any], token: str | None
+    ) -> dict[str, Any]:
+        """Prompts offered in a member's DM with the app. For an agent-view app (the
+        current manifest) a call naming a `thread_ts` is accepted and silently does
+        nothing, as Slack documents; prompts are set on the DM itself."""
+        ident, refused = self._with_scope(token, "assistant:write")
+        if ident is None:
+            return refused or {}
+        channel, prompts = args.get("channel_id"), args.get("prompts")
+        if not channel or prompts in (None, ""):
+            return self._invalid("missing required field: channel_id or prompts")
+        if str(channel) not in self.dms.values():
+            return {"ok": False, "error": "channel_not_found"}
+        try:
+            items = json.loads(prompts) if isinstance(prompts, str) else prompts
+        except ValueError:
+            return self._invalid("invalid type for field: prompts")
+        if (
+            not isinstance(items, list)
+            or not 1 <= len(items) <= MAX_PROMPTS
+            or not all(
+                isinstance(p, dict)
+                and isinstance(p.get("title"), str)
+                and p["title"].strip()
+                and isinstance(p.get("message"), str)
+                and p["message"].strip()
+                for p in items
+            )
+        ):
+            return self._invalid(
+                f"prompts must be 1 to {MAX_PROMPTS} objects, each with a title and a message"
+            )
+        if args.get("thread_ts"):
+            return {"ok": True}  # silently nothing, for an agent-view app
+        self.suggested_prompts.append(
+            {"channel": str(channel), "title": args.get("title"), "prompts": items}
+        )
         return {"ok": True}
 
     async def _api_reactions_add(self, args: dict[str, Any], token: str | None) -> dict[str, Any]:
@@ -559,16 +710,11 @@ class FakeSlack:
     ) -> dict[str, Any]:
         """A DM (one user) or group DM (2-8 users) with the bot, the same channel every
         time for the same people; Slack's errors for the cases a client can get wrong."""
-        ident = self._identity(token)
+        ident, refused = self._with_scope(
+            token, "im:write", needed="channels:manage,groups:write,im:write,mpim:write"
+        )
         if ident is None:
-            return {"ok": False, "error": "not_authed" if not token else "invalid_auth"}
-        if "im:write" not in ident.scopes:
-            return {
-                "ok": False,
-                "error": "missing_scope",
-                "needed": "channels:manage,groups:write,im:write,mpim:write",
-                "provided": ",".join(ident.scopes),
-            }
+            return refused or {}
         if args.get("channel"):
             channel = str(args["channel"])
             if channel not in self.dms.values():
@@ -585,24 +731,32 @@ class FakeSlack:
                 return {"ok": False, "error": "user_not_found"}
             if user.is_bot:
                 return {"ok": False, "error": "cannot_dm_bot"}
+        return {"ok": True, "channel": {"id": self.dm_with(*users)}}
+
+    def dm_with(self, *users: str) -> str:
+        """The DM (one user) or group DM of these users with the bot, made on first use:
+        the channel conversations.open gives and `app_home_opened` names."""
         key = ",".join(sorted(users))
         if key not in self.dms:
             prefix = "D" if len(users) == 1 else "G"
             self.dms[key] = f"{prefix}{next(self._ids):09d}"
-        return {"ok": True, "channel": {"id": self.dms[key]}}
+        return self.dms[key]
 
     # -- files: the upload v2 flow (files.getUploadURLExternal, POST, complete) ----------
 
-    def _file_writer(self, token: str | None) -> tuple[Identity | None, dict[str, Any] | None]:
-        """The token's identity, or the error Slack gives without one or without files:write."""
+    def _with_scope(
+        self, token: str | None, scope: str, needed: str | None = None
+    ) -> tuple[Identity | None, dict[str, Any] | None]:
+        """The token's identity, or the error Slack gives without one or without `scope`
+        (`needed` lists every scope that would do, where Slack names several)."""
         ident = self._identity(token)
         if ident is None:
             return None, {"ok": False, "error": "not_authed" if not token else "invalid_auth"}
-        if "files:write" not in ident.scopes:
+        if scope not in ident.scopes:
             return None, {
                 "ok": False,
                 "error": "missing_scope",
-                "needed": "files:write",
+                "needed": needed or scope,
                 "provided": ",".join(ident.scopes),
             }
         return ident, None
@@ -618,7 +772,7 @@ class FakeSlack:
     async def _api_files_getUploadURLExternal(
         self, args: dict[str, Any], token: str | None
     ) -> dict[str, Any]:
-        ident, refused = self._file_writer(token)
+        ident, refused = self._with_scope(token, "files:write")
         if ident is None:
             return refused or {}
         filename = args.get("filename")
@@ -691,7 +845,7 @@ class FakeSlack:
     async def _api_files_completeUploadExternal(
         self, args: dict[str, Any], token: str | None
     ) -> dict[str, Any]:
-        ident, refused = self._file_writer(token)
+        ident, refused = self._with_scope(token, "files:write")
         if ident is None:
             return refused or {}
         raw = args.get("files")
@@ -755,13 +909,18 @@ class FakeSlack:
             return {"ok": False, "error": "invalid_code"}
         self.identities.setdefault(
             grant.bot_token,
-            Identity(team_id=grant.team_id, user_id=grant.bot_user_id, bot_id="B" + grant.team_id),
+            Identity(
+                team_id=grant.team_id,
+                user_id=grant.bot_user_id,
+                bot_id="B" + grant.team_id,
+                scopes=grant.scopes,
+            ),
         )
         return {
             "ok": True,
             "app_id": "A0001",
             "authed_user": {"id": grant.installer_id},
-            "scope": "app_mentions:read,chat:write,commands",
+            "scope": ",".join(grant.scopes),
             "token_type": "bot",
             "access_token": grant.bot_token,
             "bot_user_id": grant.bot_user_id,
@@ -769,6 +928,127 @@ class FakeSlack:
             "enterprise": {"id": grant.enterprise_id} if grant.enterprise_id else None,
             "is_enterprise_install": False,
         }
+
+
+# --------------------------------------------------------------------------------------
+# Block Kit as Slack checks it (the kinds of block the bot sends, with their limits)
+
+_TEXT_LIMITS = {"section": 3000, "markdown": 12000}
+_BUTTON_TEXT = 75
+_VALUE = 2000
+_ID = 255
+
+
+def _plain_text_errors(text: object, where: str, limit: int) -> list[str]:
+    if not isinstance(text, dict) or text.get("type") != "plain_text":
+        return [f"must be a plain_text object [json-pointer:{where}]"]
+    body = text.get("text")
+    if not isinstance(body, str) or not 1 <= len(body) <= limit:
+        return [f"must be 1 to {limit} characters [json-pointer:{where}/text]"]
+    return []
+
+
+def _element_errors(element: object, where: str, ids: list[str]) -> list[str]:
+    if not isinstance(element, dict):
+        return [f"must be an object [json-pointer:{where}]"]
+    errors: list[str] = []
+    action_id = element.get("action_id")
+    if action_id is not None:
+        if not isinstance(action_id, str) or not 1 <= len(action_id) <= _ID:
+            errors.append(f"must be 1 to {_ID} characters [json-pointer:{where}/action_id]")
+        ids.append(str(action_id))
+    kind = element.get("type")
+    if kind == "button":
+        errors += _plain_text_errors(element.get("text"), f"{where}/text", _BUTTON_TEXT)
+        if len(str(element.get("value") or "")) > _VALUE:
+            errors.append(f"must be at most {_VALUE} characters [json-pointer:{where}/value]")
+        if element.get("style") not in (None, "primary", "danger"):
+            errors.append(f"must be primary or danger [json-pointer:{where}/style]")
+    elif kind == "feedback_buttons":
+        if action_id is None:
+            errors.append(f"missing required field: action_id [json-pointer:{where}]")
+        for side in ("positive_button", "negative_button"):
+            button = element.get(side)
+            if not isinstance(button, dict):
+                errors.append(f"missing required field: {side} [json-pointer:{where}]")
+                continue
+            errors += _plain_text_errors(button.get("text"), f"{where}/{side}/text", _BUTTON_TEXT)
+            value = button.get("value")
+            if not isinstance(value, str) or not 1 <= len(value) <= _VALUE:
+                errors.append(f"must be 1 to {_VALUE} characters [json-pointer:{where}/{side}]")
+    else:
+        errors.append(f"unsupported element type {kind!r} [json-pointer:{where}/type]")
+    return errors
+
+
+def block_errors(blocks: object) -> list[str]:
+    """What Slack would say is wrong with a message's `blocks` ([] when valid), for
+    the block kinds this bot sends: section, markdown, actions (buttons) and
+    context_actions (feedback buttons)."""
+    if not isinstance(blocks, list) or not 1 <= len(blocks) <= 50:
+        return ["must be a list of 1 to 50 blocks [json-pointer:/blocks]"]
+    errors: list[str] = []
+    ids: list[str] = []
+    for i, block in enumerate(blocks):
+        where = f"/blocks/{i}"
+        if not isinstance(block, dict):
+            errors.append(f"must be an object [json-pointer:{where}]")
+            continue
+        kind = block.get("type")
+        if len(str(block.get("block_id") or "")) > _ID:
+            errors.append(f"must be at most {_ID} characters [json-pointer:{where}/block_id]")
+        if kind == "section":
+            text = block.get("text")
+            if not isinstance(text, dict) or text.get("type") not in ("mrkdwn", "plain_text"):
+                errors.append(f"must be a text object [json-pointer:{where}/text]")
+            elif not 1 <= len(str(text.get("text") or "")) <= _TEXT_LIMITS["section"]:
+                errors.append(f"must be 1 to 3000 characters [json-pointer:{where}/text/text]")
+        elif kind == "markdown":
+            if not 1 <= len(str(block.get("text") or "")) <= _TEXT_LIMITS["markdown"]:
+                errors.append(f"must be 1 to 12000 characters [json-pointer:{where}/text]")
+        elif kind in ("actions", "context_actions"):
+            most = 25 if kind == "actions" else 5
+            elements = block.get("elements")
+            if not isinstance(elements, list) or not 1 <= len(elements) <= most:
+                errors.append(f"must hold 1 to {most} elements [json-pointer:{where}/elements]")
+                continue
+            allowed = ("button",) if kind == "actions" else ("feedback_buttons", "icon_button")
+            for j, element in enumerate(elements):
+                at = f"{where}/elements/{j}"
+                if isinstance(element, dict) and element.get("type") not in allowed:
+                    errors.append(f"not allowed in {kind} [json-pointer:{at}/type]")
+                else:
+                    errors += _element_errors(element, at, ids)
+        else:
+            errors.append(f"unsupported block type {kind!r} [json-pointer:{where}/type]")
+    repeated = sorted({i for i in ids if ids.count(i) > 1})
+    errors += [f"action_id {i!r} is used twice in one message" for i in repeated]
+    return errors
+
+
+def _blocks_of(args: dict[str, Any]) -> tuple[list[Any] | None, dict[str, Any] | None]:
+    """A Web API call's `blocks` (JSON, or a JSON string in a form), or Slack's error."""
+    raw = args.get("blocks")
+    if raw in (None, ""):
+        return None, None
+    try:
+        blocks = json.loads(raw) if isinstance(raw, str) else raw
+    except ValueError:
+        return None, {"ok": False, "error": "invalid_blocks_format"}
+    errors = block_errors(blocks)
+    if errors:
+        return None, {
+            "ok": False,
+            "error": "invalid_blocks",
+            "errors": errors,
+            "response_metadata": {"messages": [f"[ERROR] {e}" for e in errors]},
+        }
+    return blocks, None
+
+
+def interaction_form(payload: dict[str, Any]) -> dict[str, str]:
+    """How Slack posts an interaction to the Request URL: one form field, `payload`."""
+    return {"payload": json.dumps(payload)}
 
 
 # --------------------------------------------------------------------------------------

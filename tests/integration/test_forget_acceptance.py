@@ -279,7 +279,8 @@ async def test_forget_me_on_slack(
         heard_all = (await bot.agent(whole)).sponge
 
         asked = await bot.command("forget-me", user=SLACK_IDS[FOR])
-        assert asked["response_type"] == "ephemeral" and "confirm" in asked["text"]
+        # It asks (with Confirm / Cancel buttons here); typing `confirm` goes ahead too.
+        assert asked["response_type"] == "ephemeral" and "confirm" in asked["text"].lower()
         assert (await bot.agent(whole)).sponge == heard_all  # nothing without confirm
         since = len(anthropic_server.requests)
         done = await bot.command("forget-me confirm", user=SLACK_IDS[FOR])

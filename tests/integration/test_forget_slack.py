@@ -2,7 +2,9 @@
 
 Why: the forgetting itself is proven in test_forget_core.py; this checks a Slack member
 can reach it, privately, that nothing happens without `confirm`, and that the member's
-own export is empty afterwards while another member's is untouched.
+own export is empty afterwards while another member's is untouched. The typed flow is
+what an app created from the old manifest (no buttons) keeps; the buttons of the
+current one are in test_slack_agent_e2e.py.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import json
 
 from tests.fakes.anthropic_server import AnthropicFake
+from tests.fakes.slack_server import OLD_MANIFEST_SCOPES, Identity
 from tests.integration.test_slack_e2e import SlackBot, bot  # noqa: F401
 from tests.slack.conftest import fake_slack, http_session  # noqa: F401
 
@@ -37,13 +40,15 @@ async def test_forget_me_on_slack_asks_first_then_forgets(
     bot: SlackBot,  # noqa: F811
     anthropic_server: AnthropicFake,
 ) -> None:
+    bot.fake.default_identity = Identity(scopes=OLD_MANIFEST_SCOPES)
     _rate(anthropic_server, TOKEN)
     _rate(anthropic_server, OTHER)
     await bot.mention(f"<@UBOT> A 2023 study ({TOKEN}) found remote work helps.", user="U1")
     await bot.mention(f"<@UBOT> My own study ({OTHER}) agrees.", user="U2")
 
     asked = await bot.command("forget-me", user="U1")
-    assert asked["response_type"] == "ephemeral" and "confirm" in asked["text"]
+    assert asked["response_type"] == "ephemeral" and "blocks" not in asked
+    assert "`/sonality forget-me confirm`" in asked["text"]
     assert TOKEN.encode() in await _export(bot, "U1")  # nothing forgotten yet
 
     done = await bot.command("forget-me confirm", user="U1")

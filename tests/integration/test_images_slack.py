@@ -18,7 +18,7 @@ import aiohttp
 import pytest
 
 from tests.fakes.images import picture
-from tests.fakes.slack_server import DEFAULT_SCOPES, FakeSlack, Identity
+from tests.fakes.slack_server import OLD_MANIFEST_SCOPES, FakeSlack, Identity
 from tests.integration.conftest import LLMFake, chat_requests, ess_requests, make_settings
 from tests.integration.test_slack_e2e import SlackBot, slack_bot
 from tests.slack.conftest import (  # noqa: F401  (fixtures "fake", "http")
@@ -107,8 +107,7 @@ async def test_without_files_read_the_sign_in_redirect_is_not_followed(
 ) -> None:
     """An app made from the old manifest has no `files:read`: Slack answers the download
     with a redirect to its sign-in page. The member is told; the words are answered."""
-    older = tuple(s for s in DEFAULT_SCOPES if s != "files:read")
-    fake.identities[BOT_TOKEN] = Identity(team_id="T1", scopes=older)
+    fake.identities[BOT_TOKEN] = Identity(team_id="T1", scopes=OLD_MANIFEST_SCOPES)
     async with open_bot() as bot:
         shared = fake.share_file("cat.png", picture(), team="T1")
         reply = await deliver(bot, mention_with(bot, "<@UBOT> and this?", [shared]))

@@ -16,8 +16,10 @@ async def test_history_shows_what_changed_and_folds_plain_chat(runtime, llm_serv
     lines = history.text.splitlines()
     assert lines[0] == "   … 1 chat message (v5): no opinion or narrative changed"
     assert lines[1].startswith("v4 ") and "committed canary_zebra_crossings" in lines[1]
-    assert lines[2] == "   … 3 chat messages (v1–v3): no opinion or narrative changed"
-    assert lines[3].startswith("v0 ") and len(lines) == 4
+    assert lines[2] == "   … 2 chat messages (v2–v3): no opinion or narrative changed"
+    # The argument that staged the move is a line of its own, never folded as chat.
+    assert lines[3].startswith("v1 ") and "staged canary_zebra_crossings" in lines[3]
+    assert lines[4].startswith("v0 ") and len(lines) == 5
 
     everything = await command(runtime, "history", "all", moderator=False)
     assert [line.split()[0] for line in everything.text.splitlines()] == [

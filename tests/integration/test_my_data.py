@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from bot.messages import PRIVATE_COMMANDS, User
+from bot.command_table import PRIVATE_COMMANDS
+from bot.messages import User
 from bot.mydata import FORMAT, MemberExport
 from bot.runtime import Runtime
 from tests.fakes.anthropic_server import AnthropicFake

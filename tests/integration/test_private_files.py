@@ -107,7 +107,15 @@ async def test_the_data_log_export_and_backup_are_private_and_debug_logs_no_word
     assert open_to_others(backup) == []
     open_up(backup)
     restored = tmp_path / "restored"
-    await run_bot(tmp_path, "restore", str(backup), SONALITY_DATA_DIR=str(restored))
+    journal = str(data / "forget-journal.json")  # a new directory needs the old journal
+    await run_bot(
+        tmp_path,
+        "restore",
+        str(backup),
+        "--forget-journal",
+        journal,
+        SONALITY_DATA_DIR=str(restored),
+    )
     assert (restored / "chromadb" / "chroma.sqlite3").is_file()
     assert open_to_others(restored) == []
 

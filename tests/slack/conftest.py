@@ -36,6 +36,9 @@ class MemoryStore:
         self.seen: dict[tuple[str, str], datetime] = {}
         self.installations: list[tuple[dict[str, Any], dict[str, Any]]] = []
         self.states: dict[str, datetime] = {}
+        # (community, reply, member) -> thumbs up?; communities the bot keeps data for.
+        self.feedback: dict[tuple[str, str, str], bool] = {}
+        self.communities: set[str] = set()
 
     async def mark_event_seen(
         self, platform: str, event_id: str, at: datetime, ttl_seconds: int
@@ -81,6 +84,14 @@ class MemoryStore:
     async def consume_oauth_state(self, state: str, now: datetime) -> bool:
         expires = self.states.pop(state, None)
         return expires is not None and now < expires
+
+    async def record_feedback(
+        self, community_id: str, reply_id: str, member_id: str, positive: bool, at: datetime
+    ) -> bool:
+        if community_id not in self.communities:
+            return False
+        self.feedback[(community_id, reply_id, member_id)] = positive
+        return True
 
 
 def slack_values(fake: FakeSlack, **overrides: Any) -> dict[str, Any]:
@@ -210,6 +221,21 @@ def mention_event(
         ],
         "is_ext_shared_channel": False,
     }
+
+
+def app_home_opened_event(
+    *, team: str, user: str, channel: str, tab: str = "messages", event_id: str = "EvHome"
+) -> dict[str, Any]:
+    """A member opened the app's Messages (or Home) tab; `channel` is their DM with it."""
+    body = mention_event(event_id=event_id, team=team, user=user, channel=channel)
+    body["event"] = {
+        "type": "app_home_opened",
+        "user": user,
+        "channel": channel,
+        "tab": tab,
+        "event_ts": body["event"]["event_ts"],
+    }
+    return body
 
 
 def dm_event(*, event_id: str, text: str = "hi in private", **extra: Any) -> dict[str, Any]:

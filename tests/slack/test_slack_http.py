@@ -11,11 +11,9 @@ from typing import Any
 
 import aiohttp
 import pytest
-import yaml  # installed with chromadb
 from slack_bolt.context.async_context import AsyncBoltContext
 
 from adapters.slack import (
-    BOT_SCOPES,
     MESSAGE_LIMIT,
     SlackAdapter,
     _team_of,
@@ -400,22 +398,6 @@ def test_slack_text_to_plain() -> None:
     assert from_slack_text(raw, "UBOT", {"U2": "Bob"}) == (
         "ask @Bob in #general about docs (https://e.x) & @here <3"
     )
-
-
-def test_manifest_matches_what_the_adapter_needs() -> None:
-    manifest = yaml.safe_load((Path(__file__).parents[2] / "slack" / "manifest.yml").read_text())
-    assert tuple(manifest["oauth_config"]["scopes"]["bot"]) == BOT_SCOPES
-    assert set(manifest["settings"]["event_subscriptions"]["bot_events"]) == {
-        "app_mention",
-        "message.im",
-        "app_uninstalled",
-        "tokens_revoked",
-    }
-    [command] = manifest["features"]["slash_commands"]
-    assert command["command"] == "/sonality" and command["usage_hint"]
-    assert manifest["settings"]["socket_mode_enabled"] is True
-    assert manifest["settings"]["interactivity"]["is_enabled"] is False
-    assert manifest["settings"]["org_deploy_enabled"] is False
 
 
 def test_team_is_the_workspace_not_the_author_or_org() -> None:

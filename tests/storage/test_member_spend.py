@@ -85,3 +85,20 @@ async def test_housekeeping_deletes_past_days_and_erasing_a_community_its_rows(
     assert stored(backend) == [(CID, today.isoformat(), BOB), ("slack:T2", today.isoformat(), BOB)]
     await db.erase_community(CID, at(1))
     assert stored(backend) == [("slack:T2", today.isoformat(), BOB)]
+
+
+async def test_spend_on_a_reply_in_flight_during_a_forget_me_is_not_stored(
+    db: Database, backend: Backend
+) -> None:
+    """A reply's cost is written after its call ends; if the member's forget-me was
+    journaled since their message came in, the amount is dropped, not stored: their id
+    would otherwise be back in a table right after the forget-me erased it."""
+    request = await db.begin_forget(CID, BOB, requested_by=BOB, reason="", at=at(2))
+    await db.erase_member(request, MemberWords(), at(3))
+    in_flight = spend(BOB, 1.0).model_copy(update={"since": at(1)})
+    later = spend(BOBBY, 1.0).model_copy(update={"since": at(1)})
+    await db.add_member_spend([in_flight, later])
+    assert stored(backend) == [(CID, DAY.isoformat(), BOBBY)]
+    # What Bob spends on a message sent after his forget-me counts as anyone's.
+    await db.add_member_spend([spend(BOB, 0.5).model_copy(update={"since": at(4)})])
+    assert stored(backend) == [(CID, DAY.isoformat(), BOB), (CID, DAY.isoformat(), BOBBY)]

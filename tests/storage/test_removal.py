@@ -31,6 +31,7 @@ async def fill(db: Database, community_id: str, word: str) -> None:
     )
     await db.touch_community(community_id, name=f"team {word}", at=at(1))
     await db.append_exchange(community_id, "u1", f"I say {word}", "ok", at(1))
+    await db.record_feedback(community_id, "1700000000.000100", "u1", True, at(1))
     team = community_id.partition(":")[2]
     key = {"enterprise_id": None, "team_id": team, "user_id": "U1"}
     await db.save_installation(key, {"bot_token": f"xoxb-{word}"})

@@ -70,6 +70,7 @@ async def fill(path: Path, key: str) -> None:
             [MemberSpend(community_id="slack:T1", day=day, member_id="u2", usd=0.25, calls=1)]
         )
         await db.claim_share_notice("slack:T1", day, "u2")
+        await db.record_feedback("slack:T1", "1700000000.000100", "u2", True, at(60))
     finally:
         await db.close()
 
