@@ -37,6 +37,7 @@ from adapters.discord_confirm import ConfirmView
 from adapters.discord_faults import GatewayClass, answer_command_error
 from adapters.sanitize import MAX_COMMUNITY_NAME_CHARS, clean_command, clean_name, clean_text
 from bot.command_table import PRIVATE_COMMANDS, needs_moderator
+from bot.images import AttachedFile, ImageFetcher
 from bot.interface import ChatRuntime, StartupError
 from bot.messages import (
     INTERNAL_ERROR,
@@ -61,6 +62,8 @@ MESSAGE_LIMIT = 2000
 # Past this, a command's output is a wall of followups nobody scrolls; a file is kinder.
 ATTACH_THRESHOLD = 4 * MESSAGE_LIMIT
 AUTOCOMPLETE_TIMEOUT = 2.5  # Discord drops autocomplete answers after 3 s
+#: Where Discord serves attachments (`url` on the CDN, `proxy_url` on the media proxy).
+CDN_HOSTS = ("https://cdn.discordapp.com", "https://media.discordapp.net")
 NO_MENTIONS = discord.AllowedMentions.none()
 
 INTENTS_HELP = (
@@ -313,6 +316,12 @@ class DiscordAdapter:
         self._client: discord.Client | None = None
         self._tree: app_commands.CommandTree[Any] | None = None
         self._ready = asyncio.Event()
+        # Attachments come from Discord's CDN; with DISCORD_API_BASE_URL set (a fake
+        # Discord in the tests) also from that host, where the fake serves them.
+        hosts = [*CDN_HOSTS]
+        if "discord_api_base_url" in settings.model_fields_set:
+            hosts.append(settings.discord_api_base_url)
+        self._images = ImageFetcher(hosts, enabled=settings.reads_images, platform="Discord")
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -505,7 +514,7 @@ class DiscordAdapter:
         # The answer starts before the typing indicator's first request returns: that
         # round trip to Discord need not sit in front of every reply.
         stream = StreamedReply(message)
-        handling = asyncio.create_task(self._runtime.handle(incoming, on_text=stream.feed))
+        handling = asyncio.create_task(self._handle_with_images(message, incoming, stream))
         try:
             async with contextlib.AsyncExitStack() as stack:
                 try:
@@ -526,6 +535,16 @@ class DiscordAdapter:
             await stream.finish(reply)
         elif reply is not None:
             await self._send_reply(message, reply)
+
+    async def _handle_with_images(
+        self, message: discord.Message, incoming: IncomingMessage, stream: StreamedReply
+    ) -> Reply | None:
+        """The runtime's answer, once the message's images are fetched from the CDN."""
+        files = [
+            AttachedFile(a.filename, a.url, a.size, a.content_type) for a in message.attachments
+        ]
+        incoming = await self._images.attach(incoming, files)
+        return await self._runtime.handle(incoming, on_text=stream.feed)
 
     def to_incoming(self, message: discord.Message) -> IncomingMessage | None:
         """The neutral message for `message`, or None when the bot should stay silent."""
@@ -553,7 +572,7 @@ class DiscordAdapter:
                 return None
             community = _community(guild.id, guild.name, author)
         text = clean_text(self.clean_text(message, me.id)).strip()
-        if not text:
+        if not text and not message.attachments:
             return None
         channel = message.channel
         channel_id, thread_id = channel.id, None

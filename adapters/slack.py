@@ -82,6 +82,7 @@ from adapters.slack_agent import (
     question_blocks,
 )
 from bot.command_table import COMMAND_NAMES, PRIVATE_COMMANDS, command, split_command
+from bot.images import AttachedFile, ImageFetcher
 from bot.interface import ChatRuntime, StartupError
 from bot.messages import (
     INTERNAL_ERROR,
@@ -133,6 +134,7 @@ BOT_SCOPES: tuple[str, ...] = (
     "chat:write",
     "assistant:write",
     "commands",
+    "files:read",
     "files:write",
     "reactions:write",
     "users:read",
@@ -140,6 +142,8 @@ BOT_SCOPES: tuple[str, ...] = (
     "im:read",
     "im:write",
 )
+#: Where a shared file's `url_private` points.
+FILES_HOST = "https://files.slack.com"
 # Commands whose successful result the whole channel should see (see module docstring).
 PUBLIC_RESULTS: frozenset[str] = frozenset({"rollback"})
 # Why a command's file could not be posted, in words for the caller (Slack error codes).
@@ -456,6 +460,18 @@ class _UserInfo:
     fetched_at: float
 
 
+def _attached(file: dict[str, Any]) -> AttachedFile:
+    """A shared file as the event describes it. A file Slack hides (over a free plan's
+    limit, or shared from another organisation) has no private URL: its fetch fails."""
+    size = file.get("size")
+    return AttachedFile(
+        name=str(file.get("name") or file.get("title") or ""),
+        url=str(file.get("url_private_download") or file.get("url_private") or ""),
+        size=size if isinstance(size, int) else None,
+        media_type=file.get("mimetype") or None,
+    )
+
+
 def _team_of(body: dict[str, Any], context: AsyncBoltContext) -> str | None:
     """The workspace a message or command belongs to, i.e. whose personality answers.
 
@@ -666,6 +682,12 @@ class SlackAdapter:
         self._runner: web.AppRunner | None = None
         self._socket: AsyncSocketModeHandler | None = None
         self._bound_port: int | None = None
+        # Shared files come from Slack's files host; with SLACK_API_URL set (a fake
+        # Slack in the tests) also from that host, where the fake serves them.
+        hosts = [FILES_HOST]
+        if "slack_api_url" in settings.model_fields_set:
+            hosts.append(settings.slack_api_url)
+        self._images = ImageFetcher(hosts, enabled=settings.reads_images, platform="Slack")
 
         self._check_settings()
         self.socket_mode = settings.slack_app_token is not None
@@ -1153,6 +1175,11 @@ class SlackAdapter:
                 text=text,
                 addressed=True,
             )
+            files = [_attached(f) for f in event.get("files") or [] if isinstance(f, dict)]
+            if files:  # private files: fetched with the bot token, which needs files:read
+                token = context.bot_token or client.token or ""
+                auth = {"Authorization": f"Bearer {token}"}
+                message = await self._images.attach(message, files, auth)
             stream: SlackStream | None = None
             # A bot's answer is posted whole with chat.postMessage, whose text is escaped
             # so that no mention in it can ping anyone (a streamed one is markdown).

@@ -40,6 +40,7 @@ from bot.settings import Settings
 from sonality.agent import SonalityAgent
 from sonality.ess import normalize_topic
 from sonality.llm import ChatTurn, LLMError, TextSink
+from sonality.prompts import with_image_note
 from sonality.store import Speaker
 from storage import Database
 
@@ -146,7 +147,7 @@ class Runtime:
         if self.removals.is_removed(message.community.id):
             return None  # removed from there: not a word until it is added back
         text = message.text.strip()
-        if not text:
+        if not text and not message.images and not message.file_notes:
             return None
         community, user = message.community, message.user
         verdict = await self._flood_verdict(community.id, user.id, message.trusted)
@@ -156,6 +157,9 @@ class Runtime:
         if verdict is Verdict.WARN:
             log.info("rate limited %s in %s", user.id, community.id)
             return Reply(text=SLOW_DOWN, kind=ReplyKind.NOTICE)
+        if not text and not message.images:
+            # Only files the model cannot see: say why, and ask the model nothing.
+            return Reply(text=" ".join(message.file_notes), kind=ReplyKind.NOTICE)
 
         # Characters handed to the adapter's sink so far ([] until the first piece).
         shown: list[int] = []
@@ -183,7 +187,14 @@ class Runtime:
             now = datetime.now(UTC)
             self.last_message_at[community.id] = now
             history = self._history(community.id, user.id, now)  # read during retrieval
-            reply = await agent.respond(text, _speaker(user), history, on_text=sink, learn=learn)
+            reply = await agent.respond(
+                text,
+                _speaker(user),
+                history,
+                on_text=sink,
+                images=message.images,
+                learn=learn,
+            )
         except MemberShareExceeded:  # spent while this message waited for its turn
             return await self._share_notice(community.id, user.id)
         except BudgetExceeded:  # reached while this message waited for its turn
@@ -211,7 +222,8 @@ class Runtime:
         # The reply is already durable in the outbox (which also notes the activity); the
         # conversation buffer and the community's name are written after it leaves, so
         # the person waits for nothing but the model, not for a queue of SQLite writes.
-        self._spawn(self._after_reply(community, user.id, text, reply, now))
+        kept = with_image_note(text, len(message.images))  # as the agent recorded it
+        self._spawn(self._after_reply(community, user.id, kept, reply, now))
         # Ids and sizes only: a DEBUG log must never hold what a member wrote.
         log.debug(
             "answered %s in %s: %d chars in, %d out", user.id, community.id, len(text), len(reply)
@@ -220,6 +232,8 @@ class Runtime:
             reply += (
                 f"\n\n(Your message was very long, so I only read its first {limit:,} characters.)"
             )
+        if message.file_notes:
+            reply += "\n\n(" + " ".join(message.file_notes) + ")"
         return Reply(text=reply, truncated=truncated, streamed=bool(shown))
 
     async def _flood_verdict(self, community_id: str, user_id: str, trusted: bool) -> Verdict:

@@ -28,6 +28,7 @@ from providers import (
     is_local_endpoint,
 )
 from providers.pricing import ModelPrice
+from providers.vision import known_to_take_images
 from sonality import config as engine_config
 
 
@@ -160,6 +161,10 @@ class Settings(BaseSettings):
     rate_limit_window_seconds: float = Field(
         default=60.0, gt=0, alias="SONALITY_RATE_LIMIT_WINDOW_SECONDS"
     )
+    # Whether members' images go to the reply model: "auto" when SONALITY_MODEL is one
+    # the bot knows to read images (providers/vision.py), "on" always (a local vision
+    # model), "off" never. Without it a member's image gets a note that it was not read.
+    vision: Literal["auto", "on", "off"] = Field(default="auto", alias="SONALITY_VISION")
     agent_idle_evict_minutes: float = Field(
         default=30.0, gt=0, alias="SONALITY_AGENT_IDLE_EVICT_MINUTES"
     )
@@ -465,6 +470,13 @@ class Settings(BaseSettings):
         self.model = self.model.strip() or reply
         self.ess_model = self.ess_model.strip() or evidence
         return self
+
+    @property
+    def reads_images(self) -> bool:
+        """Whether members' images go to the reply model (SONALITY_VISION)."""
+        if self.vision == "auto":
+            return known_to_take_images(self.model)
+        return self.vision == "on"
 
     @property
     def resolved_database_path(self) -> Path:
