@@ -39,7 +39,8 @@ from adapters.discord_confirm import ConfirmView
 from adapters.discord_faults import GatewayClass, answer_command_error
 from adapters.sanitize import MAX_COMMUNITY_NAME_CHARS, clean_command, clean_name, clean_text
 from bot.command_table import PRIVATE_COMMANDS, needs_moderator
-from bot.interface import ChatRuntime, StartupError
+from bot.images import AttachedFile, ImageFetcher
+from bot.interface import ChatRuntime, Started, StartupError
 from bot.messages import (
     INTERNAL_ERROR,
     CommandRequest,
@@ -63,6 +64,8 @@ MESSAGE_LIMIT = 2000
 # Past this, a command's output is a wall of followups nobody scrolls; a file is kinder.
 ATTACH_THRESHOLD = 4 * MESSAGE_LIMIT
 AUTOCOMPLETE_TIMEOUT = 2.5  # Discord drops autocomplete answers after 3 s
+#: Where Discord serves attachments (`url` on the CDN, `proxy_url` on the media proxy).
+CDN_HOSTS = ("https://cdn.discordapp.com", "https://media.discordapp.net")
 NO_MENTIONS = discord.AllowedMentions.none()
 
 INTENTS_HELP = (
@@ -315,12 +318,19 @@ class DiscordAdapter:
     ) -> None:
         self._runtime = runtime
         self._settings = settings
+        self._answer_bots = settings.answer_bot_ids
         self._client_options = dict(client_options or {})
         self._identify_delay = identify_delay
         self._endpoints = _Endpoints()
         self._client: discord.Client | None = None
         self._tree: app_commands.CommandTree[Any] | None = None
         self._ready = asyncio.Event()
+        # Attachments come from Discord's CDN; with DISCORD_API_BASE_URL set (a fake
+        # Discord in the tests) also from that host, where the fake serves them.
+        hosts = [*CDN_HOSTS]
+        if "discord_api_base_url" in settings.model_fields_set:
+            hosts.append(settings.discord_api_base_url)
+        self._images = ImageFetcher(hosts, enabled=settings.reads_images, platform="Discord")
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -514,6 +524,7 @@ class DiscordAdapter:
     async def _on_message(self, message: discord.Message) -> None:
         incoming = self.to_incoming(message)
         if incoming is None:
+            await self._person_wrote(message)
             return
         guild_id = message.guild.id if message.guild else None
         # The answer starts before the typing indicator's first request returns: that
@@ -527,7 +538,7 @@ class DiscordAdapter:
             started.set()
 
         handling = asyncio.create_task(
-            self._runtime.handle(incoming, on_text=stream.feed, on_start=on_start)
+            self._handle_with_images(message, incoming, stream, on_start)
         )
         try:
             deciding = asyncio.create_task(started.wait())
@@ -556,31 +567,55 @@ class DiscordAdapter:
         elif reply is not None:
             await self._send_reply(message, reply)
 
+    async def _handle_with_images(
+        self,
+        message: discord.Message,
+        incoming: IncomingMessage,
+        stream: StreamedReply,
+        on_start: Started,
+    ) -> Reply | None:
+        """The runtime's answer, once the message's images are fetched from the CDN. A
+        message that did not address the bot (a free channel's) is handed over without
+        them: no picture is downloaded for a message the bot may well not answer."""
+        if incoming.addressed:
+            files = [
+                AttachedFile(a.filename, a.url, a.size, a.content_type) for a in message.attachments
+            ]
+            incoming = await self._images.attach(incoming, files)
+        return await self._runtime.handle(incoming, on_text=stream.feed, on_start=on_start)
+
     def to_incoming(self, message: discord.Message) -> IncomingMessage | None:
         """The neutral message for `message`, or None when the bot should stay silent."""
         client = self._client
         me = client.user if client is not None else None
         author = message.author
-        if me is None or author.bot or author.id == me.id or message.webhook_id is not None:
+        if me is None or author.id == me.id or message.webhook_id is not None:
             return None
         if message.type not in (discord.MessageType.default, discord.MessageType.reply):
             return None  # joins, pins, thread starters: nothing was said to the bot
         guild = message.guild
         if guild is None:
-            if not self._settings.discord_allow_dms or not isinstance(
-                message.channel, discord.DMChannel
+            if (
+                author.bot
+                or not self._settings.discord_allow_dms
+                or not isinstance(message.channel, discord.DMChannel)
             ):
                 return None
             community = _community(None, "", author)
             addressed = True
+        elif author.bot:
+            if not self._answers_bot(message, me.id):
+                return None
+            community = _community(guild.id, guild.name, author)
+            addressed = True
         else:
             # Handed over either way: in a free channel the runtime answers it too.
             # Without the Message Content intent Discord sends such a message without
-            # its text, so it ends here as empty.
+            # its text (and attachments), so it ends here as empty.
             addressed = self._addresses_bot(message, me.id)
             community = _community(guild.id, guild.name, author)
         text = clean_text(self.clean_text(message, me.id)).strip()
-        if not text:
+        if not text and not message.attachments:
             return None
         channel = message.channel
         channel_id, thread_id = channel.id, None
@@ -591,10 +626,37 @@ class DiscordAdapter:
             channel_id=str(channel_id),
             thread_id=thread_id,
             message_id=str(message.id),
-            user=User(id=str(author.id), name=clean_name(author.display_name), is_bot=False),
+            user=User(id=str(author.id), name=clean_name(author.display_name), is_bot=author.bot),
             text=text,
             addressed=addressed,
         )
+
+    def _answers_bot(self, message: discord.Message, bot_id: int) -> bool:
+        """Whether `message`, from another bot, is one to answer: a bot the operator
+        listed (SONALITY_ANSWER_BOTS) that really pinged us. A mention or reply whose
+        ping it switched off is not enough, so a bot that keeps its replies quiet, as
+        we do, never sets us off."""
+        return str(message.author.id) in self._answer_bots and any(
+            u.id == bot_id for u in message.mentions
+        )
+
+    async def _person_wrote(self, message: discord.Message) -> None:
+        """A person's message the bot does not answer still ends the bots' run of replies
+        in its channel (SONALITY_BOT_EXCHANGES); nothing to do unless bots are answered."""
+        if (
+            not self._answer_bots
+            or message.guild is None
+            or message.author.bot
+            or message.webhook_id is not None
+            or message.type not in (discord.MessageType.default, discord.MessageType.reply)
+        ):
+            return
+        channel = message.channel
+        channel_id = channel.parent_id if isinstance(channel, discord.Thread) else channel.id
+        try:
+            await self._runtime.person_wrote(f"{PLATFORM}:{message.guild.id}", str(channel_id))
+        except Exception:
+            log.exception("Discord: could not note a message in guild %s", message.guild.id)
 
     def _addresses_bot(self, message: discord.Message, bot_id: int) -> bool:
         """An @mention (user or the bot's own role) or a reply to the bot's message.

@@ -82,6 +82,7 @@ from adapters.slack_agent import (
     question_blocks,
 )
 from bot.command_table import COMMAND_NAMES, PRIVATE_COMMANDS, command, split_command
+from bot.images import AttachedFile, ImageFetcher
 from bot.interface import ChatRuntime, StartupError
 from bot.messages import (
     INTERNAL_ERROR,
@@ -135,6 +136,7 @@ BOT_SCOPES: tuple[str, ...] = (
     "chat:write",
     "assistant:write",
     "commands",
+    "files:read",
     "files:write",
     "reactions:write",
     "users:read",
@@ -153,6 +155,8 @@ FREE_NEEDS_SCOPES = (
     "workspace admin adds them from slack/manifest.yml and reinstalls the app. Nothing "
     "was changed."
 )
+#: Where a shared file's `url_private` points.
+FILES_HOST = "https://files.slack.com"
 # Commands whose successful result the whole channel should see (see module docstring).
 PUBLIC_RESULTS: frozenset[str] = frozenset({"rollback"})
 # Why a command's file could not be posted, in words for the caller (Slack error codes).
@@ -168,6 +172,9 @@ _UPLOAD_PROBLEMS: dict[str, str] = {
 _CHANNEL_TYPES = frozenset({"channel", "group"})
 # Message subtypes that are still a human talking to us; edits, deletions, joins... aren't.
 _HUMAN_SUBTYPES: frozenset[str | None] = frozenset({None, "file_share", "thread_broadcast"})
+# ...and another bot talking to us (an app's own messages have no subtype; legacy
+# integrations post `bot_message`).
+_BOT_SUBTYPES = _HUMAN_SUBTYPES | {"bot_message"}
 _AUTH_ERRORS = frozenset(
     {"invalid_auth", "not_authed", "account_inactive", "token_revoked", "token_expired"}
 )
@@ -469,6 +476,18 @@ class _UserInfo:
     fetched_at: float
 
 
+def _attached(file: dict[str, Any]) -> AttachedFile:
+    """A shared file as the event describes it. A file Slack hides (over a free plan's
+    limit, or shared from another organisation) has no private URL: its fetch fails."""
+    size = file.get("size")
+    return AttachedFile(
+        name=str(file.get("name") or file.get("title") or ""),
+        url=str(file.get("url_private_download") or file.get("url_private") or ""),
+        size=size if isinstance(size, int) else None,
+        media_type=file.get("mimetype") or None,
+    )
+
+
 def _team_of(body: dict[str, Any], context: AsyncBoltContext) -> str | None:
     """The workspace a message or command belongs to, i.e. whose personality answers.
 
@@ -682,6 +701,7 @@ class SlackAdapter:
         self._host = host
         self._port = settings.slack_port if port is None else port
         self._moderators = settings.slack_moderators
+        self._answer_bots = settings.answer_bot_ids
         self._users: dict[tuple[str, str], _UserInfo] = {}
         # (team, user) -> the channel of that user's DM with the bot (it never changes).
         self._bot_dms: dict[tuple[str, str], str] = {}
@@ -696,6 +716,12 @@ class SlackAdapter:
         self._runner: web.AppRunner | None = None
         self._socket: AsyncSocketModeHandler | None = None
         self._bound_port: int | None = None
+        # Shared files come from Slack's files host; with SLACK_API_URL set (a fake
+        # Slack in the tests) also from that host, where the fake serves them.
+        hosts = [FILES_HOST]
+        if "slack_api_url" in settings.model_fields_set:
+            hosts.append(settings.slack_api_url)
+        self._images = ImageFetcher(hosts, enabled=settings.reads_images, platform="Slack")
 
         self._check_settings()
         self.socket_mode = settings.slack_app_token is not None
@@ -1104,10 +1130,28 @@ class SlackAdapter:
     @staticmethod
     def _is_from_bot(event: dict[str, Any]) -> bool:
         """Any bot, not only ourselves (Bolt's IgnoringSelfEvents already drops those):
-        two bots answering each other would loop."""
+        another bot is answered only if listed, and the runtime limits how often."""
         return bool(
             event.get("bot_id") or event.get("subtype") == "bot_message" or event.get("bot_profile")
         )
+
+    def _answerable_bot(self, event: dict[str, Any], context: AsyncBoltContext) -> str | None:
+        """The id under which another bot's message is answered, or None: never our
+        own message, and only a bot the operator listed (SONALITY_ANSWER_BOTS) by any of
+        its ids (user, bot or app id)."""
+        profile = event.get("bot_profile") or {}
+        ids = [
+            event.get("user"),
+            event.get("bot_id"),
+            profile.get("id"),
+            profile.get("app_id"),
+            event.get("app_id"),
+        ]
+        # Bolt already drops the app's own events; this holds should that ever change.
+        own = {context.bot_id, context.bot_user_id} - {None}
+        if any(i in own for i in ids):
+            return None
+        return next((i for i in ids if isinstance(i, str) and i in self._answer_bots), None)
 
     async def _handle_event(
         self,
@@ -1118,11 +1162,16 @@ class SlackAdapter:
         is_dm: bool,
         addressed: bool = True,
     ) -> None:
-        if self._is_from_bot(event) or event.get("subtype") not in _HUMAN_SUBTYPES:
+        bot_id: str | None = None
+        if self._is_from_bot(event):
+            bot_id = None if is_dm else self._answerable_bot(event, context)
+            if bot_id is None or event.get("subtype") not in _BOT_SUBTYPES:
+                return
+        elif event.get("subtype") not in _HUMAN_SUBTYPES:
             return
         team = _team_of(body, context)
         channel = event.get("channel")
-        user_id = event.get("user")
+        user_id = bot_id or event.get("user")
         ts = event.get("ts")
         if not team or not channel or not user_id or not ts:
             log.debug("Slack event without team/channel/user/ts ignored: %s", body.get("event_id"))
@@ -1156,7 +1205,13 @@ class SlackAdapter:
 
         try:
             text = await self._incoming_text(client, team, event.get("text") or "", context)
-            author = await self._user(client, team, user_id)
+            if bot_id is None:
+                author = await self._user(client, team, user_id)
+                name = author.name if author else ""
+            else:  # users.info knows no B… or A… id; the event names the bot
+                author = None
+                profile = event.get("bot_profile") or {}
+                name = clean_name(str(profile.get("name") or event.get("username") or ""))
             community = Community(id=f"{PLATFORM}:{team}")
             if is_dm:
                 self._bot_dms[(team, user_id)] = channel
@@ -1167,12 +1222,21 @@ class SlackAdapter:
                 channel_id=channel,
                 thread_id=thread_ts,
                 message_id=ts,
-                user=User(id=user_id, name=author.name if author else ""),
+                user=User(id=user_id, name=name, is_bot=bot_id is not None),
                 text=text,
                 addressed=addressed,
             )
+            # Not for a message that did not address the bot (a free channel's): no
+            # picture is downloaded for a message the bot may well not answer.
+            files = [_attached(f) for f in event.get("files") or [] if isinstance(f, dict)]
+            if files and addressed:  # private files: fetched with the bot token (files:read)
+                token = context.bot_token or client.token or ""
+                auth = {"Authorization": f"Bearer {token}"}
+                message = await self._images.attach(message, files, auth)
             stream: SlackStream | None = None
-            if thread_ts is not None and team not in self._without_streaming:
+            # A bot's answer is posted whole with chat.postMessage, whose text is escaped
+            # so that no mention in it can ping anyone (a streamed one is markdown).
+            if thread_ts is not None and team not in self._without_streaming and not bot_id:
                 stream = SlackStream(
                     self,
                     client,

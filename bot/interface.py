@@ -41,6 +41,12 @@ class ChatRuntime(Protocol):
         """
         ...
 
+    async def person_wrote(self, community_id: str, channel_id: str) -> None:
+        """A person (not a bot) wrote in a channel, in a message not handed to `handle`:
+        the bot's run of replies to other bots there ends (SONALITY_BOT_EXCHANGES).
+        Never raises."""
+        ...
+
     async def run_command(self, request: CommandRequest) -> CommandResult:
         """Run one `/sonality` command; refusals and errors come back as results."""
         ...

@@ -10,6 +10,8 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from sonality.llm import ImagePart
+
 
 class Community(BaseModel):
     """A personality's home: a Discord guild, a Slack workspace, the terminal, a DM.
@@ -63,6 +65,12 @@ class IncomingMessage(BaseModel):
     # The operator at the bot's own terminal: not a member to protect the bot from, so
     # never flood-limited. Only the terminal adapter sets it.
     trusted: bool = False
+    # Pictures attached to the message, downloaded and checked by the adapter
+    # (bot/images.py); they go to the model with the text and are never stored.
+    images: tuple[ImagePart, ...] = ()
+    # What became of attached files that are not in `images`, one short sentence each
+    # for the member ("report.pdf is not an image I can look at.").
+    file_notes: tuple[str, ...] = ()
 
 
 class ReplyKind(StrEnum):

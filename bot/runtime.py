@@ -14,6 +14,7 @@ from collections.abc import Coroutine
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
+from bot.bot_exchanges import BotExchanges
 from bot.budget import SPENDER, BudgetExceeded, BudgetLedger, MemberShareExceeded, Spender
 from bot.channels import ChannelMode, ChannelModes, Hearing
 from bot.commands import CommandHandlers, describe_ess, ranked_topics
@@ -32,6 +33,7 @@ from bot.messages import (
     IncomingMessage,
     Reply,
     ReplyKind,
+    User,
 )
 from bot.ratelimit import RateLimiter, SharedRateLimiter, Verdict
 from bot.registry import CommunityRegistry
@@ -40,6 +42,7 @@ from bot.settings import Settings
 from sonality.agent import SonalityAgent
 from sonality.ess import normalize_topic
 from sonality.llm import ChatTurn, LLMError, TextSink
+from sonality.prompts import with_image_note
 from sonality.store import Speaker
 from storage import Database
 
@@ -108,6 +111,8 @@ class Runtime:
         self.removals = CommunityRemovals(
             db, registry, settings.delete_after_removal_days, on_erased=self._forget_caches
         )
+        # Other bots answered (SONALITY_ANSWER_BOTS), a few times in a row per channel.
+        self.bot_exchanges = BotExchanges(db, settings.answer_bot_ids, settings.bot_exchanges)
 
     # ------------------------------------------------------------------ messages
     async def handle(
@@ -116,12 +121,54 @@ class Runtime:
         on_text: TextSink | None = None,
         on_start: Started | None = None,
     ) -> Reply | None:
-        if not self._accepting or message.user.is_bot:
+        if message.user.is_bot:
+            return await self._handle_bot(message, on_text, on_start)
+        if self._accepting and not self.removals.is_removed(message.community.id):
+            await self.bot_exchanges.person_wrote(message.community.id, message.channel_id)
+        return await self._answer(message, on_text, on_start)
+
+    async def person_wrote(self, community_id: str, channel_id: str) -> None:
+        await self.bot_exchanges.person_wrote(community_id, channel_id)
+
+    async def _handle_bot(
+        self, message: IncomingMessage, on_text: TextSink | None, on_start: Started | None
+    ) -> Reply | None:
+        """Another bot's message: answered only if the operator listed it, at most
+        SONALITY_BOT_EXCHANGES times in a row in the channel, and never learned from."""
+        community = message.community
+        if (
+            not self._accepting
+            or not message.addressed
+            or not self.bot_exchanges.may_answer(message.user.id)
+            or self.removals.is_removed(community.id)
+            or not message.text.strip()
+        ):
+            return None
+        if not await self.bot_exchanges.claim(community.id, message.channel_id):
+            return None
+        reply = await self._answer(message, on_text, on_start, learn=False)
+        if reply is not None and reply.kind is ReplyKind.NOTICE and not reply.streamed:
+            # "Slow down", "spending limit reached", "model unavailable" are for people;
+            # to a bot they would only be one more message to answer.
+            return None
+        return reply
+
+    async def _answer(
+        self,
+        message: IncomingMessage,
+        on_text: TextSink | None,
+        on_start: Started | None,
+        *,
+        learn: bool = True,
+    ) -> Reply | None:
+        """Answer one message as its channel's mode says (`bot.channels`); with `learn`
+        off, nothing of it is learned."""
+        if not self._accepting:
             return None
         if self.removals.is_removed(message.community.id):
             return None  # removed from there: not a word until it is added back
         text = message.text.strip()
-        if not text:
+        if not text and not message.images and not message.file_notes:
             return None
         community, user = message.community, message.user
         hearing = await self._hearing(message)
@@ -139,6 +186,11 @@ class Runtime:
         if verdict is Verdict.WARN:
             log.info("rate limited %s in %s", user.id, community.id)
             return Reply(text=SLOW_DOWN, kind=ReplyKind.NOTICE)
+        if not text and not message.images:
+            # Only files the model cannot see: say why, and ask the model nothing.
+            if unprompted:
+                return None
+            return Reply(text=" ".join(message.file_notes), kind=ReplyKind.NOTICE)
         if unprompted and not self.channels.take_turn(community.id, message.channel_id):
             return None
         if on_start is not None:
@@ -171,7 +223,12 @@ class Runtime:
             self.last_message_at[community.id] = now
             history = self._history(community.id, user.id, now)  # read during retrieval
             reply = await agent.respond(
-                text, Speaker(id=user.id, name=user.name), history, on_text=sink
+                text,
+                _speaker(user),
+                history,
+                on_text=sink,
+                images=message.images,
+                learn=learn,
             )
         except MemberShareExceeded:  # spent while this message waited for its turn
             return None if unprompted else await self._share_notice(community.id, user.id)
@@ -200,7 +257,8 @@ class Runtime:
         # The reply is already durable in the outbox (which also notes the activity); the
         # conversation buffer and the community's name are written after it leaves, so
         # the person waits for nothing but the model, not for a queue of SQLite writes.
-        self._spawn(self._after_reply(community, user.id, text, reply, now))
+        kept = with_image_note(text, len(message.images))  # as the agent recorded it
+        self._spawn(self._after_reply(community, user.id, kept, reply, now))
         # Ids and sizes only: a DEBUG log must never hold what a member wrote.
         log.debug(
             "answered %s in %s: %d chars in, %d out", user.id, community.id, len(text), len(reply)
@@ -209,6 +267,8 @@ class Runtime:
             reply += (
                 f"\n\n(Your message was very long, so I only read its first {limit:,} characters.)"
             )
+        if message.file_notes:
+            reply += "\n\n(" + " ".join(message.file_notes) + ")"
         return Reply(text=reply, truncated=truncated, streamed=bool(shown))
 
     async def _hearing(self, message: IncomingMessage) -> Hearing:
@@ -411,3 +471,10 @@ class Runtime:
         await self.commands.timelines.close()
         await self.registry.close_all()
         await self.budget.flush()  # what members spent, learning's last calls included
+
+
+def _speaker(user: User) -> Speaker:
+    """Who the model is told wrote the message; another bot is named as one."""
+    if user.is_bot:
+        return Speaker(id=user.id, name=f"{user.name or 'another bot'} (a bot)")
+    return Speaker(id=user.id, name=user.name)

@@ -28,6 +28,7 @@ from providers import (
     is_local_endpoint,
 )
 from providers.pricing import ModelPrice
+from providers.vision import known_to_take_images
 from sonality import config as engine_config
 
 
@@ -160,6 +161,10 @@ class Settings(BaseSettings):
     rate_limit_window_seconds: float = Field(
         default=60.0, gt=0, alias="SONALITY_RATE_LIMIT_WINDOW_SECONDS"
     )
+    # Whether members' images go to the reply model: "auto" when SONALITY_MODEL is one
+    # the bot knows to read images (providers/vision.py), "on" always (a local vision
+    # model), "off" never. Without it a member's image gets a note that it was not read.
+    vision: Literal["auto", "on", "off"] = Field(default="auto", alias="SONALITY_VISION")
     agent_idle_evict_minutes: float = Field(
         default=30.0, gt=0, alias="SONALITY_AGENT_IDLE_EVICT_MINUTES"
     )
@@ -174,6 +179,11 @@ class Settings(BaseSettings):
     free_channel_seconds: float = Field(
         default=20.0, ge=0, le=86_400, alias="SONALITY_FREE_CHANNEL_SECONDS"
     )
+    # Other bots the bot may answer (bot/bot_exchanges.py): their ids, comma-separated
+    # (a Discord bot's user id; a Slack bot's B…, U… or A… id). Empty: every bot ignored.
+    answer_bots: str = Field(default="", alias="SONALITY_ANSWER_BOTS")
+    # Replies to those bots in a row per channel, until a person writes there.
+    bot_exchanges: int = Field(default=3, ge=1, le=100, alias="SONALITY_BOT_EXCHANGES")
 
     # --- scheduler -------------------------------------------------------------------
     nightly_hour: int = Field(default=4, ge=0, le=23, alias="SONALITY_NIGHTLY_HOUR")
@@ -343,6 +353,23 @@ class Settings(BaseSettings):
             return None
         return parse_shard_ids(self.discord_shard_ids)
 
+    @field_validator("answer_bots")
+    @classmethod
+    def _bot_ids(cls, value: str) -> str:
+        ids = [part.strip() for part in value.split(",") if part.strip()]
+        for bot_id in ids:
+            if not bot_id.isascii() or not bot_id.isalnum():
+                raise ValueError(
+                    f"{bot_id[:40]!r} is not a bot id: list ids separated by commas, such as "
+                    "a Discord bot's user id (digits) or a Slack bot's B…/U… id"
+                )
+        return ",".join(ids)
+
+    @property
+    def answer_bot_ids(self) -> frozenset[str]:
+        """The ids in SONALITY_ANSWER_BOTS (empty: no bot is ever answered)."""
+        return frozenset(self.answer_bots.split(",")) - {""}
+
     @field_validator("database_url")
     @classmethod
     def _postgres_url(cls, value: SecretStr | None) -> SecretStr | None:
@@ -454,6 +481,13 @@ class Settings(BaseSettings):
         self.model = self.model.strip() or reply
         self.ess_model = self.ess_model.strip() or evidence
         return self
+
+    @property
+    def reads_images(self) -> bool:
+        """Whether members' images go to the reply model (SONALITY_VISION)."""
+        if self.vision == "auto":
+            return known_to_take_images(self.model)
+        return self.vision == "on"
 
     @property
     def resolved_database_path(self) -> Path:

@@ -21,6 +21,7 @@ engine needs and the SDK cannot know:
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
 from collections.abc import Sequence
@@ -30,6 +31,8 @@ import anthropic
 from anthropic import Omit
 from anthropic.types import (
     AssistantMessageParam,
+    Base64ImageSourceParam,
+    ImageBlockParam,
     Message,
     MessageParam,
     TextBlock,
@@ -45,6 +48,7 @@ from providers import HOSTED_TIMEOUT_SECONDS, OutputCap, capped
 from sonality import config
 from sonality.llm import (
     ChatTurn,
+    ImagePart,
     LLMClient,
     LLMError,
     SystemBlock,
@@ -342,11 +346,30 @@ def _messages_param(turns: Sequence[ChatTurn], cached: set[int]) -> list[Message
             content = [
                 {"type": "text", "text": turn.content, "cache_control": {"type": "ephemeral"}}
             ]
-        if turn.role == "user":
+        if turn.images:
+            # Anthropic reads pictures best placed before the text about them.
+            text: list[TextBlockParam] = (
+                content if isinstance(content, list) else [{"type": "text", "text": content}]
+            )
+            blocks: list[ImageBlockParam | TextBlockParam] = [
+                *(_image_block(image) for image in turn.images),
+                *text,
+            ]
+            params.append(UserMessageParam(role="user", content=blocks))
+        elif turn.role == "user":
             params.append(UserMessageParam(role="user", content=content))
         else:
             params.append(AssistantMessageParam(role="assistant", content=content))
     return params
+
+
+def _image_block(image: ImagePart) -> ImageBlockParam:
+    source = Base64ImageSourceParam(
+        type="base64",
+        media_type=image.media_type,
+        data=base64.standard_b64encode(image.data).decode("ascii"),
+    )
+    return ImageBlockParam(type="image", source=source)
 
 
 class _SinkFailed(Exception):

@@ -33,6 +33,7 @@ long enough prompt prefix by itself and reports the hits as `cached_tokens`.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
 import os
@@ -49,6 +50,9 @@ from openai.types.chat import (
     ChatCompletion,
     ChatCompletionAssistantMessageParam,
     ChatCompletionChunk,
+    ChatCompletionContentPartImageParam,
+    ChatCompletionContentPartParam,
+    ChatCompletionContentPartTextParam,
     ChatCompletionFunctionToolParam,
     ChatCompletionMessageParam,
     ChatCompletionSystemMessageParam,
@@ -62,6 +66,7 @@ from providers import DEFAULT_MODELS, HOSTED_TIMEOUT_SECONDS, OutputCap, capped
 from providers.levels import LevelMemory
 from sonality.llm import (
     ChatTurn,
+    ImagePart,
     LLMClient,
     LLMError,
     SystemBlock,
@@ -570,13 +575,28 @@ def _messages_param(
     if system_text:
         params.append(ChatCompletionSystemMessageParam(role="system", content=system_text))
     for turn in turns:
-        if turn.role == "user":
+        if turn.images:
+            parts: list[ChatCompletionContentPartParam] = [
+                *(_image_part(image) for image in turn.images),
+                ChatCompletionContentPartTextParam(type="text", text=turn.content),
+            ]
+            params.append(ChatCompletionUserMessageParam(role="user", content=parts))
+        elif turn.role == "user":
             params.append(ChatCompletionUserMessageParam(role="user", content=turn.content))
         else:
             params.append(
                 ChatCompletionAssistantMessageParam(role="assistant", content=turn.content)
             )
     return params
+
+
+def _image_part(image: ImagePart) -> ChatCompletionContentPartImageParam:
+    """A picture inline as a data URL: the one image form OpenAI and the local servers
+    (llama.cpp, Ollama, vLLM) all take, and no server is sent to fetch anything."""
+    encoded = base64.standard_b64encode(image.data).decode("ascii")
+    return ChatCompletionContentPartImageParam(
+        type="image_url", image_url={"url": f"data:{image.media_type};base64,{encoded}"}
+    )
 
 
 # --- answer parsing ----------------------------------------------------------------------

@@ -25,10 +25,10 @@ from sonality.changes import (
     message_step,
     reflection_event,
 )
-from sonality.ess import ESSResult, classify
+from sonality.ess import ESSResult, classify, wordless_ess
 from sonality.evidence import ROLLBACK, EvidenceStep
 from sonality.learning import LearningQueue
-from sonality.llm import ChatTurn, LLMClient, LLMError, TextSink
+from sonality.llm import ChatTurn, ImagePart, LLMClient, LLMError, TextSink
 from sonality.memory.access import AgentMemory, DirectMemory
 from sonality.memory.episodes import EpisodeMemory
 from sonality.memory.sponge import SpongeState
@@ -41,7 +41,14 @@ from sonality.opinions import (
     update_topics,
     views_for_ess,
 )
-from sonality.prompts import build_message_turn, build_messages, build_system_blocks
+from sonality.prompts import (
+    build_message_turn,
+    build_messages,
+    build_system_blocks,
+    member_words,
+    noted_images,
+    with_image_note,
+)
 from sonality.reflection import (
     RECENT_EPISODES_FOR_REFLECTION,
     ReflectionOutcome,
@@ -257,17 +264,24 @@ class SonalityAgent:
         speaker: Speaker | None = None,
         conversation: Sequence[ChatTurn] | Awaitable[Sequence[ChatTurn]] = (),
         on_text: TextSink | None = None,
+        images: Sequence[ImagePart] = (),
+        *,
+        learn: bool = True,
     ) -> str:
         """Answer one message with one LLM call and queue it for learning.
 
         `conversation` may be an awaitable, so the host's read overlaps retrieval.
-        `on_text` gets the reply as it streams. Raises `LLMError` when there is no whole
-        reply; nothing is recorded then.
+        `on_text` gets the reply as it streams. `images` go to the model with the
+        message and are never kept: the record notes only how many there were, and
+        learning rates the words alone. With `learn` off the message is answered and
+        forgotten: no outbox row, no ESS, no memory; only the reply's tokens are kept.
+        Raises `LLMError` when there is no whole reply; nothing is recorded then.
         """
         if self._closed:
             raise RuntimeError("agent is closed")
         asked_at = utcnow()  # a forget-me of the speaker from now on refuses the record
         speaker = speaker or ANONYMOUS
+        user_message = with_image_note(user_message, len(images))
         hidden = self.sponge.hidden_ranges
         waits: list[Awaitable[Any]] = [self.memory.recall(user_message, hidden)]
         waits.append(conversation if inspect.isawaitable(conversation) else _ready(conversation))
@@ -282,7 +296,7 @@ class SonalityAgent:
         turn = build_message_turn(user_message, speaker.name, memories, traits)
         result = await self.client.reply(
             system=build_system_blocks(self.sponge.snapshot),
-            messages=build_messages(history, turn),
+            messages=build_messages(history, turn, images),
             max_tokens=config.RESPONSE_MAX_TOKENS,
             model=self.model,
             purpose="reply",
@@ -291,6 +305,12 @@ class SonalityAgent:
         reply = result.text.strip()
         if not reply:
             raise LLMError("the model returned an empty answer")
+        if not learn:
+            usage = UsageRecord(
+                purpose="reply", model=result.model, usage=result.usage, created_at=asked_at
+            )
+            await self.store.record_usage([usage])
+            return reply
         record = InteractionRecord(
             id=uuid.uuid4().hex,
             speaker=speaker,
@@ -327,7 +347,8 @@ class SonalityAgent:
                 agent_response=record.reply,
                 ess_score=ess.score,
                 topics=ess.topics,
-                summary=ess.summary,
+                # The summary rates the words; the memory also keeps that images came.
+                summary=" ".join(filter(None, (ess.summary, noted_images(record.message)))),
                 interaction=state.interaction_count,
                 version=version,
             )
@@ -369,14 +390,16 @@ class SonalityAgent:
         self, record: InteractionRecord, views: str, usage: list[UsageRecord]
     ) -> ESSResult:
         """ESS of the user's words alone, cached per interaction so a retry pays once.
+        A message of pictures without words is not rated: there is nothing to judge.
 
         `LLMError` propagates: an outage is retried, never scored as "no argument".
         """
         if self._classified is not None and self._classified[0] == record.id:
             return self._classified[1]
-        ess = await classify(
-            self.client, record.message, views, model=self.ess_model, usage_sink=usage
-        )
+        words = member_words(record.message)
+        if not words.strip():
+            return wordless_ess()
+        ess = await classify(self.client, words, views, model=self.ess_model, usage_sink=usage)
         self._classified = (record.id, ess)
         return ess
 

@@ -14,6 +14,7 @@ read the schema as a hint.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import re
@@ -185,6 +186,17 @@ def safe_default_ess(user_message: str) -> ESSResult:
         summary=fallback_summary(user_message),
         opinion_direction=OpinionDirection.NEUTRAL,
         used_defaults=True,
+    )
+
+
+def wordless_ess() -> ESSResult:
+    """The rating of a message without words (pictures only): no model is asked, since
+    the rating judges words and there are none, and nothing in it can move a belief."""
+    return dataclasses.replace(
+        safe_default_ess(""),
+        internal_consistency=True,
+        summary="The sender wrote no words.",
+        used_defaults=False,
     )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal, Protocol, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class Usage(BaseModel):
@@ -30,15 +30,39 @@ class SystemBlock(BaseModel):
     cache: bool = False
 
 
+#: The picture formats every vendor's vision models take.
+ImageMediaType = Literal["image/png", "image/jpeg", "image/gif", "image/webp"]
+
+
+class ImagePart(BaseModel):
+    """A picture that goes with a user turn: its bytes and what format they are in.
+
+    Why bytes and not a link: the model's vendor must never be sent to fetch a URL
+    from a chat platform (it could not, without the platform's token), and the host
+    checked the file before handing it over."""
+
+    model_config = ConfigDict(frozen=True)
+
+    media_type: ImageMediaType
+    data: bytes = Field(min_length=1)
+
+
 class ChatTurn(BaseModel):
     """`cache=True` marks the end of a prefix worth caching (a hint, as for
-    `SystemBlock`)."""
+    `SystemBlock`). `images` go with a user turn's text, shown before it."""
 
     model_config = ConfigDict(frozen=True)
 
     role: Literal["user", "assistant"]
     content: str
     cache: bool = False
+    images: tuple[ImagePart, ...] = ()
+
+    @model_validator(mode="after")
+    def _images_from_users_only(self) -> ChatTurn:
+        if self.images and self.role != "user":
+            raise ValueError("only a user turn can carry images")
+        return self
 
 
 class TextResult(BaseModel):

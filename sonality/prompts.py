@@ -11,10 +11,11 @@ text there. Templates are for `str.format`.
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Sequence
 
 from sonality import config
-from sonality.llm import ChatTurn, SystemBlock
+from sonality.llm import ChatTurn, ImagePart, SystemBlock
 
 CORE_IDENTITY = """\
 You are Sonality, a mind whose opinions are your own: they grew out of conversations \
@@ -161,12 +162,16 @@ def build_message_turn(
     return "\n\n".join(parts)
 
 
-def build_messages(history: Sequence[ChatTurn], turn: str) -> list[ChatTurn]:
-    """The speaker's earlier turns (cached up to the last), then `turn`; the oldest are
-    dropped beyond MAX_CONVERSATION_CHARS, and the result opens with a user turn."""
+def build_messages(
+    history: Sequence[ChatTurn], turn: str, images: Sequence[ImagePart] = ()
+) -> list[ChatTurn]:
+    """The speaker's earlier turns (cached up to the last), then `turn` with `images`;
+    the oldest are dropped beyond MAX_CONVERSATION_CHARS, and the result opens with a
+    user turn. Images go in the last turn only, after the cached prefix, so a picture
+    never changes what the vendor can reuse."""
     last = len(history) - 1
     earlier = [t.model_copy(update={"cache": i == last}) for i, t in enumerate(history)]
-    turns = [*earlier, ChatTurn(role="user", content=turn)]
+    turns = [*earlier, ChatTurn(role="user", content=turn, images=tuple(images))]
     total = sum(len(t.content) for t in turns)
     start = 0
     while total > config.MAX_CONVERSATION_CHARS and start < len(turns) - 1:
@@ -175,6 +180,35 @@ def build_messages(history: Sequence[ChatTurn], turn: str) -> list[ChatTurn]:
     while start < len(turns) - 1 and turns[start].role != "user":
         start += 1
     return turns[start:]
+
+
+def image_note(count: int) -> str:
+    """How a kept message records the pictures that came with it: "[shared 2 images]"."""
+    return f"[shared {count} image{'' if count == 1 else 's'}]"
+
+
+_IMAGE_NOTE = re.compile(r"\n?\[shared \d+ images?\]\Z")
+
+
+def with_image_note(words: str, count: int) -> str:
+    """The message as it is kept and remembered: the member's words, then a note of how
+    many images came with them. The images themselves are never kept."""
+    if count <= 0:
+        return words
+    return f"{words}\n{image_note(count)}" if words else image_note(count)
+
+
+def member_words(message: str) -> str:
+    """A kept message without the note `with_image_note` added: the member's own words,
+    which are all the evidence rating ever sees."""
+    return _IMAGE_NOTE.sub("", message)
+
+
+def noted_images(message: str) -> str:
+    """The note `with_image_note` added to a kept message ("" without one), for a memory
+    of the message to say that pictures came with it."""
+    found = _IMAGE_NOTE.search(message)
+    return found.group(0).strip() if found else ""
 
 
 def build_system_prompt(

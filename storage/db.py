@@ -45,6 +45,7 @@ from storage.base import (
     run_on_sqlite_thread,
     to_db_time,
 )
+from storage.bots import BotExchangeStore
 from storage.buffers import BufferStore
 from storage.channels import ChannelModeStore
 from storage.community import CommunityStore
@@ -89,6 +90,7 @@ class Database(
     MemberSpendStore,
     FeedbackStore,
     ChannelModeStore,
+    BotExchangeStore,
 ):
     """The open database. Create with `await Database.open(path)`; `await close()` at exit."""
 

@@ -596,8 +596,26 @@ _V12_REPLY_FEEDBACK: list[Statement] = [
     """,
 ]
 
+# ---- issue 25: replies to other bots in a row (one block; renumber freely) -----------
+_V13_BOT_EXCHANGES: list[Statement] = [
+    # How many times in a row the bot answered other bots in a channel (storage/bots.py,
+    # bot/bot_exchanges.py): a row per channel with a count, deleted when a person writes
+    # there. Kept in the database so neither a restart nor a second process starts the
+    # count again. No member data (bots and channels only); erasing a community finds
+    # the rows by `community_id`. No reference to `communities`: a bot may speak before
+    # the community's row exists.
+    """
+    CREATE TABLE bot_exchanges (
+        community_id TEXT NOT NULL,
+        channel_id TEXT NOT NULL,
+        replies INTEGER NOT NULL,
+        PRIMARY KEY (community_id, channel_id)
+    ) WITHOUT ROWID
+    """,
+]
+
 # ---- issue 25: channel modes (one block; renumber freely) --------------------------
-_V13_CHANNEL_MODES: list[Statement] = [
+_V14_CHANNEL_MODES: list[Statement] = [
     # The mode of each channel a moderator set with `/sonality channel` (storage/channels.py):
     # mention, free or off; channels without a row follow SONALITY_CHANNEL_MODE. Who set
     # it is member data: my-data lists it, a forget-me replaces the id and name with the
@@ -629,7 +647,8 @@ MIGRATIONS: list[list[Statement]] = [
     _V10_FORGET_KEYS,
     _V11_MEMBER_SPEND,
     _V12_REPLY_FEEDBACK,
-    _V13_CHANNEL_MODES,
+    _V13_BOT_EXCHANGES,
+    _V14_CHANNEL_MODES,
 ]
 """Index i holds the statements that take the schema from version i to i + 1."""
 

@@ -30,6 +30,14 @@ refreshed on every hit; `"ttl": "1h"` for an hour), found at a breakpoint or up 
 blocks before one; a write covers what lies between the read and the last breakpoint.
 Tokens are estimated as one per 4 characters of each block.
 
+Images follow Anthropic's rules for `image` blocks with a base64 source: a user turn
+only; media type one of JPEG, PNG, GIF, WebP and the one the bytes really are; valid
+base64; at most 5 MB of base64 text; at most 8000 pixels a side (2000 once a request
+carries more than 20 images); at most 100 images a request. Each breach is the API's
+400 `invalid_request_error` naming the block (`messages.0.content.1.image.source...`).
+Every image that arrived is in `request.images` as (media type, bytes), and counts as
+(width x height) / 750 tokens after the API's downscaling to 1568 pixels a side.
+
 Streaming (`"stream": true`) answers in Anthropic's server-sent events: message_start
 (with the input and cache usage), content_block_start, ping, one content_block_delta
 `text_delta` per word, content_block_stop, message_delta (stop reason, output usage),
@@ -44,8 +52,10 @@ connection.
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import html
+import io
 import json
 import math
 import re
@@ -57,6 +67,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Self
 
 from aiohttp import web
+from PIL import Image
 
 # --- script items ------------------------------------------------------------------------
 
@@ -175,12 +186,120 @@ def cache_minimum(model: str) -> int:
 
 
 def _content_text(content: Any) -> str:
-    """Text of a message `content`, which is a string or a list of content blocks."""
+    """Text of a message `content`, which is a string or a list of content blocks (the
+    text blocks' text; images are not text)."""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "\n".join(str(block.get("text", "")) for block in content if isinstance(block, dict))
+        return "\n".join(
+            str(block.get("text", ""))
+            for block in content
+            if isinstance(block, dict) and block.get("type", "text") == "text"
+        )
     return ""
+
+
+# --- images ------------------------------------------------------------------------------
+
+#: The formats both vendors take, by the name Pillow gives each.
+IMAGE_FORMATS = {"PNG": "image/png", "JPEG": "image/jpeg", "GIF": "image/gif", "WEBP": "image/webp"}
+ANTHROPIC_IMAGE_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
+MAX_IMAGE_BASE64 = 5 * 1024 * 1024
+MAX_IMAGE_SIDE = 8000
+MANY_IMAGES = 20
+MANY_IMAGES_SIDE = 2000
+MAX_IMAGES = 100
+#: Anthropic scales an image down to this many pixels on its long side before reading it.
+READ_SIDE = 1568
+
+
+def image_facts(raw: bytes) -> tuple[str | None, int, int]:
+    """(the media type the bytes really are, width, height), or (None, 0, 0) when they
+    are no whole image of the four formats (decoded in full, as the API must)."""
+    try:
+        with Image.open(io.BytesIO(raw)) as image:
+            image.load()
+            return IMAGE_FORMATS.get(image.format or ""), image.size[0], image.size[1]
+    except Exception:
+        return None, 0, 0
+
+
+def image_tokens(width: int, height: int) -> int:
+    """Anthropic's estimate: (width x height) / 750 of the image as it is read."""
+    scale = min(1.0, READ_SIDE / max(width, height, 1))
+    return max(1, math.ceil(width * scale * height * scale / 750))
+
+
+def _image_blocks(body: dict[str, Any]) -> list[tuple[int, int, dict[str, Any]]]:
+    """(message index, block index, block) of every image block of the request."""
+    found: list[tuple[int, int, dict[str, Any]]] = []
+    for i, message in enumerate(body.get("messages") or []):
+        content = message.get("content") if isinstance(message, dict) else None
+        for j, block in enumerate(content if isinstance(content, list) else []):
+            if isinstance(block, dict) and block.get("type") == "image":
+                found.append((i, j, block))
+    return found
+
+
+def _decoded(block: dict[str, Any]) -> bytes:
+    source = block.get("source") or {}
+    return base64.b64decode(str(source.get("data", "")), validate=True)
+
+
+def _invalid_images(body: dict[str, Any]) -> str | None:
+    """The image checks of the Messages API (see the module docstring)."""
+    blocks = _image_blocks(body)
+    if len(blocks) > MAX_IMAGES:
+        return f"messages: Too many images: {len(blocks)} > {MAX_IMAGES} maximum"
+    sides: list[int] = []
+    for i, j, block in blocks:
+        where = f"messages.{i}.content.{j}"
+        if body["messages"][i].get("role") != "user":
+            return (
+                f"{where}: Input tag 'image' found using 'type' does not match any of the "
+                "expected tags: 'text', 'thinking', 'redacted_thinking', 'tool_use'"
+            )
+        source = block.get("source")
+        if not isinstance(source, dict) or source.get("type") != "base64":
+            return f"{where}.image.source: the fake takes base64 image sources only"
+        media_type = source.get("media_type")
+        if media_type not in ANTHROPIC_IMAGE_TYPES:
+            return (
+                f"{where}.image.source.base64.media_type: Input should be 'image/jpeg', "
+                "'image/png', 'image/gif' or 'image/webp'"
+            )
+        data = source.get("data")
+        if not isinstance(data, str) or not data:
+            return f"{where}.image.source.base64.data: image cannot be empty"
+        if len(data) > MAX_IMAGE_BASE64:
+            return (
+                f"{where}.image.source.base64: image exceeds 5 MB maximum: "
+                f"{len(data)} bytes > {MAX_IMAGE_BASE64} bytes"
+            )
+        try:
+            raw = _decoded(block)
+        except ValueError:
+            return f"{where}.image.source.base64.data: Invalid base64 data"
+        actual, width, height = image_facts(raw)
+        if actual is None:
+            return f"{where}.image.source.base64.data: Could not process image"
+        if actual != media_type:
+            return (
+                f"{where}.image.source.base64.data: Image does not match the provided "
+                f"media type {media_type}"
+            )
+        if max(width, height) > MAX_IMAGE_SIDE:
+            return (
+                f"{where}.image.source.base64.data: At least one of the image dimensions "
+                f"exceed max allowed size: {MAX_IMAGE_SIDE} pixels"
+            )
+        sides.append(max(width, height))
+    if len(blocks) > MANY_IMAGES and max(sides, default=0) > MANY_IMAGES_SIDE:
+        return (
+            "messages: At least one of the image dimensions exceed max allowed size for "
+            f"many-image requests: {MANY_IMAGES_SIDE} pixels"
+        )
+    return None
 
 
 @dataclass
@@ -224,6 +343,18 @@ class RecordedRequest:
     def last_user_text(self) -> str:
         users = [m for m in self.messages if m.get("role") == "user"]
         return _content_text(users[-1].get("content")) if users else ""
+
+    @property
+    def images(self) -> list[tuple[str, bytes]]:
+        """(media type, bytes) of every image the request carried, in order (only
+        requests that passed validation hold decodable ones)."""
+        found: list[tuple[str, bytes]] = []
+        for _, _, block in _image_blocks(self.body):
+            try:
+                found.append((str(block["source"]["media_type"]), _decoded(block)))
+            except (KeyError, TypeError, ValueError):
+                continue
+        return found
 
     @property
     def tools(self) -> list[dict[str, Any]]:
@@ -702,10 +833,7 @@ def _prompt_blocks(request: RecordedRequest) -> list[tuple[str, int, str | None]
     blocks: list[tuple[str, int, str | None]] = []
 
     def add(identity: str, text: str, marker: Any) -> None:
-        ttl = None
-        if isinstance(marker, dict):
-            ttl = str(marker.get("ttl") or "5m")
-        blocks.append((identity, _tokens(text), ttl))
+        blocks.append((identity, _tokens(text), _ttl({"cache_control": marker})))
 
     for tool in request.tools:
         text = json.dumps({k: v for k, v in tool.items() if k != "cache_control"})
@@ -720,10 +848,20 @@ def _prompt_blocks(request: RecordedRequest) -> list[tuple[str, int, str | None]
             add(f"{role}:" + content, content, None)
             continue
         for block in content if isinstance(content, list) else []:
-            if isinstance(block, dict):
+            if isinstance(block, dict) and block.get("type") == "image":
+                raw = _decoded(block)
+                _, width, height = image_facts(raw)
+                identity = f"{role}:image:" + hashlib.sha256(raw).hexdigest()
+                blocks.append((identity, image_tokens(width, height), _ttl(block)))
+            elif isinstance(block, dict):
                 text = str(block.get("text", ""))
                 add(f"{role}:" + text, text, block.get("cache_control"))
     return blocks
+
+
+def _ttl(block: dict[str, Any]) -> str | None:
+    marker = block.get("cache_control")
+    return str(marker.get("ttl") or "5m") if isinstance(marker, dict) else None
 
 
 def _id(prefix: str) -> str:
@@ -739,6 +877,9 @@ def _invalid(body: dict[str, Any]) -> str | None:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         return "messages: at least one message is required"
+    images = _invalid_images(body)
+    if images is not None:
+        return images
     marked = sum(1 for block in _prompt_blocks(RecordedRequest("", "", {}, body)) if block[2])
     if marked > MAX_CACHE_BREAKPOINTS:
         return (

@@ -18,21 +18,33 @@ Facts this server relies on (checked against discord.py 2.7.1):
   `token`, and an IDENTIFY with another token is closed with 4004, as Discord does.
 - A MESSAGE_CREATE with "message_reference": null breaks parsing: omit the key.
 - The gateway may answer in text frames even when the client asked for zlib-stream.
+- Attachments live on the CDN, which this server plays on its own host (so the bot is
+  configured with one address, DISCORD_API_BASE_URL): `attachment()` makes the object a
+  message carries, with a signed URL as Discord's CDN has given since 2024
+  (`?ex=…&is=…&hm=…`); a request with a wrong or missing signature gets the CDN's 404
+  "This content is no longer available." The CDN takes no token, and every request to
+  it is in `cdn_requests`.
 - Interactions follow Discord's response rules: the first callback must arrive within
   3 s of the interaction (later: 404 "Unknown interaction", code 10062), only one
   callback per interaction (a second: 400 code 40060), and the interaction token's
   webhook (@original edits, follow-ups) works only after that callback and for 15
   minutes. A button press (MESSAGE_COMPONENT, type 3) may also be answered by updating
   the message it is on (callback types 6 and 7), and its @original is that message.
+- A message the bot sends comes back to it as MESSAGE_CREATE (`echo_sent`), and its
+  `mentions` are the users it really pinged, by its `allowed_mentions`, not every
+  <@id> in the text.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import itertools
 import json
 import math
+import re
+import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -141,6 +153,15 @@ class FakeGuild:
 
 
 @dataclass
+class CdnFile:
+    """A file on the fake CDN: its bytes, and the Content-Type the CDN serves it with
+    (what the upload said, unless a test makes the two differ)."""
+
+    data: bytes
+    served_type: str
+
+
+@dataclass
 class FakeInteraction:
     """An interaction the fake sent, and what the bot has answered to it."""
 
@@ -201,11 +222,18 @@ class FakeDiscord:
         self.rate_limited_edits = 0
         #: What GET /gateway/bot recommends; AutoShardedClient without a count uses it.
         self.recommended_shards = 1
+        #: Discord sends a bot its own messages too (MESSAGE_CREATE); off, only the
+        #: messages a test creates are dispatched.
+        self.echo_sent = True
         self._sessions: list[tuple[web.WebSocketResponse, list[int]]] = []  # ws, [shard, count]
         self._seq = itertools.count(1)
         self._changed = asyncio.Event()
         self._runner: web.AppRunner | None = None
         self.port = 0
+        #: CDN path -> the file served there, and every request the CDN got.
+        self.cdn_files: dict[str, CdnFile] = {}
+        self.cdn_requests: list[RecordedRequest] = []
+        self._cdn_secret = secrets.token_hex(16)
 
     # ------------------------------------------------------------------ lifecycle
     def snowflake(self) -> int:
@@ -246,6 +274,7 @@ class FakeDiscord:
         app = web.Application()
         app.router.add_route("GET", "/gateway", self._gateway)
         app.router.add_route("*", "/api/v10/{tail:.*}", self._rest)
+        app.router.add_get("/attachments/{channel}/{id}/{name}", self._cdn)
         self._runner = web.AppRunner(app, handle_signals=False)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -268,6 +297,58 @@ class FakeDiscord:
     @property
     def gateway_url(self) -> str:
         return f"ws://127.0.0.1:{self.port}/gateway"
+
+    # ------------------------------------------------------------------ CDN
+    def attachment(
+        self,
+        channel: FakeChannel,
+        filename: str,
+        data: bytes,
+        *,
+        content_type: str | None = "image/png",
+        served_type: str | None = None,
+        size: int | None = None,
+    ) -> JSONDict:
+        """An attachment object for a message, its file put on the CDN. `served_type`
+        (default `content_type`) is the CDN's Content-Type; `size` (default the real
+        one) what the object claims."""
+        attachment_id = self.snowflake()
+        path = f"/attachments/{channel.id}/{attachment_id}/{filename}"
+        self.cdn_files[path] = CdnFile(data, served_type or content_type or "")
+        url = f"http://127.0.0.1:{self.port}{path}?{self._signature(path)}"
+        payload: JSONDict = {
+            "id": str(attachment_id),
+            "filename": filename,
+            "size": len(data) if size is None else size,
+            "url": url,
+            "proxy_url": url,
+        }
+        if content_type is not None:
+            payload["content_type"] = content_type
+        return payload
+
+    def _signature(self, path: str) -> str:
+        """The query of a signed CDN link: expiry, issue time (hex seconds), signature."""
+        expires, issued = f"{int(time.time()) + 86_400:x}", f"{int(time.time()):x}"
+        return f"ex={expires}&is={issued}&hm={self._signature_of(path, expires, issued)}"
+
+    async def _cdn(self, request: web.Request) -> web.Response:
+        recorded = RecordedRequest(
+            request.method, request.path, dict(request.query), dict(request.headers), None
+        )
+        self.cdn_requests.append(recorded)
+        self._notify()
+        found = self.cdn_files.get(request.path)
+        query = request.query
+        expected = None
+        if found is not None and {"ex", "is", "hm"} <= set(query):
+            expected = self._signature_of(request.path, query["ex"], query["is"])
+        if found is None or expected != query.get("hm") or int(query["ex"], 16) < time.time():
+            return web.Response(status=404, text="This content is no longer available.")
+        return web.Response(body=found.data, headers={"Content-Type": found.served_type})
+
+    def _signature_of(self, path: str, expires: str, issued: str) -> str:
+        return hashlib.sha256(f"{self._cdn_secret}{path}{expires}{issued}".encode()).hexdigest()
 
     # ------------------------------------------------------------------ scripting
     def fail_next_messages_with_429(self, count: int = 1, retry_after: float = 0.05) -> None:
@@ -391,10 +472,11 @@ class FakeDiscord:
         mentions: list[FakeUser] | None = None,
         reply_to: JSONDict | None = None,
         ping: bool = True,
+        attachments: list[JSONDict] | None = None,
     ) -> JSONDict:
         """A message as Discord sends it. A reply pings its target by default, and
         Discord then lists the target among the mentions; `ping=False` is a reply with
-        the ping switched off."""
+        the ping switched off. `attachments` come from `attachment()`."""
         guild = self._guild_of_channel(channel_id)
         mentioned = [u.payload() for u in mentions or []]
         if reply_to is not None and ping:
@@ -413,7 +495,7 @@ class FakeDiscord:
             "mention_everyone": "@everyone" in content or "@here" in content,
             "mentions": [{**u, **({"member": _member()} if guild else {})} for u in mentioned],
             "mention_roles": [],
-            "attachments": [],
+            "attachments": list(attachments or []),
             "embeds": [],
             "pinned": False,
             "type": 19 if reply_to else 0,
@@ -455,6 +537,7 @@ class FakeDiscord:
         mentions: list[FakeUser] | None = None,
         reply_to: JSONDict | None = None,
         ping: bool = True,
+        attachments: list[JSONDict] | None = None,
     ) -> JSONDict:
         data = self.message_payload(
             channel_id=channel.id,
@@ -463,6 +546,7 @@ class FakeDiscord:
             mentions=mentions,
             reply_to=reply_to,
             ping=ping,
+            attachments=attachments,
         )
         self.messages[int(data["id"])] = data
         guild = self._guild_of_channel(channel.id)
@@ -778,7 +862,11 @@ class FakeDiscord:
             if self._message_faults:
                 status, body, headers = self._message_faults.pop(0)
                 return json_response(body, status=status, headers=headers)
-            return json_response(self._store_sent(int(parts[1]), req.json or {}))
+            sent = self._store_sent(int(parts[1]), req.json or {})
+            if self.echo_sent:
+                guild = self._guild_of_channel(int(parts[1]))
+                await self.dispatch("MESSAGE_CREATE", sent, guild_id=guild.id if guild else None)
+            return json_response(sent)
         if method == "PATCH" and parts[0] == "channels" and parts[2:3] == ["messages"]:
             return self._edit_message(int(parts[1]), int(parts[3]), req.json or {})
         if method == "POST" and parts[0] == "interactions" and parts[-1] == "callback":
@@ -940,16 +1028,49 @@ class FakeDiscord:
         return json_response(stored, headers=headers)
 
     def _store_sent(self, channel_id: int, body: JSONDict) -> JSONDict:
-        data = self.message_payload(
-            channel_id=channel_id, author=self.bot, content=body.get("content") or ""
-        )
+        content = body.get("content") or ""
         ref = body.get("message_reference")
+        replied = self.messages.get(int(ref["message_id"])) if ref else None
+        data = self.message_payload(
+            channel_id=channel_id,
+            author=self.bot,
+            content=content,
+            mentions=self._pinged(channel_id, content, body.get("allowed_mentions"), replied),
+        )
         if ref:
             data["type"] = 19
             data["message_reference"] = {k: v for k, v in ref.items() if k != "fail_if_not_exists"}
             data["message_reference"].setdefault("channel_id", str(channel_id))
+            if replied is not None:
+                data["referenced_message"] = replied
         self.messages[int(data["id"])] = data
         return data
+
+    def _pinged(
+        self,
+        channel_id: int,
+        content: str,
+        allowed: JSONDict | None,
+        replied: JSONDict | None,
+    ) -> list[FakeUser]:
+        """Whom a sent message pings, as Discord decides it: its `mentions` lists only
+        the users actually mentioned, not every <@id> in the text. Without
+        `allowed_mentions` every user mention in the content pings, and so does a reply;
+        with it, only the users it allows (`parse: ["users"]` or `users`) and the
+        replied-to author only with `replied_user: true`."""
+        guild = self._guild_of_channel(channel_id)
+        known = {u.id: u for u in (guild.members if guild else [])}
+        named = [int(i) for i in re.findall(r"<@!?(\d+)>", content)]
+        if allowed is None:
+            ids, reply_ping = named, True
+        else:
+            users = {int(i) for i in allowed.get("users") or []}
+            parse_users = "users" in (allowed.get("parse") or [])
+            ids = [i for i in named if parse_users or i in users]
+            reply_ping = bool(allowed.get("replied_user"))
+        if replied is not None and reply_ping:
+            ids.append(int(replied["author"]["id"]))
+        return [known[i] for i in dict.fromkeys(ids) if i in known]
 
     def _webhook_message(self, body: JSONDict) -> JSONDict:
         return {

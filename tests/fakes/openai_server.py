@@ -60,6 +60,15 @@ Everything the client sent is in `server.requests`, every completion sent back i
 they are recorded, and `wait_for_requests(n)` waits for arrivals, so concurrency tests
 need no timing.
 
+Images are `image_url` parts of a user message, checked as OpenAI checks them: a data URL
+`data:<image MIME type>;base64,<data>` (each other form is the API's 400 `invalid_value`
+naming the part), bytes that are a PNG, JPEG, GIF or WebP image of at most 20 MB (else
+400 `invalid_image_format`), at most 500 a request, and only to a model that reads images
+(`text_only_models`, the local names by default: 400 "Invalid content type. image_url
+is only supported by certain models."). Every image that arrived is in
+`request.images` as (media type, bytes) and counts as 85 tokens plus 170 per 512-pixel
+tile, as OpenAI's GPT-4o counts a high-detail image.
+
 `GET /v1/models` lists `known_models`; `GET /v1/models/{id}` answers for a known id and
 with the real 404 `model_not_found` envelope otherwise (`serves_model_lookup=False`
 answers 404 `{"detail": "Not Found"}` instead, like servers without that endpoint).
@@ -68,6 +77,8 @@ answers 404 `{"detail": "Not Found"}` instead, like servers without that endpoin
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import json
 import math
 import re
@@ -91,6 +102,7 @@ from tests.fakes.anthropic_server import (
     Text,
     ToolUse,
     _content_text,
+    image_facts,
     pace,
     stream_pieces,
 )
@@ -107,7 +119,8 @@ __all__ = [
     "ToolUse",
 ]
 
-#: Model ids the fake knows: OpenAI's current chat models and two local (Ollama) names.
+#: Model ids the fake knows: OpenAI's current chat models and three local (Ollama)
+#: names, two of them text-only and one (`qwen2.5vl`) a vision model.
 KNOWN_MODELS = (
     "gpt-4.1",
     "gpt-4.1-mini",
@@ -121,7 +134,18 @@ KNOWN_MODELS = (
     "o4-mini",
     "llama3.1:8b",
     "qwen2.5:7b",
+    "qwen2.5vl:7b",
 )
+
+#: Models of KNOWN_MODELS that take text only (an image to them is a 400).
+TEXT_ONLY_MODELS = ("llama3.1:8b", "qwen2.5:7b")
+MAX_IMAGE_BYTES = 20 * 1024 * 1024
+MAX_IMAGES = 500
+_DATA_URL = re.compile(r"data:([^;,]*)((?:;[^;,]*)*),(.*)", re.DOTALL)
+_PART_TYPES: dict[str, tuple[str, ...]] = {
+    "user": ("text", "image_url", "input_audio", "file"),
+    "assistant": ("text", "refusal"),
+}
 
 #: Prompts shorter than this are never cached; longer ones in steps of CACHE_STEP.
 CACHE_MIN_TOKENS = 1024
@@ -269,6 +293,16 @@ class OpenAIRequest:
         return _content_text(users[-1].get("content")) if users else ""
 
     @property
+    def images(self) -> list[tuple[str, bytes]]:
+        """(media type, bytes) of every well-formed image part, in order."""
+        found: list[tuple[str, bytes]] = []
+        for _, _, url in _image_urls(self.body):
+            parsed = _data_url(url)
+            if parsed is not None:
+                found.append(parsed)
+        return found
+
+    @property
     def tools(self) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = []
         for tool in self.body.get("tools") or []:
@@ -366,6 +400,7 @@ class OpenAIFake:
     ) -> None:
         self.expected_api_key = api_key
         self.known_models: set[str] = set(KNOWN_MODELS)
+        self.text_only_models: set[str] = set(TEXT_ONLY_MODELS)
         self.latency = latency
         # Pacing of streamed answers (0: as fast as the loop goes).
         self.first_token_seconds = 0.0
@@ -568,6 +603,9 @@ class OpenAIFake:
                 "invalid_request_error",
                 code="model_not_found",
             )
+        blind = self._blind(body)
+        if blind is not None:
+            return blind
         lacking = self._lacking(body)
         if lacking is not None:
             return lacking
@@ -594,6 +632,19 @@ class OpenAIFake:
         completion = self._completion(recorded, item)
         self.responses.append(completion)
         return web.json_response(completion, headers=_headers())
+
+    def _blind(self, body: dict[str, Any]) -> web.Response | None:
+        """OpenAI's 400 for an image sent to a model that reads none."""
+        if body["model"] not in self.text_only_models:
+            return None
+        for i, j, _ in _image_urls(body):
+            return _error(
+                400,
+                "Invalid content type. image_url is only supported by certain models.",
+                "invalid_request_error",
+                param=f"messages.[{i}].content.[{j}].type",
+            )
+        return None
 
     def _lacking(self, body: dict[str, Any]) -> web.Response | None:
         """The 400s of a server that lacks a feature the request uses."""
@@ -832,12 +883,126 @@ def _canonical(body: Mapping[str, Any]) -> str:
     if isinstance(body.get("response_format"), dict):
         parts.append(json.dumps(body["response_format"], sort_keys=True, separators=(",", ":")))
     for message in body.get("messages") or []:
-        text = _content_text(message.get("content"))
+        text = _canonical_content(message.get("content"))
         calls = message.get("tool_calls")
         if calls:
             text += json.dumps(calls, sort_keys=True, separators=(",", ":"))
         parts.append(f"<|{message.get('role')}|>{text}")
     return "\n".join(parts)
+
+
+def _canonical_content(content: Any) -> str:
+    """A message's content as the fake counts it: text as it is, each image as a mark
+    unique to its bytes and as long as its tokens (4 characters a token)."""
+    if not isinstance(content, list):
+        return _content_text(content)
+    pieces: list[str] = []
+    for part in content:
+        if not isinstance(part, dict):
+            continue
+        if part.get("type") == "image_url":
+            parsed = _data_url(str((part.get("image_url") or {}).get("url", "")))
+            if parsed is not None:
+                _, width, height = image_facts(parsed[1])
+                mark = f"<image {hashlib.sha256(parsed[1]).hexdigest()}>"
+                pieces.append(mark.ljust(4 * image_tokens(width, height), "."))
+        else:
+            pieces.append(str(part.get("text", "")))
+    return "\n".join(pieces)
+
+
+def image_tokens(width: int, height: int) -> int:
+    """OpenAI's count for a high-detail image: fit in 2048 pixels, shortest side to
+    768, then 170 tokens per 512-pixel tile and 85 more."""
+    fit = min(1.0, 2048 / max(width, height, 1))
+    shrink = min(1.0, 768 / max(min(width, height) * fit, 1))
+    wide, high = width * fit * shrink, height * fit * shrink
+    return 85 + 170 * math.ceil(wide / 512) * math.ceil(high / 512)
+
+
+def _image_urls(body: Mapping[str, Any]) -> list[tuple[int, int, str]]:
+    """(message index, part index, url) of every `image_url` part of the request."""
+    found: list[tuple[int, int, str]] = []
+    for i, message in enumerate(body.get("messages") or []):
+        content = message.get("content") if isinstance(message, dict) else None
+        for j, part in enumerate(content if isinstance(content, list) else []):
+            if isinstance(part, dict) and part.get("type") == "image_url":
+                image_url = part.get("image_url")
+                url = image_url.get("url") if isinstance(image_url, dict) else None
+                found.append((i, j, str(url or "")))
+    return found
+
+
+def _data_url(url: str) -> tuple[str, bytes] | None:
+    """(MIME type, bytes) of a well-formed base64 image data URL, else None."""
+    match = _DATA_URL.fullmatch(url)
+    if match is None or "base64" not in match.group(2).split(";"):
+        return None
+    try:
+        return match.group(1), base64.b64decode(match.group(3), validate=True)
+    except ValueError:
+        return None
+
+
+def _invalid_choice(value: object, param: str, allowed: tuple[str, ...]) -> Problem | None:
+    """A required field that must be one of `allowed`."""
+    if value is None:
+        return _missing(param)
+    return None if value in allowed else _bad_value(param, value, allowed)
+
+
+def _invalid_parts(where: str, role: str, content: list[Any]) -> Problem | None:
+    """The content parts of one message: their types, and each image as OpenAI checks it."""
+    allowed = _PART_TYPES.get(role, ("text",))
+    for j, part in enumerate(content):
+        at = f"{where}.content[{j}]"
+        if not isinstance(part, dict):
+            return _wrong_type(at, "an object", part)
+        kind = part.get("type")
+        problem = _invalid_choice(kind, f"{at}.type", allowed)
+        if problem is not None:
+            return problem
+        if kind == "text" and not isinstance(part.get("text"), str):
+            return _missing(f"{at}.text")
+        if kind == "image_url":
+            problem = _invalid_image(f"{at}.image_url", part.get("image_url"))
+            if problem is not None:
+                return problem
+    return None
+
+
+def _invalid_image(at: str, image_url: object) -> Problem | None:
+    if not isinstance(image_url, dict) or not isinstance(image_url.get("url"), str):
+        return _missing(f"{at}.url")
+    detail = image_url.get("detail")
+    if detail is not None and detail not in ("auto", "low", "high"):
+        return _bad_value(f"{at}.detail", detail, ("auto", "low", "high"))
+    url: str = image_url["url"]
+    expected = (
+        f"Invalid '{at}.url'. Expected a base64-encoded data URL with an image MIME type "
+        "(e.g. 'data:image/png;base64,aW1nIGJ5dGVzIGhlcmU='), but got "
+    )
+    match = _DATA_URL.fullmatch(url)
+    if match is None:
+        # The real API would fetch an http(s) URL; the fake fetches nothing.
+        return f"{expected}a value that is not a data URL.", f"{at}.url", "invalid_value"
+    if "base64" not in match.group(2).split(";"):
+        return f"{expected}a value without the ';base64' separator.", f"{at}.url", "invalid_value"
+    if not match.group(1).startswith("image/"):
+        got = f"unsupported MIME type '{match.group(1)}'."
+        return expected + got, f"{at}.url", "invalid_value"
+    parsed = _data_url(url)
+    if parsed is None or not parsed[1]:
+        return f"{expected}an invalid base64-encoded value.", f"{at}.url", "invalid_value"
+    actual, _, _ = image_facts(parsed[1])
+    if actual is None or len(parsed[1]) > MAX_IMAGE_BYTES:
+        return (
+            "You uploaded an unsupported image. Please make sure your image is below 20 MB "
+            "in size and is of one the following formats: ['png', 'jpeg', 'gif', 'webp'].",
+            None,
+            "invalid_image_format",
+        )
+    return None
 
 
 def _shared_prefix(a: str, b: str) -> int:
@@ -929,10 +1094,9 @@ def _invalid_messages(messages: object) -> Problem | None:
         if not isinstance(message, dict):
             return _wrong_type(where, "an object", message)
         role = message.get("role")
-        if role is None:
-            return _missing(f"{where}.role")
-        if role not in _ROLES:
-            return _bad_value(f"{where}.role", role, _ROLES)
+        problem = _invalid_choice(role, f"{where}.role", _ROLES)
+        if problem is not None:
+            return problem
         content = message.get("content")
         if content is None:
             if role == "assistant" and message.get("tool_calls"):
@@ -940,8 +1104,19 @@ def _invalid_messages(messages: object) -> Problem | None:
             return _missing(f"{where}.content")
         if not isinstance(content, str | list):
             return _wrong_type(f"{where}.content", "one of a string or array of objects", content)
+        if isinstance(content, list):
+            problem = _invalid_parts(where, str(role), content)
+            if problem is not None:
+                return problem
         if role == "tool" and not message.get("tool_call_id"):
             return _missing(f"{where}.tool_call_id")
+    images = len(_image_urls({"messages": messages}))
+    if images > MAX_IMAGES:
+        return (
+            f"Invalid 'messages': too many images ({images}); at most {MAX_IMAGES} are allowed.",
+            "messages",
+            "invalid_value",
+        )
     return None
 
 

@@ -55,6 +55,8 @@ class RecordingRuntime:
         self.added: list[str] = []
         #: Community ids the runtime says it keeps data for (`known_communities`).
         self.known: list[str] = []
+        #: (community id, channel id) of each person's message not handed to `handle`.
+        self.people_wrote: list[tuple[str, str]] = []
 
     async def handle(
         self,
@@ -72,6 +74,9 @@ class RecordingRuntime:
         if on_text is not None and self.stream is not None:
             return await self.stream(message, on_text)
         return self.answer(message)
+
+    async def person_wrote(self, community_id: str, channel_id: str) -> None:
+        self.people_wrote.append((community_id, channel_id))
 
     async def run_command(self, request: CommandRequest) -> CommandResult:
         self.commands.append(request)

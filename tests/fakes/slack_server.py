@@ -4,6 +4,12 @@ Bolt and slack_sdk are never mocked: they are pointed at this server (SLACK_API_
 the ws URL from apps.connections.open, response_url in payloads) and speak their real
 wire protocol to it. Every request is recorded so tests assert on what Slack would
 have received; waits poll a condition with a deadline instead of sleeping.
+
+Shared files (`share_file()`) are served where a file object's `url_private` points, on
+this server's host as on Slack's files host: only to `Authorization: Bearer <token>` of
+a token of the file's workspace with `files:read`. Anything else is answered as Slack
+answers it, with a redirect to the workspace's sign-in page (an HTML page, status 200,
+if followed). Every such request is in `file_requests`.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ DEFAULT_SCOPES: tuple[str, ...] = (
     "assistant:write",
     "chat:write",
     "commands",
+    "files:read",
     "files:write",
     "reactions:write",
     "users:read",
@@ -48,11 +55,13 @@ DEFAULT_SCOPES: tuple[str, ...] = (
     "channels:history",
     "groups:history",
 )
-#: What an app created from the manifest before Slack's agent surface and free channels
-#: (issue 25) holds: no `assistant:write` (and no interactivity, which Slack does not
-#: report to the bot), and no channel history.
+#: What an app created from the manifest before Slack's agent surface, members' images
+#: and free channels (issue 25) holds: no `assistant:write`, no `files:read` and no
+#: channel history (and no interactivity, which Slack does not report to the bot).
 OLD_MANIFEST_SCOPES: tuple[str, ...] = tuple(
-    s for s in DEFAULT_SCOPES if s not in ("assistant:write", "channels:history", "groups:history")
+    s
+    for s in DEFAULT_SCOPES
+    if s not in ("assistant:write", "files:read", "channels:history", "groups:history")
 )
 #: Slack's limit on an image description (files.getUploadURLExternal `alt_txt`).
 MAX_ALT_TXT = 1000
@@ -127,6 +136,15 @@ class FakeUpload:
 
 
 @dataclass
+class SharedFile:
+    """A file members shared: the bytes, and the Content-Type the files host serves."""
+
+    team_id: str
+    data: bytes
+    served_type: str
+
+
+@dataclass
 class FakeSlack:
     host: str = "127.0.0.1"
     identities: dict[str, Identity] = field(default_factory=dict)  # token -> identity
@@ -157,6 +175,8 @@ class FakeSlack:
         # Suggested prompts shown: channel, title and prompts of each accepted call.
         self.suggested_prompts: list[dict[str, Any]] = []
         self.ws_connections = 0
+        self.files: dict[str, SharedFile] = {}  # url_private path -> file
+        self.file_requests: list[RecordedRequest] = []
         self._ws: web.WebSocketResponse | None = None
         self._changed = asyncio.Condition()
         self._runner: web.AppRunner | None = None
@@ -171,6 +191,8 @@ class FakeSlack:
         app.router.add_get("/link", self._link)
         app.router.add_post("/response/{rid}", self._response)
         app.router.add_post("/upload/v1/{key}", self._upload)
+        app.router.add_get("/files-pri/{key}/{tail:.+}", self._file)
+        app.router.add_get("/", self._sign_in)
         self._runner = web.AppRunner(app, shutdown_timeout=0.1, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, 0)
@@ -248,6 +270,64 @@ class FakeSlack:
     async def _notify(self) -> None:
         async with self._changed:
             self._changed.notify_all()
+
+    # -- shared files: url_private --------------------------------------------------------
+
+    def share_file(
+        self,
+        name: str,
+        data: bytes,
+        *,
+        mimetype: str = "image/png",
+        served_type: str | None = None,
+        size: int | None = None,
+        team: str = "T0001",
+    ) -> dict[str, Any]:
+        """The file object an event carries for a file shared in `team`; the bytes are
+        served at its `url_private` with `served_type` (default `mimetype`)."""
+        file_id = f"F{next(self._ids):08d}"
+        path = f"/files-pri/{team}-{file_id}/{name}"
+        download = f"/files-pri/{team}-{file_id}/download/{name}"
+        shared = SharedFile(team, data, served_type or mimetype)
+        self.files[path] = self.files[download] = shared
+        base = f"http://{self.host}:{self.port}"
+        return {
+            "id": file_id,
+            "name": name,
+            "title": name,
+            "mimetype": mimetype,
+            "filetype": name.rsplit(".", 1)[-1].lower(),
+            "size": len(data) if size is None else size,
+            "mode": "hosted",
+            "is_external": False,
+            "url_private": base + path,
+            "url_private_download": base + download,
+        }
+
+    async def _file(self, request: web.Request) -> web.Response:
+        auth = request.headers.get("Authorization", "")
+        token = auth.removeprefix("Bearer ") if auth.startswith("Bearer ") else None
+        self.file_requests.append(RecordedRequest(path=request.path, args={}, token=token))
+        await self._notify()
+        shared = self.files.get(request.path)
+        ident = self._identity(token)
+        if (
+            shared is None
+            or ident is None
+            or "files:read" not in ident.scopes
+            or ident.team_id != shared.team_id
+        ):
+            redirect = "/?redir=" + urllib.parse.quote(request.path, safe="")
+            return web.Response(status=302, headers={"Location": redirect})
+        return web.Response(body=shared.data, headers={"Content-Type": shared.served_type})
+
+    async def _sign_in(self, request: web.Request) -> web.Response:
+        self.file_requests.append(RecordedRequest(path=request.path_qs, args={}, token=None))
+        await self._notify()
+        return web.Response(
+            text="<!DOCTYPE html><html><title>Sign in | Slack</title></html>",
+            content_type="text/html",
+        )
 
     # -- Socket Mode -----------------------------------------------------------------------
 

@@ -29,12 +29,12 @@ class GuildBot:
 
 @contextlib.asynccontextmanager
 async def guild_bot(
-    data_dir: Path, llm: Any, people: Sequence[FakeUser], *, channels: int = 1, **settings: Any
+    data_dir: Path, llm: Any, people: Sequence[FakeUser], **settings: Any
 ) -> AsyncIterator[GuildBot]:
-    """The bot in "Guild A" (with `channels` text channels) with `people` as its
-    members; `settings` as for `make_settings`."""
+    """The bot in "Guild A" with `people` as its members; `settings` as for
+    `make_settings`."""
     fake = FakeDiscord()
-    guild = fake.add_guild("Guild A", channels=channels, members=list(people))
+    guild = fake.add_guild("Guild A", members=list(people))
     await fake.start()
     try:
         async with bot_on(fake, data_dir, llm, **settings) as (runtime, adapter):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -73,15 +73,24 @@ class World:
 
 @contextlib.asynccontextmanager
 async def discord_world(
-    tmp_path: Path, llm: Any, anthropic: AnthropicFake, **settings: Any
+    tmp_path: Path,
+    llm: Any,
+    anthropic: AnthropicFake,
+    *,
+    fake: FakeDiscord | None = None,
+    others: Sequence[FakeUser] = (),
+    channels: int = 1,
+    **settings: Any,
 ) -> AsyncIterator[World]:
-    """Two guilds with a member and a moderator each, the bot connected to them;
-    `settings` are added to the bot's."""
+    """Two guilds with a member and a moderator each (and `others`), `channels` channels
+    each, the bot connected to them; `settings` are added to the bot's. A test that
+    needs the bot's id in its settings passes the `fake` it made."""
     member = FakeUser(9001, "alice", "Alice")
     moderator = FakeUser(9002, "mod", "Mo")
-    fake = FakeDiscord()
-    guild_a = fake.add_guild("Guild A", members=[member, moderator])
-    guild_b = fake.add_guild("Guild B", members=[member, moderator])
+    fake = fake or FakeDiscord()
+    people = [member, moderator, *others]
+    guild_a = fake.add_guild("Guild A", channels=channels, members=people)
+    guild_b = fake.add_guild("Guild B", channels=channels, members=people)
     await fake.start()
     config = make_settings(
         tmp_path / "data",

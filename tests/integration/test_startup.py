@@ -50,6 +50,8 @@ def stderr_lines(proc: subprocess.CompletedProcess[str]) -> list[str]:
         ("SONALITY_LLM_PROVIDER", "gemini", "anthropic, openai"),
         ("SONALITY_NIGHTLY_TIME", "24:00", "HH:MM or HH:MM:SS"),
         ("SONALITY_NIGHTLY_TIME", "4pm", "HH:MM or HH:MM:SS"),
+        ("SONALITY_ANSWER_BOTS", "123,@helper", "'@helper' is not a bot id"),
+        ("SONALITY_BOT_EXCHANGES", "0", "between 1 and 100"),
     ],
 )
 def test_a_bad_setting_is_one_line_and_exit_code_2(

@@ -10,52 +10,17 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Literal
 
 import pytest
-import pytest_asyncio
 
-from providers.anthropic import AnthropicLLM
-from providers.openai import OpenAILLM
 from sonality.llm import ChatTurn, LLMError, SystemBlock
-from tests.fakes.anthropic_fixtures import FAKE_API_KEY, client_for
-from tests.fakes.anthropic_server import AnthropicFake, Broken, Fault, Text
-from tests.fakes.openai_fixtures import FAKE_OPENAI_KEY, openai_client_for
-from tests.fakes.openai_server import OpenAIFake
+from tests.fakes.anthropic_server import Broken, Fault, Text
+from tests.llm.conftest import Vendor
 
 REPLY = "Tides follow the moon. " * 8 + "That is the short answer."
 #: Long enough for Anthropic's 1,024-token cache minimum on the default model.
 LONG_SYSTEM = "You are a patient tutor who explains the sea. " * 120
-
-
-@dataclass
-class Vendor:
-    name: Literal["anthropic", "openai"]
-    server: AnthropicFake | OpenAIFake
-    client: AnthropicLLM | OpenAILLM
-
-    def stream_requests(self) -> int:
-        return sum(1 for r in self.server.requests if r.body.get("stream") is True)
-
-
-@pytest_asyncio.fixture(params=["anthropic", "openai"])
-async def vendor(request: pytest.FixtureRequest) -> AsyncIterator[Vendor]:
-    if request.param == "anthropic":
-        async with AnthropicFake(api_key=FAKE_API_KEY) as server:
-            client = client_for(server, max_retries=0)
-            try:
-                yield Vendor("anthropic", server, client)
-            finally:
-                await client.aclose()
-    else:
-        async with OpenAIFake(api_key=FAKE_OPENAI_KEY) as oserver:
-            oclient = openai_client_for(oserver, max_retries=0)
-            try:
-                yield Vendor("openai", oserver, oclient)
-            finally:
-                await oclient.aclose()
 
 
 async def _reply(vendor: Vendor, sink: list[str] | None, system: str = "Be brief.") -> object:

@@ -37,6 +37,7 @@ EXPECTED_TABLES = {
     "member_spend",
     "reply_feedback",
     "channel_modes",
+    "bot_exchanges",
 }
 
 

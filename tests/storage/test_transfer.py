@@ -81,6 +81,7 @@ async def fill(path: Path, key: str) -> None:
             set_by_name="Ada",
             at=at(60),
         )
+        await db.claim_bot_reply("slack:T1", "C1", 3)
     finally:
         await db.close()
 
