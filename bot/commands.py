@@ -687,7 +687,9 @@ def render_usage(
 HISTORY_SCAN = 500
 #: Causes that are always worth a line; an interaction is when it committed, decayed or
 #: reflected.
-_NOTABLE_CAUSES = frozenset({"seed", "rollback", "reflection", "decay", "forget-me", "budget"})
+_NOTABLE_CAUSES = frozenset(
+    {"seed", "rollback", "reflection", "decay", "forget-me", "message-deleted", "budget"}
+)
 _NOTABLE_CHANGES = ("committed", "reflection", "decayed")
 
 

@@ -48,6 +48,7 @@ from storage.base import (
 from storage.buffers import BufferStore
 from storage.community import CommunityStore
 from storage.coordination import LEARNING, LOCK_SPACE, Coordinator
+from storage.deletion import DeletionStore
 from storage.export import ExportStore
 from storage.flood import FloodStore
 from storage.forget import ForgetStore
@@ -83,6 +84,7 @@ class Database(
     ExportStore,
     RemovalStore,
     ForgetStore,
+    DeletionStore,
     FloodStore,
     MemberSpendStore,
 ):

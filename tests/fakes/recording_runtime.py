@@ -51,6 +51,11 @@ class RecordingRuntime:
         self.added: list[str] = []
         #: Community ids the runtime says it keeps data for (`known_communities`).
         self.known: list[str] = []
+        #: (platform, message id, community id) of each deletion; (platform, message id,
+        #: new text) of each edit, and whether an edit is to be answered anew.
+        self.deleted: list[tuple[str, str, str | None]] = []
+        self.edited: list[tuple[str, str, str | None]] = []
+        self.answer_edits = True
 
     async def handle(
         self, message: IncomingMessage, on_text: TextSink | None = None
@@ -61,6 +66,16 @@ class RecordingRuntime:
         if on_text is not None and self.stream is not None:
             return await self.stream(message, on_text)
         return self.answer(message)
+
+    async def message_deleted(
+        self, platform: str, message_id: str, community_id: str | None = None
+    ) -> int:
+        self.deleted.append((platform, message_id, community_id))
+        return 0
+
+    async def message_edited(self, platform: str, message_id: str, text: str | None) -> bool:
+        self.edited.append((platform, message_id, text))
+        return self.answer_edits and text is not None
 
     async def run_command(self, request: CommandRequest) -> CommandResult:
         self.commands.append(request)

@@ -35,6 +35,7 @@ EXPECTED_TABLES = {
     "forget_requests",
     "flood_windows",
     "member_spend",
+    "message_deletions",
 }
 
 
