@@ -281,7 +281,12 @@ class DeletionStore(SqlBase):
                 (cid, interaction_id),
             )
             changed += redact_history(
-                conn, cid, redact, versions, ("message_deletions", deletion.id)
+                conn,
+                cid,
+                redact,
+                versions,
+                ("message_deletions", deletion.id),
+                ratings_since=first,
             )
             execute(
                 conn,

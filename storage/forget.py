@@ -589,17 +589,23 @@ def redact_history(
     redact: Redaction,
     versions: Sequence[int],
     gate: tuple[str, int],
+    *,
+    ratings_since: int | None = None,
 ) -> int:
     """Apply `redact` to the personality's own audit events (reflections, rollbacks,
-    forget-me; another member's "ess" events hold only their own words) and to
-    `versions`, whose text columns may change only while the journal row `gate` (its
-    table and id: a forget-me or a message deletion) holds the redaction gate open; the
-    caller closes it in the same transaction. Returns the rows rewritten."""
+    forget-me) and to `versions`, whose text columns may change only while the journal
+    row `gate` (its table and id: a forget-me or a message deletion) holds the
+    redaction gate open; the caller closes it in the same transaction. Other messages'
+    "ess" events hold their own words, but may name a topic that their commit moved:
+    with `ratings_since`, those of that version on are redacted too. Returns the rows
+    rewritten."""
     changed = 0
+    ratings = "" if ratings_since is None else " OR (kind = 'ess' AND version >= ?)"
     for row_id, payload in fetchall(
         conn,
-        "SELECT id, payload_json FROM audit_events WHERE community_id = ? AND kind != 'ess'",
-        (community_id,),
+        "SELECT id, payload_json FROM audit_events WHERE community_id = ? "
+        f"AND (kind != 'ess'{ratings})",
+        (community_id, *(() if ratings_since is None else (ratings_since,))),
     ):
         new_payload = redact.json(str(payload))
         if new_payload != payload:
