@@ -230,12 +230,12 @@ async def test_a_rollback_to_before_the_deletion_leaves_the_message_out(
         await chat.say(B.id, CHATTER, "Back from lunch.")
         done = await command(runtime, "rollback", str(target))
         assert done.ok, done.text
-        [latest] = await runtime.db.community(A.id).versions(limit=1)
-        assert latest.cause == "forget-me" and "deleted messages re-applied" in latest.change
         # The state of v`target` without the deleted message: B before its last line.
         never_saw = await runtime.db.community(B.id).state_at(sponge(runtime, B).version - 1)
         assert never_saw is not None
         assert_same_opinions_rebased(sponge(runtime, A), never_saw)
+        [latest] = await runtime.db.community(A.id).versions(limit=1)
+        assert latest.cause == "forget-me" and "deleted messages re-applied" in latest.change
 
 
 async def test_a_deletion_a_crash_interrupted_is_finished_on_start(
