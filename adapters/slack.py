@@ -1023,12 +1023,13 @@ class SlackAdapter:
         if not team or not channel or not ts:
             log.debug("Slack deletion without team/channel/ts ignored: %s", body.get("event_id"))
             return
-        community_id: str | None = f"{PLATFORM}:{team}"
+        workspace = f"{PLATFORM}:{team}"
+        community_id: str | None = workspace
         if event.get("channel_type") == "im":
             author = (event.get("previous_message") or {}).get("user")
             known = [u for (t, u), dm in self._bot_dms.items() if t == team and dm == channel]
             user = author or next(iter(known), None)
-            community_id = dm_community_id(community_id, user) if user else None
+            community_id = dm_community_id(workspace, user) if user else None
         try:
             await self._runtime.message_deleted(PLATFORM, _message_id(channel, ts), community_id)
         except Exception:

@@ -30,7 +30,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
-from bot.forget import semantic_ids
+from bot.forget import committed_before_a_crash, semantic_ids
 from sonality.agent import SonalityAgent
 from storage import Database
 from storage.deletion import DeletionCause, MessageDeletion
@@ -85,15 +85,8 @@ async def finish_deletion(
     words = await db.message_words(cid, interaction_id)
     version = deletion.version
     if version is None:
-        newest = await db.community(cid).versions(limit=1)
-        latest = newest[0] if newest else None
-        if (
-            latest is not None
-            and latest.cause == "message-deleted"
-            and latest.actor == deletion.label
-        ):
-            version = latest.version  # committed before a crash
-        else:
+        version = await committed_before_a_crash(db, cid, "message-deleted", deletion.label)
+        if version is None:
             state = await agent.withdraw_message(
                 interaction_id,
                 actor=deletion.label,

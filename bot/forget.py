@@ -92,12 +92,8 @@ async def finish_forget(
     version = request.version
     _step(2)
     if version is None and kept:
-        store = db.community(cid)
-        newest = await store.versions(limit=1)
-        latest = newest[0] if newest else None
-        if latest is not None and latest.cause == "forget-me" and latest.actor == request.pseudonym:
-            version = latest.version  # committed before a crash
-        else:
+        version = await committed_before_a_crash(db, cid, "forget-me", request.pseudonym)
+        if version is None:
             state = await agent.forget_member(
                 member,
                 actor=request.pseudonym,
@@ -121,6 +117,17 @@ async def finish_forget(
         extra={"community": cid},
     )
     return request.model_copy(update={"version": version, "member_id": None})
+
+
+async def committed_before_a_crash(
+    db: Database, community_id: str, cause: str, actor: str
+) -> int | None:
+    """The newest version when it is the one a journaled request (its `cause`, and its
+    `actor`, unique to the request) committed before the process died, else None."""
+    newest = await db.community(community_id).versions(limit=1)
+    if newest and newest[0].cause == cause and newest[0].actor == actor:
+        return newest[0].version
+    return None
 
 
 async def _copy_to_journal(journal: ForgetJournal, request: ForgetRequest) -> None:

@@ -125,7 +125,7 @@ class DeletionStore(SqlBase):
         stamp = to_db_time(at)
 
         def work(conn: Conn) -> list[MessageDeletion]:
-            found = [
+            found: list[str | None] = [
                 str(r[0])
                 for r in fetchall(
                     conn,

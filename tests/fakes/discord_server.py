@@ -17,6 +17,11 @@ Facts this server relies on (checked against discord.py 2.7.1):
   answers 401 `{"message": "401: Unauthorized", "code": 0}` to a token that is not
   `token`, and an IDENTIFY with another token is closed with 4004, as Discord does.
 - A MESSAGE_CREATE with "message_reference": null breaks parsing: omit the key.
+- MESSAGE_UPDATE carries the whole message (discord.py 2.5+ builds a Message from it),
+  with `edited_timestamp` set by an edit and unchanged by an embed arriving, and is
+  stripped of content like MESSAGE_CREATE for a session without Message Content.
+  MESSAGE_DELETE and MESSAGE_DELETE_BULK carry only ids, channel and guild: never the
+  author, the content, or who deleted the message.
 - The gateway may answer in text frames even when the client asked for zlib-stream.
 - Interactions follow Discord's response rules: the first callback must arrive within
   3 s of the interaction (later: 404 "Unknown interaction", code 10062), only one

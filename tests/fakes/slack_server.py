@@ -27,6 +27,7 @@ __all__ = [
     "FakeSlack",
     "FakeUpload",
     "RecordedRequest",
+    "event_envelope",
     "post_signed",
     "sign",
 ]
@@ -747,7 +748,10 @@ def tokens_revoked_event(
 # the message's (that is `deleted_ts`, or the inner `message.ts`).
 
 
-def _message_envelope(team: str, event_id: str, event: dict[str, Any]) -> dict[str, Any]:
+def event_envelope(
+    team: str, event_id: str, event: dict[str, Any], *, event_time: int | None = None
+) -> dict[str, Any]:
+    """An Events API delivery of `event` from `team`, authorized for the bot user UBOT."""
     return {
         "token": "legacy-verification-token",
         "team_id": team,
@@ -755,7 +759,7 @@ def _message_envelope(team: str, event_id: str, event: dict[str, Any]) -> dict[s
         "event": event,
         "type": "event_callback",
         "event_id": event_id,
-        "event_time": int(time.time()),
+        "event_time": int(time.time()) if event_time is None else event_time,
         "authorizations": [
             {
                 "enterprise_id": None,
@@ -796,7 +800,7 @@ def message_deleted_event(
     }
     if previous is not None:
         event["previous_message"] = previous
-    return _message_envelope(team, event_id, event)
+    return event_envelope(team, event_id, event)
 
 
 def message_changed_event(
@@ -841,7 +845,7 @@ def message_changed_event(
         "previous_message": previous,
         "channel_type": _channel_type(channel),
     }
-    return _message_envelope(team, event_id, event)
+    return event_envelope(team, event_id, event)
 
 
 # --------------------------------------------------------------------------------------

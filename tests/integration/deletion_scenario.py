@@ -13,6 +13,7 @@ must be in no table of the database and no memory in Chroma.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
@@ -150,3 +151,35 @@ def _text(value: Any) -> str:
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value).decode("utf-8", "replace")
     return str(value)
+
+
+async def interaction_of(db: Database, ref: str) -> str:
+    """The interaction id of the one answer kept to the message `ref`."""
+    [(interaction_id,)] = await db._fetchall(
+        "SELECT id FROM interactions WHERE message_ref = ?", (ref,)
+    )
+    return str(interaction_id)
+
+
+async def deletion_rows(db: Database) -> int:
+    """How many deletions (and edits) the journal holds, tombstones included."""
+    [(count,)] = await db._fetchall("SELECT COUNT(*) FROM message_deletions")
+    return int(count)
+
+
+def taken_back(db: Database, ref: str) -> Callable[[], Awaitable[bool]]:
+    """Whether nothing of the message `ref` is kept and no deletion is unfinished."""
+
+    async def check() -> bool:
+        return not await db.communities_holding(ref) and not await db.open_deletions()
+
+    return check
+
+
+async def until(check: Callable[[], Awaitable[bool]], what: str, seconds: float = 10.0) -> None:
+    """Poll `check`: work a platform event started in the background."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while not await check():
+        assert loop.time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.02)

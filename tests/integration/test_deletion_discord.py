@@ -12,22 +12,17 @@ answers the new ones as a new message.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from bot.app import open_runtime
 from providers.anthropic import AnthropicLLM
 from tests.fakes.anthropic_server import AnthropicFake
-from tests.fakes.discord_fixtures import (
-    restores_discord_endpoints,  # noqa: F401 (fixture)
-    running,
-)
-from tests.fakes.discord_server import FakeDiscord, FakeUser
+from tests.fakes.discord_fixtures import restores_discord_endpoints  # noqa: F401 (fixture)
+from tests.fakes.discord_server import FakeUser
 from tests.integration.conftest import make_settings
 from tests.integration.deletion_scenario import (
     ARGUER,
@@ -38,9 +33,13 @@ from tests.integration.deletion_scenario import (
     OWN_TOPIC,
     WORD,
     Role,
+    deletion_rows,
+    interaction_of,
     play,
     tables_holding,
+    taken_back,
     teach,
+    until,
 )
 from tests.integration.forget_scenario import (
     assert_same_opinions_rebased,
@@ -49,6 +48,7 @@ from tests.integration.forget_scenario import (
     no_automatic_reflection,  # noqa: F401 (fixture)
 )
 from tests.integration.test_discord_e2e import WAIT, World, mention, replies_to, settle
+from tests.integration.test_forget_acceptance import discord_world
 
 pytestmark = pytest.mark.usefixtures("no_automatic_reflection")
 
@@ -59,33 +59,11 @@ USERS = {
 }
 
 
-@contextlib.asynccontextmanager
-async def two_servers(
+def two_servers(
     data_dir: Path, llm: AnthropicLLM, anthropic: AnthropicFake
-) -> AsyncIterator[World]:
+) -> contextlib.AbstractAsyncContextManager[World]:
     """Two servers with the same three members; the bot in both."""
-    moderator = FakeUser(731482659012345704, "mod", "Mo")
-    fake = FakeDiscord()
-    members = [*USERS.values(), moderator]
-    guild_a = fake.add_guild("Whole", members=members)
-    guild_b = fake.add_guild("Fresh", members=members)
-    await fake.start()
-    settings = make_settings(
-        data_dir,
-        DISCORD_TOKEN="test-token",
-        DISCORD_API_BASE_URL=fake.api_base,
-        DISCORD_GATEWAY_URL=fake.gateway_url,
-    )
-    try:
-        async with (
-            open_runtime(settings, llm=llm) as runtime,
-            running(runtime, settings, ready_within=WAIT) as adapter,
-        ):
-            yield World(
-                fake, runtime, adapter, anthropic, guild_a, guild_b, USERS[ARGUER], moderator
-            )
-    finally:
-        await fake.close()
+    return discord_world(data_dir, llm, anthropic, tuple(USERS.values()))
 
 
 def speaker(world: World) -> Callable[[str, Role, str], Awaitable[dict[str, Any]]]:
@@ -99,28 +77,6 @@ def speaker(world: World) -> Callable[[str, Role, str], Awaitable[dict[str, Any]
         return trigger
 
     return say
-
-
-async def until(check: Callable[[], Awaitable[bool]], what: str) -> None:
-    """Poll `check` (work the gateway event started in the background)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + WAIT
-    while not await check():
-        assert loop.time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.02)
-
-
-async def interaction_of(world: World, trigger: dict[str, Any]) -> str:
-    rows = await world.runtime.db._fetchall(
-        "SELECT id FROM interactions WHERE message_ref = ?", (f"discord:{trigger['id']}",)
-    )
-    [(interaction_id,)] = rows
-    return str(interaction_id)
-
-
-async def deletion_rows(world: World) -> int:
-    [(count,)] = await world.runtime.db._fetchall("SELECT COUNT(*) FROM message_deletions")
-    return int(count)
 
 
 async def test_a_deleted_argument_takes_its_influence_back(
@@ -137,7 +93,7 @@ async def test_a_deleted_argument_takes_its_influence_back(
         # It moved a belief past the cooling period: its own topic is committed.
         assert OWN_TOPIC in heard_all.opinion_vectors
         assert differs_somewhere(heard_all, never_saw.sponge)
-        interaction_id = await interaction_of(world, trigger)
+        interaction_id = await interaction_of(world.runtime.db, f"discord:{trigger['id']}")
         needles = [WORD, trigger["id"], interaction_id]
         assert await tables_holding(world.runtime.db, needles)
         versions = len(await world.runtime.db.community(whole).versions(limit=1000))
@@ -146,11 +102,11 @@ async def test_a_deleted_argument_takes_its_influence_back(
         unseen = await world.fake.message_create(
             channel=world.guild_a.channels[0], author=USERS[CHATTER], content="brb, lunch"
         )
-        rows = await deletion_rows(world)
+        rows = await deletion_rows(world.runtime.db)
         await world.fake.message_delete(unseen)
 
         async def tombstone_written() -> bool:
-            return await deletion_rows(world) > rows
+            return await deletion_rows(world.runtime.db) > rows
 
         await until(tombstone_written, "the deletion of an unseen message")
         assert len(await world.runtime.db.community(whole).versions(limit=1000)) == versions
@@ -159,11 +115,8 @@ async def test_a_deleted_argument_takes_its_influence_back(
         # The argument, deleted by its author.
         await world.fake.message_delete(trigger)
 
-        async def taken_back() -> bool:
-            kept = await world.runtime.db.communities_holding(f"discord:{trigger['id']}")
-            return not kept and not await world.runtime.db.open_deletions()
-
-        await until(taken_back, "the argument to be taken back")
+        ref = f"discord:{trigger['id']}"
+        await until(taken_back(world.runtime.db, ref), "the argument to be taken back")
         assert_same_opinions_rebased(agent.sponge, never_saw.sponge)
         assert differs_somewhere(agent.sponge, heard_all)
         assert OWN_TOPIC not in agent.sponge.opinion_vectors
@@ -200,11 +153,8 @@ async def test_a_moderators_purge_takes_the_messages_back_too(
         )
         await world.fake.message_delete_bulk([played.deleted, chatter])
 
-        async def taken_back() -> bool:
-            kept = await world.runtime.db.communities_holding(f"discord:{played.deleted['id']}")
-            return not kept and not await world.runtime.db.open_deletions()
-
-        await until(taken_back, "the purge")
+        ref = f"discord:{played.deleted['id']}"
+        await until(taken_back(world.runtime.db, ref), "the purge")
         assert_same_opinions_rebased(agent.sponge, never_saw.sponge)
 
 
@@ -223,11 +173,11 @@ async def test_an_edited_argument_is_judged_again_as_a_new_message(
         before = agent.sponge.model_copy(deep=True)
 
         await world.fake.message_preview(trigger)
-        rows = await deletion_rows(world)
+        rows = await deletion_rows(world.runtime.db)
         # A barrier: the next gateway event is handled after the preview's.
         await mention(world, world.guild_b, "Anyone?", author=USERS[CHATTER])
         await mention(world, world.guild_a, "Anyone?", author=USERS[CHATTER])
-        assert await deletion_rows(world) == rows
+        assert await deletion_rows(world.runtime.db) == rows
         assert len(replies_to(world, trigger)) == 1
 
         bot = world.fake.bot

@@ -12,8 +12,7 @@ words answered as a new message; an edit that changes no word does nothing.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -36,9 +35,13 @@ from tests.integration.deletion_scenario import (
     OWN_TOPIC,
     WORD,
     Role,
+    deletion_rows,
+    interaction_of,
     play,
     tables_holding,
+    taken_back,
     teach,
+    until,
 )
 from tests.integration.forget_scenario import (
     assert_same_opinions_rebased,
@@ -46,6 +49,7 @@ from tests.integration.forget_scenario import (
     files_holding,
     no_automatic_reflection,  # noqa: F401 (fixture)
 )
+from tests.integration.test_dm_powers import slack_dm
 from tests.integration.test_slack_e2e import SlackBot, slack_bot, slack_settings
 from tests.slack.conftest import fake_slack, http_session, mention_event  # noqa: F401
 
@@ -66,27 +70,6 @@ async def bot(
         yield stack
 
 
-async def until(check: Callable[[], Awaitable[bool]], what: str) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + WAIT
-    while not await check():
-        assert loop.time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.02)
-
-
-async def deletion_rows(bot: SlackBot) -> int:
-    [(count,)] = await bot.runtime.db._fetchall("SELECT COUNT(*) FROM message_deletions")
-    return int(count)
-
-
-async def taken_back(bot: SlackBot, ref: str) -> Callable[[], Awaitable[bool]]:
-    async def check() -> bool:
-        kept = await bot.runtime.db.communities_holding(ref)
-        return not kept and not await bot.runtime.db.open_deletions()
-
-    return check
-
-
 async def test_a_deleted_channel_argument_takes_its_influence_back(
     bot: SlackBot, tmp_path: Path, anthropic_server: AnthropicFake
 ) -> None:
@@ -102,16 +85,14 @@ async def test_a_deleted_channel_argument_takes_its_influence_back(
     heard_all = agent.sponge.model_copy(deep=True)
     assert OWN_TOPIC in heard_all.opinion_vectors  # committed after the cooling period
     ref = f"slack:{CHANNEL}/{ts}"
-    [(interaction_id,)] = await bot.runtime.db._fetchall(
-        "SELECT id FROM interactions WHERE message_ref = ?", (ref,)
-    )
+    interaction_id = await interaction_of(bot.runtime.db, ref)
     # (The bare ts is in `seen_events` too: this test's event ids are made from it.)
     needles = [WORD, f"{CHANNEL}/{ts}", str(interaction_id)]
     assert await tables_holding(bot.runtime.db, needles)
 
     # A message the bot never answered, deleted: no version, nothing changes.
     versions = len(await bot.runtime.db.community("slack:T1").versions(limit=1000))
-    rows = await deletion_rows(bot)
+    rows = await deletion_rows(bot.runtime.db)
     status, _ = await bot.deliver(
         message_deleted_event(
             team="T1",
@@ -124,7 +105,7 @@ async def test_a_deleted_channel_argument_takes_its_influence_back(
     assert status == 200
 
     async def tombstone_written() -> bool:
-        return await deletion_rows(bot) > rows
+        return await deletion_rows(bot.runtime.db) > rows
 
     await until(tombstone_written, "the deletion of an unseen message")
     assert len(await bot.runtime.db.community("slack:T1").versions(limit=1000)) == versions
@@ -140,7 +121,7 @@ async def test_a_deleted_channel_argument_takes_its_influence_back(
         )
     )
     assert status == 200
-    await until(await taken_back(bot, ref), "the argument to be taken back")
+    await until(taken_back(bot.runtime.db, ref), "the argument to be taken back")
 
     assert_same_opinions_rebased(agent.sponge, never_saw.sponge)
     assert differs_somewhere(agent.sponge, heard_all)
@@ -164,7 +145,7 @@ async def test_an_edited_dm_argument_is_answered_again_as_a_new_message(
 
     async def say(community: str, role: Role, text: str) -> str:
         user, channel = dms[community]
-        return await dm(bot, text, user=user, channel=channel)
+        return await slack_dm(bot, text, user=user, channel=channel)
 
     played = await play(say, "slack:T1:dm:U1", "slack:T1:dm:U2")
     ts = played.deleted
@@ -190,7 +171,7 @@ async def test_an_edited_dm_argument_is_answered_again_as_a_new_message(
     assert status == 200
     await bot.fake.wait_for(lambda: len(bot.fake.posts()) > posts, what="the new answer")
     await bot.runtime.drain()
-    await dm(bot, EDITED, user="U2", channel="D0002")
+    await slack_dm(bot, EDITED, user="U2", channel="D0002")
 
     versions = await bot.runtime.db.community("slack:T1:dm:U1").versions(limit=2)
     assert [v.cause for v in versions] == ["interaction", "message-deleted"]
@@ -198,19 +179,3 @@ async def test_an_edited_dm_argument_is_answered_again_as_a_new_message(
     assert_same_opinions_rebased(agent.sponge, other.sponge)
     assert differs_somewhere(agent.sponge, before)
     assert await tables_holding(bot.runtime.db, [WORD]) == []
-
-
-async def dm(bot: SlackBot, text: str, *, user: str, channel: str) -> str:
-    """A message in `user`'s DM with the bot (message.im); waits for the reply and the
-    learning; returns the message's ts."""
-    ts = bot.next_ts()
-    before = len(bot.fake.posts())
-    body = mention_event(
-        event_id=f"Ev{ts}", team="T1", user=user, channel=channel, ts=ts, text=text
-    )
-    body["event"].update(type="message", channel_type="im")
-    status, _ = await bot.deliver(body)
-    assert status == 200
-    await bot.fake.wait_for(lambda: len(bot.fake.posts()) > before, what=f"DM reply to {ts}")
-    await bot.runtime.drain()
-    return ts

@@ -38,6 +38,7 @@ from tests.integration.deletion_scenario import (
     OWN_TOPIC,
     WORD,
     Role,
+    interaction_of,
     play,
     tables_holding,
     teach,
@@ -85,13 +86,6 @@ class Chat:
         return message.message_id
 
 
-async def interaction_of(runtime: Runtime, message_id: str) -> str:
-    [(interaction_id,)] = await runtime.db._fetchall(
-        "SELECT id FROM interactions WHERE message_ref = ?", (f"{PLATFORM}:{message_id}",)
-    )
-    return str(interaction_id)
-
-
 def sponge(runtime: Runtime, community: Community) -> Any:
     agent = runtime.registry.get(community.id)
     assert agent is not None
@@ -108,7 +102,7 @@ async def test_a_deleted_argument_leaves_no_trace_on_every_stack(
         played = await play(chat.say, A.id, B.id)
         heard_all = sponge(runtime, A).model_copy(deep=True)
         assert OWN_TOPIC in heard_all.opinion_vectors
-        interaction_id = await interaction_of(runtime, played.deleted)
+        interaction_id = await interaction_of(runtime.db, f"{PLATFORM}:{played.deleted}")
         needles = [WORD, played.deleted, interaction_id]
         before = await tables_holding(runtime.db, needles)
         assert any(f.startswith("personality_versions") for f in before), before

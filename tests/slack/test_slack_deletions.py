@@ -106,6 +106,6 @@ async def test_an_edit_is_handed_over_and_answered_again(
         ("now for the bot", f"C0001/{TS}"),
         ("second words", f"D0001/{TS}"),
     ]
-    dm, channel = sorted(fake.posts()[1:], key=lambda p: str(p["channel"]), reverse=True)
-    assert dm["channel"] == "D0001" and dm.get("thread_ts") is None
-    assert channel["channel"] == "C0001" and channel["thread_ts"] == TS  # its own thread
+    in_dm, in_channel = sorted(fake.posts()[1:], key=lambda p: str(p["channel"]), reverse=True)
+    assert in_dm["channel"] == "D0001" and in_dm.get("thread_ts") is None
+    assert in_channel["channel"] == "C0001" and in_channel["thread_ts"] == TS  # its thread
