@@ -596,16 +596,17 @@ def redact_history(
     forget-me) and to `versions`, whose text columns may change only while the journal
     row `gate` (its table and id: a forget-me or a message deletion) holds the
     redaction gate open; the caller closes it in the same transaction. Other messages'
-    "ess" events hold their own words, but may name a topic that their commit moved:
-    with `ratings_since`, those of that version on are redacted too. Returns the rows
-    rewritten."""
+    "ess" events hold their own words, but may name a topic their commit moved: with
+    `ratings_since`, every event of that version on is redacted, theirs included (none
+    before it can quote what is redacted). Returns the rows rewritten."""
     changed = 0
-    ratings = "" if ratings_since is None else " OR (kind = 'ess' AND version >= ?)"
+    where, args = (
+        ("kind != 'ess'", ()) if ratings_since is None else ("version >= ?", (ratings_since,))
+    )
     for row_id, payload in fetchall(
         conn,
-        "SELECT id, payload_json FROM audit_events WHERE community_id = ? "
-        f"AND (kind != 'ess'{ratings})",
-        (community_id, *(() if ratings_since is None else (ratings_since,))),
+        f"SELECT id, payload_json FROM audit_events WHERE community_id = ? AND {where}",
+        (community_id, *args),
     ):
         new_payload = redact.json(str(payload))
         if new_payload != payload:
