@@ -49,6 +49,7 @@ from storage.bots import BotExchangeStore
 from storage.buffers import BufferStore
 from storage.community import CommunityStore
 from storage.coordination import LEARNING, LOCK_SPACE, Coordinator
+from storage.deletion import DeletionStore
 from storage.export import ExportStore
 from storage.feedback import FeedbackStore
 from storage.flood import FloodStore
@@ -85,6 +86,7 @@ class Database(
     ExportStore,
     RemovalStore,
     ForgetStore,
+    DeletionStore,
     FloodStore,
     MemberSpendStore,
     FeedbackStore,

@@ -37,6 +37,7 @@ EXPECTED_TABLES = {
     "member_spend",
     "reply_feedback",
     "bot_exchanges",
+    "message_deletions",
 }
 
 
