@@ -274,6 +274,19 @@ class _Hooks:
     async def on_message(self, message: discord.Message) -> None:
         await self._adapter._on_message(message)
 
+    # MESSAGE_DELETE, MESSAGE_DELETE_BULK (a moderator's purge) and MESSAGE_UPDATE: the
+    # raw events, sent whether or not discord.py's message cache holds the message.
+    async def on_raw_message_delete(self, payload: discord.RawMessageDeleteEvent) -> None:
+        await self._adapter._on_deleted(
+            payload.guild_id, [payload.message_id], payload.cached_message
+        )
+
+    async def on_raw_bulk_message_delete(self, payload: discord.RawBulkMessageDeleteEvent) -> None:
+        await self._adapter._on_deleted(payload.guild_id, sorted(payload.message_ids), None)
+
+    async def on_raw_message_edit(self, payload: discord.RawMessageUpdateEvent) -> None:
+        await self._adapter._on_edited(payload.message)
+
     # GUILD_DELETE without `unavailable` (kicked, banned, the guild deleted, or left);
     # an outage (`unavailable: true`) is on_guild_unavailable and changes nothing.
     async def on_guild_remove(self, guild: discord.Guild) -> None:
@@ -583,6 +596,49 @@ class DiscordAdapter:
             ]
             incoming = await self._images.attach(incoming, files)
         return await self._runtime.handle(incoming, on_text=stream.feed, on_start=on_start)
+
+    async def _on_deleted(
+        self, guild_id: int | None, message_ids: Sequence[int], cached: discord.Message | None
+    ) -> None:
+        """Messages were deleted: the runtime takes back what it kept of them. Discord
+        does not say who deleted them (see bot/deletion.py). In a DM only a cached
+        message tells whose DM it was; the runtime finds a kept answer without that.
+        Never raises into discord.py's dispatcher."""
+        community_id: str | None = None
+        if guild_id is not None:
+            community_id = f"{PLATFORM}:{guild_id}"
+        elif cached is not None and not cached.author.bot:
+            community_id = dm_community_id(PLATFORM, str(cached.author.id))
+        for message_id in message_ids:
+            try:
+                await self._runtime.message_deleted(PLATFORM, str(message_id), community_id)
+            except Exception:
+                log.exception(
+                    "Discord: could not take back deleted message %s (guild %s)",
+                    message_id,
+                    guild_id,
+                )
+
+    async def _on_edited(self, message: discord.Message) -> None:
+        """A member edited a message: if the bot answered it and the words changed, the
+        old words are taken back and the message is answered again as a new one (see
+        bot/deletion.py). The bot's own edits (a streamed reply) and updates that are no
+        edit (a link preview arriving: no edited timestamp) are left alone."""
+        me = self._client.user if self._client is not None else None
+        if message.author.bot or (me is not None and message.author.id == me.id):
+            return
+        if message.edited_at is None:
+            return
+        incoming = self.to_incoming(message)
+        try:
+            anew = await self._runtime.message_edited(
+                PLATFORM, str(message.id), incoming.text if incoming is not None else None
+            )
+        except Exception:
+            log.exception("Discord: could not take back edited message %s", message.id)
+            return
+        if anew:
+            await self._on_message(message)
 
     def to_incoming(self, message: discord.Message) -> IncomingMessage | None:
         """The neutral message for `message`, or None when the bot should stay silent."""

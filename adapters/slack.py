@@ -488,6 +488,11 @@ def _attached(file: dict[str, Any]) -> AttachedFile:
     )
 
 
+def _message_id(channel: str, ts: str) -> str:
+    """A Slack message's id, unique on Slack: its `ts` is unique only in its channel."""
+    return f"{channel}/{ts}"
+
+
 def _team_of(body: dict[str, Any], context: AsyncBoltContext) -> str | None:
     """The workspace a message or command belongs to, i.e. whose personality answers.
 
@@ -792,6 +797,9 @@ class SlackAdapter:
             process_before_response=False,
         )
         app.event("app_mention")(self._on_app_mention)
+        # Before the plain "message" listener: Bolt runs only the first that matches.
+        app.event({"type": "message", "subtype": "message_deleted"})(self._on_message_deleted)
+        app.event({"type": "message", "subtype": "message_changed"})(self._on_message_changed)
         app.event("message")(self._on_message)
         app.command("/sonality")(ack=self._ack_command, lazy=[self._run_command])
         # Our own listeners instead of Bolt's `enable_token_revocation_listeners()`: Bolt
@@ -1127,6 +1135,66 @@ class SlackAdapter:
         with self._tracked():
             await self._handle_event(body, event, context, is_dm=True)
 
+    async def _on_message_deleted(
+        self, body: dict[str, Any], event: dict[str, Any], context: AsyncBoltContext
+    ) -> None:
+        """A message was deleted (Slack sends it where the app gets the channel's
+        messages: DMs through message.im, channels through message.channels /
+        message.groups): the runtime takes back what it kept of it. Slack does not say
+        who deleted it (see bot/deletion.py)."""
+        team = _team_of(body, context)
+        channel = event.get("channel")
+        ts = event.get("deleted_ts")
+        if not team or not channel or not ts:
+            log.debug("Slack deletion without team/channel/ts ignored: %s", body.get("event_id"))
+            return
+        workspace = f"{PLATFORM}:{team}"
+        community_id: str | None = workspace
+        if event.get("channel_type") == "im":
+            author = (event.get("previous_message") or {}).get("user")
+            known = [u for (t, u), dm in self._bot_dms.items() if t == team and dm == channel]
+            user = author or next(iter(known), None)
+            community_id = dm_community_id(workspace, user) if user else None
+        try:
+            await self._runtime.message_deleted(PLATFORM, _message_id(channel, ts), community_id)
+        except Exception:
+            log.exception("could not take back a deleted Slack message (team=%s)", team)
+
+    async def _on_message_changed(
+        self, body: dict[str, Any], event: dict[str, Any], context: AsyncBoltContext
+    ) -> None:
+        """A message was edited: if the bot answered it and the words changed, the old
+        words are taken back and the new ones answered as a new message, in the same
+        thread (see bot/deletion.py). A DM is always for the bot; in a channel, the new
+        text addresses it if it mentions it, and otherwise goes to the runtime as a
+        message that did not (a free channel answers those too)."""
+        team = _team_of(body, context)
+        channel = event.get("channel")
+        edited = event.get("message")
+        if not team or not channel or not isinstance(edited, dict) or not edited.get("ts"):
+            return
+        if self._is_from_bot(edited) or edited.get("subtype") not in _HUMAN_SUBTYPES:
+            return
+        is_dm = event.get("channel_type") == "im"
+        if is_dm and not self._settings.slack_allow_dms:
+            return
+        raw = str(edited.get("text") or "")
+        addressed = is_dm or bool(context.bot_user_id and f"<@{context.bot_user_id}>" in raw)
+        client = context.client
+        assert client is not None
+        text = await self._incoming_text(client, team, raw, context)
+        try:
+            anew = await self._runtime.message_edited(
+                PLATFORM, _message_id(channel, str(edited["ts"])), text
+            )
+        except Exception:
+            log.exception("could not take back an edited Slack message (team=%s)", team)
+            return
+        if anew:
+            again = {**edited, "channel": channel, "channel_type": event.get("channel_type")}
+            with self._tracked():
+                await self._handle_event(body, again, context, is_dm=is_dm, addressed=addressed)
+
     @staticmethod
     def _is_from_bot(event: dict[str, Any]) -> bool:
         """Any bot, not only ourselves (Bolt's IgnoringSelfEvents already drops those):
@@ -1221,7 +1289,7 @@ class SlackAdapter:
                 community=community,
                 channel_id=channel,
                 thread_id=thread_ts,
-                message_id=ts,
+                message_id=_message_id(channel, ts),
                 user=User(id=user_id, name=name, is_bot=bot_id is not None),
                 text=text,
                 addressed=addressed,

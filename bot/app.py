@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from bot.budget import BudgetLedger, MeteredLLM, Spender
+from bot.deletion import resume_deletions
 from bot.forget import reapply_journal, resume_forgets
 from bot.forget_journal import ForgetJournalError
 from bot.health import LLMHealth, RecordingLLM, health_endpoint
@@ -153,7 +154,8 @@ async def open_runtime(
         runtime.removals.forget_memory = _memory_eraser(memory)
         await runtime.removals.load()
         # A forget-me a crash interrupted, or one a restored database lacks (the journal
-        # file outside it has it), is finished before anything else is learned.
+        # file outside it has it), and a message deletion a crash interrupted, are
+        # finished before anything else is learned.
         try:
             await asyncio.to_thread(runtime.forget_journal.ensure)
             await reapply_journal(db, runtime.forget_journal)
@@ -162,6 +164,7 @@ async def open_runtime(
         await resume_forgets(
             db, lambda cid: registry.agent_for(Community(id=cid)), runtime.forget_journal
         )
+        await resume_deletions(db, lambda cid: registry.agent_for(Community(id=cid)))
         await _resume_unfinished(db, registry)
         yield runtime
 

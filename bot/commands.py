@@ -707,7 +707,9 @@ HISTORY_SCAN = 500
 _RATING = re.compile(r"ESS \d+\.\d+")
 #: Causes that are always worth a line; an interaction is when it committed, decayed or
 #: reflected.
-_NOTABLE_CAUSES = frozenset({"seed", "rollback", "reflection", "decay", "forget-me", "budget"})
+_NOTABLE_CAUSES = frozenset(
+    {"seed", "rollback", "reflection", "decay", "forget-me", "message-deleted", "budget"}
+)
 _NOTABLE_CHANGES = ("staged", "committed", "reflection", "decayed")
 
 

@@ -92,12 +92,8 @@ async def finish_forget(
     version = request.version
     _step(2)
     if version is None and kept:
-        store = db.community(cid)
-        newest = await store.versions(limit=1)
-        latest = newest[0] if newest else None
-        if latest is not None and latest.cause == "forget-me" and latest.actor == request.pseudonym:
-            version = latest.version  # committed before a crash
-        else:
+        version = await committed_before_a_crash(db, cid, "forget-me", request.pseudonym)
+        if version is None:
             state = await agent.forget_member(
                 member,
                 actor=request.pseudonym,
@@ -110,7 +106,7 @@ async def finish_forget(
     # Chroma first: the interactions rows, which hold the episode ids, and the audit
     # rows, which hold the insights drawn from the member's messages, go in erase_member.
     ids = await db.member_interaction_ids(cid, member)
-    ids += await _semantic_ids(db, agent, cid, words.texts)
+    ids += await semantic_ids(db, agent, cid, words.texts)
     await agent.forget_episodes(member, ids)
     await db.erase_member(request, words, datetime.now(UTC))
     log.info(
@@ -121,6 +117,17 @@ async def finish_forget(
         extra={"community": cid},
     )
     return request.model_copy(update={"version": version, "member_id": None})
+
+
+async def committed_before_a_crash(
+    db: Database, community_id: str, cause: str, actor: str
+) -> int | None:
+    """The newest version when it is the one a journaled request (its `cause`, and its
+    `actor`, unique to the request) committed before the process died, else None."""
+    newest = await db.community(community_id).versions(limit=1)
+    if newest and newest[0].cause == cause and newest[0].actor == actor:
+        return newest[0].version
+    return None
 
 
 async def _copy_to_journal(journal: ForgetJournal, request: ForgetRequest) -> None:
@@ -141,7 +148,7 @@ async def _copy_to_journal(journal: ForgetJournal, request: ForgetRequest) -> No
         )
 
 
-async def _semantic_ids(
+async def semantic_ids(
     db: Database, agent: SonalityAgent, community_id: str, words: Sequence[str]
 ) -> list[str]:
     """The consolidated insights (semantic memories) drawn from the member's messages:
@@ -163,16 +170,16 @@ async def _semantic_ids(
 async def reapply_after_rollback(
     db: Database, agent: SonalityAgent, community_id: str, target: int
 ) -> bool:
-    """After a rollback to `target`: if a forget-me happened after it, replay the
-    opinions again so the restored state holds none of the forgotten members' influence.
-    Returns whether it re-applied."""
+    """After a rollback to `target`: if a forget-me happened after it, or a message was
+    taken back (deleted or edited), replay the opinions again so the restored state
+    holds none of their influence. Returns whether it re-applied."""
     later = [f for f in await db.finished_forgets(community_id) if (f.version or 0) > target]
-    if not later:
+    deleted = await db.deletions_after(community_id, target)
+    if not later and not deleted:
         return False
+    what = " and ".join(w for w, y in (("forget-me", later), ("deleted messages", deleted)) if y)
     await agent.forget_member(
-        None,
-        actor="rollback",
-        change=f"forget-me re-applied after the rollback to v{target}",
+        None, actor="rollback", change=f"{what} re-applied after the rollback to v{target}"
     )
     return True
 

@@ -51,6 +51,23 @@ class ChatRuntime(Protocol):
         """Run one `/sonality` command; refusals and errors come back as results."""
         ...
 
+    async def message_deleted(
+        self, platform: str, message_id: str, community_id: str | None = None
+    ) -> int:
+        """A message was deleted on `platform` (its id as `IncomingMessage.message_id`
+        gives it): what the bot kept of it and learned from it is taken back, as if it
+        had never been sent, in every community that kept an answer to it.
+        `community_id`, where the platform says it was (when it says), also refuses an
+        answer to it still being written. Returns how many answers were taken back."""
+        ...
+
+    async def message_edited(self, platform: str, message_id: str, text: str | None) -> bool:
+        """A message was edited and now says `text` (None: it is no longer addressed to
+        the bot). If the bot answered it and the words changed, what it learned from the
+        old words is taken back; True then tells the adapter to hand the message over
+        (`handle`) as a new one."""
+        ...
+
     async def drain(self, community_id: str | None = None) -> None:
         """Wait until learning from the messages answered so far has finished."""
         ...

@@ -58,6 +58,9 @@ class IncomingMessage(BaseModel):
     community: Community
     channel_id: str
     thread_id: str | None = None
+    # The platform's id of the message, unique on its platform (Discord: the message's
+    # snowflake; Slack: "<channel>/<ts>"), so a deletion or an edit of it reported later
+    # finds what was kept of it (`ChatRuntime.message_deleted`). None: the terminal.
     message_id: str | None = None
     user: User
     text: str

@@ -9,8 +9,10 @@ a short apology instead of silence or a stack trace.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -18,6 +20,7 @@ from bot.bot_exchanges import BotExchanges
 from bot.budget import SPENDER, BudgetExceeded, BudgetLedger, MemberShareExceeded, Spender
 from bot.channels import ChannelMode, ChannelModes, Hearing
 from bot.commands import CommandHandlers, describe_ess, ranked_topics
+from bot.deletion import message_ref, take_back
 from bot.forget_journal import ForgetJournal
 from bot.interface import Started
 from bot.messages import (
@@ -54,6 +57,19 @@ __all__ = ["Runtime"]
 log = logging.getLogger(__name__)
 
 TOUCH_EVERY = timedelta(minutes=1)
+
+
+@dataclass(frozen=True, eq=False)
+class _Answering:
+    """A message being answered: where, and the words the answer is to."""
+
+    community_id: str
+    text: str
+
+
+def _platform(community: Community) -> str:
+    """ "discord" of "discord:123" (and of "discord:dm:42")."""
+    return community.id.split(":", 1)[0]
 
 
 class Runtime:
@@ -105,6 +121,9 @@ class Runtime:
         # Wall-clock time of each community's latest message, for idle-time reflection.
         self.last_message_at: dict[str, datetime] = {}
         self._background: set[asyncio.Task[None]] = set()
+        # The messages being answered now, by `message_ref`: a deletion or an edit that
+        # comes before the answer is recorded must still refuse it (bot/deletion.py).
+        self._answering: dict[str, list[_Answering]] = {}
         self._touched: dict[str, tuple[datetime, str]] = {}
         # Communities the bot was removed from: silent there, erased after the grace
         # period (bot/removal.py). `open_runtime` loads it and wires Chroma's part.
@@ -211,6 +230,11 @@ class Runtime:
         if truncated:
             log.info("cut a %d-char message from %s in %s", len(text), user.id, community.id)
             text = text[:limit]
+        ref = (
+            ""
+            if message.message_id is None
+            else message_ref(_platform(community), message.message_id)
+        )
 
         spender = SPENDER.set(Spender(user.id, limited=not message.trusted))
         try:
@@ -222,14 +246,16 @@ class Runtime:
             now = datetime.now(UTC)
             self.last_message_at[community.id] = now
             history = self._history(community.id, user.id, now)  # read during retrieval
-            reply = await agent.respond(
-                text,
-                _speaker(user),
-                history,
-                on_text=sink,
-                images=message.images,
-                learn=learn,
-            )
+            with self._answering_now(ref, _Answering(community.id, text)):
+                reply = await agent.respond(
+                    text,
+                    _speaker(user),
+                    history,
+                    on_text=sink,
+                    images=message.images,
+                    message_ref=ref,
+                    learn=learn,
+                )
         except MemberShareExceeded:  # spent while this message waited for its turn
             return None if unprompted else await self._share_notice(community.id, user.id)
         except BudgetExceeded:  # reached while this message waited for its turn
@@ -258,7 +284,7 @@ class Runtime:
         # conversation buffer and the community's name are written after it leaves, so
         # the person waits for nothing but the model, not for a queue of SQLite writes.
         kept = with_image_note(text, len(message.images))  # as the agent recorded it
-        self._spawn(self._after_reply(community, user.id, kept, reply, now))
+        self._spawn(self._after_reply(community, user.id, kept, reply, now, ref))
         # Ids and sizes only: a DEBUG log must never hold what a member wrote.
         log.debug(
             "answered %s in %s: %d chars in, %d out", user.id, community.id, len(text), len(reply)
@@ -322,7 +348,7 @@ class Runtime:
         return True
 
     async def _after_reply(
-        self, community: Community, user_id: str, text: str, reply: str, now: datetime
+        self, community: Community, user_id: str, text: str, reply: str, now: datetime, ref: str
     ) -> None:
         if self._needs_touch(community, now):
             try:
@@ -330,10 +356,10 @@ class Runtime:
             except Exception:
                 log.exception("could not note the name of %s", community.id)
         try:
-            # Not if the member ran forget-me while the reply was written (`now` is
-            # when their message came in).
+            # Not if the member ran forget-me, or deleted the message, while the reply
+            # was written (`now` is when their message came in).
             await self.db.append_exchange(
-                community.id, user_id, text, reply, datetime.now(UTC), asked_at=now
+                community.id, user_id, text, reply, datetime.now(UTC), asked_at=now, message_ref=ref
             )
         except Exception:
             # The interaction itself is in the outbox; only short-term memory missed a turn.
@@ -359,6 +385,46 @@ class Runtime:
             step_pairs=max(1, self.settings.buffer_turns // 3),
         )
         return [ChatTurn(role=role, content=content) for role, content in turns]
+
+    @contextlib.contextmanager
+    def _answering_now(self, ref: str, answering: _Answering) -> Iterator[None]:
+        if not ref:
+            yield
+            return
+        self._answering.setdefault(ref, []).append(answering)
+        try:
+            yield
+        finally:
+            left = [a for a in self._answering.pop(ref, []) if a is not answering]
+            if left:
+                self._answering[ref] = left
+
+    # ------------------------------------------------------------------ deletions, edits
+    async def message_deleted(
+        self, platform: str, message_id: str, community_id: str | None = None
+    ) -> int:
+        ref = message_ref(platform, message_id)
+        answering = self._answering.get(ref)
+        where = community_id or (answering[0].community_id if answering else None)
+        done = await take_back(self.db, self._agent_by_id, ref, "deleted", community_id=where)
+        return len(done)
+
+    async def message_edited(self, platform: str, message_id: str, text: str | None) -> bool:
+        ref = message_ref(platform, message_id)
+        answering = self._answering.get(ref, [])
+        olds = [old for _, old in await self.db.kept_messages(ref)]
+        olds += [a.text for a in answering]
+        if not olds:
+            return False  # never answered: an edit is not a new message to the bot
+        new = None if text is None else text.strip()[: self.settings.max_message_chars]
+        if new is not None and all(old == new for old in olds):
+            return False  # the same words (a link preview, an embed): nothing to do
+        where = answering[0].community_id if answering else None
+        await take_back(self.db, self._agent_by_id, ref, "edited", community_id=where)
+        return bool(new)
+
+    async def _agent_by_id(self, community_id: str) -> SonalityAgent:
+        return await self.registry.agent_for(Community(id=community_id))
 
     # ------------------------------------------------------------------ commands
     async def _current_agent(self, community: Community) -> SonalityAgent:

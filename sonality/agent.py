@@ -119,6 +119,8 @@ class SonalityAgent:
         # Members this process forgot: a queued message of theirs is learned only if the
         # store still holds it as pending (the forget-me deleted the ones sent before it).
         self._forgotten: set[str] = set()
+        # Messages withdrawn here (deleted or edited by their author): never learned.
+        self._withdrawn: set[str] = set()
         self._lease = store.learning_lease()
         self.learning = LearningQueue(
             self._post_process,
@@ -265,6 +267,7 @@ class SonalityAgent:
         conversation: Sequence[ChatTurn] | Awaitable[Sequence[ChatTurn]] = (),
         on_text: TextSink | None = None,
         images: Sequence[ImagePart] = (),
+        message_ref: str = "",
         *,
         learn: bool = True,
     ) -> str:
@@ -273,9 +276,11 @@ class SonalityAgent:
         `conversation` may be an awaitable, so the host's read overlaps retrieval.
         `on_text` gets the reply as it streams. `images` go to the model with the
         message and are never kept: the record notes only how many there were, and
-        learning rates the words alone. With `learn` off the message is answered and
-        forgotten: no outbox row, no ESS, no memory; only the reply's tokens are kept.
-        Raises `LLMError` when there is no whole reply; nothing is recorded then.
+        learning rates the words alone. `message_ref` is the host's id of the message
+        (kept with the record, see `InteractionRecord.message_ref`). With `learn` off
+        the message is answered and forgotten: no outbox row, no ESS, no memory; only
+        the reply's tokens are kept. Raises `LLMError` when there is no whole reply;
+        nothing is recorded then.
         """
         if self._closed:
             raise RuntimeError("agent is closed")
@@ -319,11 +324,16 @@ class SonalityAgent:
             created_at=asked_at,
             model=result.model,
             reply_usage=result.usage,
+            message_ref=message_ref,
         )
         if not await self.store.record_interaction(record):
-            # The speaker ran forget-me while this reply was being written: the reply
-            # goes out, but nothing of the message is kept or learned.
-            log.info("%s: %s was forgotten during the reply; not recorded", self.label, record.id)
+            # The speaker ran forget-me, or deleted the message, while this reply was
+            # being written: the reply goes out, but nothing of the message is kept.
+            log.info(
+                "%s: %s was forgotten or deleted during the reply; not recorded",
+                self.label,
+                record.id,
+            )
             return reply
         self.conversation = [
             {"role": "user", "content": user_message},
@@ -524,18 +534,22 @@ class SonalityAgent:
 
     async def _forgotten_record(self, record: InteractionRecord) -> bool:
         """Whether a queued message is not to be learned (asked under the agent's lock):
-        its speaker was forgotten here and the store no longer holds it as pending (the
-        forget-me deleted it, or is about to: see `pending_interactions`). A member's
-        messages after their forget-me are learned as any other."""
+        it was withdrawn (deleted or edited by its author), or its speaker was forgotten
+        here and the store no longer holds it as pending (the forget-me deleted it, or
+        is about to: see `pending_interactions`). A member's messages after their
+        forget-me are learned as any other."""
+        if record.id in self._withdrawn:
+            return True
         if record.speaker.id not in self._forgotten:
             return False
         return all(r.id != record.id for r in await self.store.pending_interactions())
 
-    async def forget_episodes(self, member: str, ids: Collection[str]) -> None:
-        """Delete a forgotten member's memories by id (unwritten ones too). Ids not
-        stored are ignored, so a resumed forget-me can run it again; their episode
-        outbox rows go with the store's `erase_member`."""
-        self._forgotten.add(member)
+    async def forget_episodes(self, member: str | None, ids: Collection[str]) -> None:
+        """Delete a forgotten member's (or a withdrawn message's) memories by id, unwritten
+        ones too. Ids not stored are ignored, so a resumed forget-me can run it again;
+        their episode outbox rows go with the store's erase."""
+        if member is not None:
+            self._forgotten.add(member)
         await self.memory.forget(ids)
 
     async def forget_member(
@@ -561,22 +575,79 @@ class SonalityAgent:
         self._forgotten.update(without)
         async with self._changing():
             steps = await self.store.evidence()
-            state, moved = forgotten(steps, self.sponge, without, drop_insights, drop_topics)
-            change += f"; changed: {', '.join(moved)}" if moved else "; no opinion changed"
-            await self._commit(
-                state,
+            return await self._replayed(
+                steps,
                 cause="forget-me",
-                change=change,
-                events=[
-                    AuditEvent(
-                        kind="forget-me",
-                        interaction=state.interaction_count,
-                        payload={"actor": actor, "changed": moved},
-                    )
-                ],
                 actor=actor,
+                change=change,
+                without_members=without,
+                drop_insights=drop_insights,
+                drop_topics=drop_topics,
             )
-            return state
+
+    async def withdraw_message(
+        self,
+        interaction_id: str,
+        *,
+        actor: str,
+        change: str,
+        drop_insights: Collection[str] = (),
+        drop_topics: Collection[str] = (),
+    ) -> SpongeState | None:
+        """Undo one message's influence (its author deleted or edited it): a new version
+        replayed from the seed without it, as `forget_member` does for a member. None
+        (no version) when nothing was learned from it; it never will be now."""
+        self._withdrawn.add(interaction_id)
+        async with self._changing():
+            steps = await self.store.evidence()
+            if not any(s.interaction_id == interaction_id for s in steps):
+                return None
+            return await self._replayed(
+                steps,
+                cause="message-deleted",
+                actor=actor,
+                change=change,
+                without_interactions=(interaction_id,),
+                drop_insights=drop_insights,
+                drop_topics=drop_topics,
+            )
+
+    async def _replayed(
+        self,
+        steps: Sequence[EvidenceStep],
+        *,
+        cause: str,
+        actor: str,
+        change: str,
+        without_members: Collection[str] = (),
+        without_interactions: Collection[str] = (),
+        drop_insights: Collection[str] = (),
+        drop_topics: Collection[str] = (),
+    ) -> SpongeState:
+        """Commit the version `sonality.replay.forgotten` gives (under `_changing`)."""
+        state, moved = forgotten(
+            steps,
+            self.sponge,
+            without_members,
+            drop_insights,
+            drop_topics,
+            without_interactions=without_interactions,
+        )
+        change += f"; changed: {', '.join(moved)}" if moved else "; no opinion changed"
+        await self._commit(
+            state,
+            cause=cause,
+            change=change,
+            events=[
+                AuditEvent(
+                    kind=cause,
+                    interaction=state.interaction_count,
+                    payload={"actor": actor, "changed": moved},
+                )
+            ],
+            actor=actor,
+        )
+        return state
 
 
 async def _ready(turns: Sequence[ChatTurn]) -> Sequence[ChatTurn]:

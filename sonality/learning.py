@@ -9,9 +9,10 @@ learns the store's outbox, not its own queue: a queued record is only a wake-up.
 letting go it looks once more, for rows another process recorded meanwhile.
 
 A member's forget-me deletes the messages they sent before it, also those waiting
-here: `skip` is asked under the agent's lock, right before a message is learned, so a
-forget-me that ran meanwhile is seen (the store never lists a message of a member
-whose forget-me is under way as pending).
+here, and a deleted message goes the same way: `skip` is asked under the agent's lock,
+right before a message is learned, so a forget-me or deletion that ran meanwhile is
+seen (the store never lists a message whose forget-me or deletion is under way as
+pending).
 """
 
 from __future__ import annotations
@@ -181,7 +182,7 @@ class LearningQueue:
                 async with self._lock:
                     if await self._skip(record):
                         log.info(
-                            "%s: %s is not learned (its sender was forgotten)",
+                            "%s: %s is not learned (its sender was forgotten, or it was deleted)",
                             self.label,
                             record.id,
                         )

@@ -1,10 +1,10 @@
-"""Recompute the opinions from the evidence log, leaving some members out.
+"""Recompute the opinions from the evidence log, leaving some members or messages out.
 
-A forget-me must undo a member's influence. The rules are deterministic, so replaying
-the log from the seed through the agent's own steps, without their messages, gives the
-opinions as if those messages had never been sent. Tunables are read from
-`sonality.config` at replay time (each decay keeps its rate). Everything the messages
-derive is recomputed: opinions and their bookkeeping, the topic counts and the
+A forget-me must undo a member's influence, and a deleted message its own. The rules
+are deterministic, so replaying the log from the seed through the agent's own steps,
+without those messages, gives the opinions as if they had never been sent. Tunables
+are read from `sonality.config` at replay time (each decay keeps its rate). Everything
+the messages derive is recomputed: opinions and their bookkeeping, the topic counts and the
 disagreement rate (`behavioral_signature`), and the recent shifts; no LLM, no store.
 
 A member's own topics (labels only their messages produced) are their words too: the
@@ -94,14 +94,18 @@ def without_labels(text: str, labels: Collection[str]) -> str:
     return text
 
 
-def own_topics(steps: Iterable[EvidenceStep], members: Collection[str]) -> set[str]:
-    """Topics only `members`' messages produced (no other member's message named them):
-    once those members are forgotten the label itself is their word."""
+def own_topics(
+    steps: Iterable[EvidenceStep], members: Collection[str], interactions: Collection[str] = ()
+) -> set[str]:
+    """Topics only the messages of `members` (and the messages `interactions`) produced
+    (no other message named them): once those are forgotten the label itself is their
+    word."""
     theirs: set[str] = set()
     others: set[str] = set()
     for step in steps:
         if step.kind == MESSAGE and step.ess is not None:
-            (theirs if step.member in members else others).update(step.ess.topics)
+            left_out = step.member in members or step.interaction_id in interactions
+            (theirs if left_out else others).update(step.ess.topics)
     return theirs - others
 
 
@@ -111,16 +115,21 @@ def forgotten(
     without_members: Collection[str],
     drop_insights: Collection[str],
     drop_topics: Collection[str] = (),
+    without_interactions: Collection[str] = (),
 ) -> tuple[SpongeState, list[str]]:
     """The version after `current` with everything the log derives replayed without
-    `without_members`, and the topics that moved (their own topics left out: naming
-    them would keep their words). `drop_insights` (drawn from their messages) go, so
-    reflection cannot bring their words back; `drop_topics` (their own topics) leave
-    the narrative too."""
+    `without_members` and the messages `without_interactions`, and the topics that
+    moved (their own topics left out: naming them would keep their words).
+    `drop_insights` (drawn from their messages) go, so reflection cannot bring their
+    words back; `drop_topics` (their own topics) leave the narrative too."""
     ordered = list(steps)
     members = set(without_members)
-    labels = set(drop_topics) | own_topics(ordered, members)
-    replayed = rebase(replay(ordered, without_members=members), current.interaction_count)
+    interactions = set(without_interactions)
+    labels = set(drop_topics) | own_topics(ordered, members, interactions)
+    replayed = rebase(
+        replay(ordered, without_members=members, without_interactions=interactions),
+        current.interaction_count,
+    )
     state = current.model_copy(deep=True)
     state.opinion_vectors = replayed.opinion_vectors
     state.belief_meta = replayed.belief_meta

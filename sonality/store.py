@@ -41,6 +41,9 @@ class InteractionRecord(BaseModel):
     created_at: datetime = Field(default_factory=utcnow)
     model: str = ""
     reply_usage: Usage = Field(default_factory=Usage)
+    # The host's id of the message answered (a platform's message id), so the host can
+    # find what was kept of it when the message is deleted or edited; "" when none.
+    message_ref: str = ""
 
 
 class AuditEvent(BaseModel):
@@ -148,7 +151,7 @@ class StateStore(Protocol):
     async def record_interaction(self, record: InteractionRecord) -> bool:
         """Store an answered message; False (nothing stored) when its speaker ran
         forget-me after `record.created_at` (the reply was in flight) or is being
-        forgotten now."""
+        forgotten now, or when the message (`record.message_ref`) was deleted since."""
 
     async def pending_interactions(self) -> list[InteractionRecord]:
         """Recorded but not yet committed interactions, oldest first (none of a member

@@ -16,7 +16,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from storage.base import Conn, SqlBase, ensure_community, execute, fetchone, to_db_time
-from storage.forgotten import forgotten_since
+from storage.forgotten import deleted_since, forgotten_since
 from storage.models import Role, StorageError
 
 MAX_EXCHANGES_PER_USER = 50
@@ -35,12 +35,14 @@ class BufferStore(SqlBase):
         *,
         keep_exchanges: int = MAX_EXCHANGES_PER_USER,
         asked_at: datetime | None = None,
+        message_ref: str = "",
     ) -> bool:
         """Store one user message and the bot's reply (one transaction), then prune.
 
         Keeps at most `keep_exchanges` exchanges for this user in this community.
         With `asked_at` (when the message came in), nothing is stored if the user ran
-        forget-me since or is being forgotten (`forgotten_since`); returns whether it
+        forget-me since or is being forgotten (`forgotten_since`), or if the message
+        (`message_ref`, the platform's id of it) was deleted since; returns whether it
         was stored.
         """
         if keep_exchanges < 1:
@@ -48,7 +50,10 @@ class BufferStore(SqlBase):
         stamp = to_db_time(at)
 
         def work(conn: Conn) -> bool:
-            if asked_at is not None and forgotten_since(conn, community_id, user_id, asked_at):
+            if asked_at is not None and (
+                forgotten_since(conn, community_id, user_id, asked_at)
+                or deleted_since(conn, community_id, message_ref, asked_at)
+            ):
                 return False
             ensure_community(conn, community_id, at)
             row = fetchone(
@@ -62,9 +67,9 @@ class BufferStore(SqlBase):
                 execute(
                     conn,
                     "INSERT INTO conversation_turns "
-                    "(community_id, user_id, exchange, role, content, created_at) "
-                    "VALUES (?, ?, ?, ?, ?, ?)",
-                    (community_id, user_id, exchange, role, content, stamp),
+                    "(community_id, user_id, exchange, role, content, created_at, message_ref) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (community_id, user_id, exchange, role, content, stamp, message_ref or None),
                 )
             execute(
                 conn,

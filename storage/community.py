@@ -48,7 +48,7 @@ from storage.base import (
     to_json,
 )
 from storage.coordination import EPISODES, Coordinator, LearningLease
-from storage.forgotten import forgotten_since
+from storage.forgotten import deleted_since, forgotten_since
 from storage.history import (
     AUDIT_COLUMNS,
     VERSION_COLUMNS,
@@ -136,7 +136,8 @@ class EpisodeGuard:
 
     async def still_to_write(self, episode_ids: Sequence[str]) -> set[str]:
         """Those of `episode_ids` still waiting in the outbox (not written by another
-        process, not erased) and not the episodes of a member being forgotten."""
+        process, not erased), not the episodes of a member being forgotten, nor of a
+        message being deleted."""
         ids = list(dict.fromkeys(episode_ids))
         if not ids:
             return set()
@@ -147,7 +148,9 @@ class EpisodeGuard:
             "JOIN forget_requests f ON f.community_id = i.community_id "
             "AND f.member_id = i.speaker_id "
             "WHERE i.community_id = o.community_id AND i.id = o.episode_id "
-            "AND f.finished_at IS NULL)",
+            "AND f.finished_at IS NULL) AND NOT EXISTS (SELECT 1 FROM message_deletions d "
+            "WHERE d.community_id = o.community_id AND d.interaction_id = o.episode_id "
+            "AND d.finished_at IS NULL)",
             (self.community_id, *ids),
         )
         return {str(r[0]) for r in rows}
@@ -498,8 +501,9 @@ class CommunityStore:
         Idempotent per id: recording the same interaction again changes nothing, so a
         retried handler can't double-count usage or queue the message twice. Refused
         (False, nothing written) when the speaker ran forget-me after the message was
-        asked (`record.created_at`) or is being forgotten now (`forgotten_since`): a
-        reply in flight during a forget-me leaves nothing behind.
+        asked (`record.created_at`) or is being forgotten now (`forgotten_since`), or
+        when the message was deleted since (`deleted_since`): a reply in flight during
+        a forget-me or a deletion leaves nothing behind.
         """
         cid = self.community_id
         tz = self._db.tz
@@ -514,28 +518,33 @@ class CommunityStore:
             record.reply_usage.model_dump_json(),
             to_db_time(record.created_at),
             to_db_time(utcnow()),
+            record.message_ref or None,
         )
 
         insert = (
             "INSERT INTO interactions (id, community_id, speaker_id, speaker_name, "
-            "message, reply, model, usage_json, created_at, status, attempts, updated_at) "
-            "SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0, ? WHERE {guard} "
+            "message, reply, model, usage_json, created_at, status, attempts, updated_at, "
+            "message_ref) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0, ?, ? WHERE {guard} "
             "ON CONFLICT DO NOTHING"
         )
         # The common case costs no statement more: the insert itself is skipped while
-        # any forget-me of the community could concern this message; only then is the
-        # member's key checked, and the row inserted if it is someone else's.
+        # any forget-me or message deletion of the community could concern this message;
+        # only then are the member's and the message's keys checked, and the row
+        # inserted if they are someone else's.
         anyone = (
             "NOT EXISTS (SELECT 1 FROM forget_requests WHERE community_id = ? "
-            "AND (finished_at IS NULL OR started_at >= ?))"
+            "AND (finished_at IS NULL OR started_at >= ?)) AND NOT EXISTS (SELECT 1 "
+            "FROM message_deletions WHERE community_id = ? AND started_at >= ?)"
         )
         asked = to_db_time(record.created_at)
 
         def work(conn: Conn) -> bool:
             advance_time(conn, cid, "last_activity_at", record.created_at)
-            inserted = execute(conn, insert.format(guard=anyone), (*params, cid, asked))
+            inserted = execute(conn, insert.format(guard=anyone), (*params, cid, asked, cid, asked))
             if not inserted:
                 if forgotten_since(conn, cid, record.speaker.id, record.created_at):
+                    return False
+                if deleted_since(conn, cid, record.message_ref, record.created_at):
                     return False
                 inserted = execute(conn, insert.format(guard="1 = 1"), params)
             if inserted:
@@ -548,13 +557,16 @@ class CommunityStore:
 
     async def pending_interactions(self) -> list[InteractionRecord]:
         """Recorded, not yet committed and not given up on; oldest (first recorded) first.
-        A member's rows are left out while a forget-me of theirs is under way: it is
-        about to delete them, and nothing is to learn from them meanwhile."""
+        A member's rows are left out while a forget-me of theirs is under way, and a
+        message while its deletion is: it is about to delete them, and nothing is to
+        learn from them meanwhile."""
         rows = await self._db._fetchall(
             "SELECT id, speaker_id, speaker_name, message, reply, model, usage_json, created_at "
             "FROM interactions i WHERE community_id = ? AND status = 'pending' "
             "AND NOT EXISTS (SELECT 1 FROM forget_requests f WHERE f.community_id = "
             "i.community_id AND f.member_id = i.speaker_id AND f.finished_at IS NULL) "
+            "AND NOT EXISTS (SELECT 1 FROM message_deletions d WHERE d.community_id = "
+            "i.community_id AND d.interaction_id = i.id AND d.finished_at IS NULL) "
             "ORDER BY seq",
             (self.community_id,),
         )

@@ -50,6 +50,7 @@ from storage.buffers import BufferStore
 from storage.channels import ChannelModeStore
 from storage.community import CommunityStore
 from storage.coordination import LEARNING, LOCK_SPACE, Coordinator
+from storage.deletion import DeletionStore
 from storage.export import ExportStore
 from storage.feedback import FeedbackStore
 from storage.flood import FloodStore
@@ -86,6 +87,7 @@ class Database(
     ExportStore,
     RemovalStore,
     ForgetStore,
+    DeletionStore,
     FloodStore,
     MemberSpendStore,
     FeedbackStore,

@@ -415,25 +415,15 @@ class ForgetStore(SqlBase):
                 "SELECT step_json FROM evidence_log WHERE community_id = ? AND member = ?",
                 (community_id, member_id),
             ):
-                ess = from_json(str(step)).get("ess") or {}
-                if ess.get("summary"):
-                    words.append(str(ess["summary"]))
-                    words.append(str(ess["summary"])[:160])
-                topics.update(str(t) for t in ess.get("topics") or () if t)
+                step_words(str(step), words, topics)
             for (payload,) in fetchall(
                 conn,
                 "SELECT payload_json FROM audit_events WHERE community_id = ? AND kind = 'ess' "
                 f"AND {conn.dialect.json_text('payload_json', 'speaker')} = ?",
                 (community_id, member_id),
             ):
-                event = from_json(str(payload))
-                for key in ("summary", "insight"):
-                    if event.get(key):
-                        words.append(str(event[key]))
-                if event.get("summary"):
-                    words.append(str(event["summary"])[:160])
-                topics.update(str(t) for t in event.get("topics") or () if t)
-            own = topics - _used_by_others(conn, community_id, member_id, topics)
+                rating_words(str(payload), words, topics)
+            own = topics - used_by_others(conn, community_id, "member", member_id, topics)
             return MemberWords(
                 texts=tuple(sorted(set(words), key=len, reverse=True)),
                 topics=tuple(sorted(own)),
@@ -461,7 +451,7 @@ class ForgetStore(SqlBase):
         redact = Redaction(member, pseudonym, frozenset(words.texts), frozenset(words.topics))
         # Found outside the transaction (versions never change but by a forget-me, which
         # re-reads each one below): reading every version is the slow part.
-        versions = await self._versions_to_redact(cid, redact)
+        versions = await versions_to_redact(self, cid, redact)
 
         def work(conn: Conn) -> int:
             ids = [
@@ -528,41 +518,7 @@ class ForgetStore(SqlBase):
                         "UPDATE moderator_actions SET args = ?, reason = ? WHERE id = ?",
                         (*new, row_id),
                     )
-            # The personality's own events (reflections, rollbacks, forget-me): another
-            # member's "ess" events hold only their own words.
-            for row_id, payload in fetchall(
-                conn,
-                "SELECT id, payload_json FROM audit_events WHERE community_id = ? "
-                "AND kind != 'ess'",
-                (cid,),
-            ):
-                new_payload = redact.json(str(payload))
-                if new_payload != payload:
-                    changed += execute(
-                        conn,
-                        "UPDATE audit_events SET payload_json = ? WHERE id = ?",
-                        (new_payload, row_id),
-                    )
-            execute(conn, "UPDATE forget_requests SET redacting = 1 WHERE id = ?", (request.id,))
-            for chunk, marks in id_chunks([str(v) for v in versions]):
-                for version, state_json, change, actor in fetchall(
-                    conn,
-                    "SELECT version, state_json, change, actor FROM personality_versions "
-                    f"WHERE community_id = ? AND version IN ({marks})",
-                    (cid, *chunk),
-                ):
-                    redacted = (
-                        redact.json(str(state_json)),
-                        redact.text(str(change), free=True),
-                        None if actor is None else redact.text(str(actor), labels=False),
-                    )
-                    if redacted != (state_json, change, actor):
-                        changed += execute(
-                            conn,
-                            "UPDATE personality_versions SET state_json = ?, change = ?, "
-                            "actor = ? WHERE community_id = ? AND version = ?",
-                            (*redacted, cid, version),
-                        )
+            changed += redact_history(conn, cid, redact, versions, ("forget_requests", request.id))
             execute(
                 conn,
                 "UPDATE forget_requests SET redacting = 0, member_id = NULL, finished_at = ? "
@@ -574,23 +530,6 @@ class ForgetStore(SqlBase):
         changed = await self._run_write(work, scope=cid)
         await self._scrub_deleted(FORGET_TABLES, rebuild=True)
         return changed
-
-    async def _versions_to_redact(self, community_id: str, redact: Redaction) -> list[int]:
-        """The versions whose state, change line or actor may name the member or quote
-        their words, read a page at a time."""
-        found: list[int] = []
-        after = -1
-        while True:
-            rows = await self._fetchall(
-                "SELECT version, state_json, change, actor FROM personality_versions "
-                "WHERE community_id = ? AND version > ? ORDER BY version LIMIT ?",
-                (community_id, after, VERSIONS_PER_READ),
-            )
-            if not rows:
-                return found
-            # Off the event loop: a long history takes seconds to look through.
-            found += await asyncio.to_thread(redact.versions_in, rows)
-            after = int(rows[-1][0])
 
     # ------------------------------------------------------------------ restoring
 
@@ -638,10 +577,106 @@ class ForgetStore(SqlBase):
         return await self._run_write(work)
 
 
-def _used_by_others(
-    conn: Conn, community_id: str, member_id: str, topics: Iterable[str]
+async def versions_to_redact(
+    db: SqlBase, community_id: str, redact: Redaction, after: int = -1
+) -> list[int]:
+    """The versions after `after` whose state, change line or actor may name the member
+    (or message) or quote their words, read a page at a time."""
+    found: list[int] = []
+    while True:
+        rows = await db._fetchall(
+            "SELECT version, state_json, change, actor FROM personality_versions "
+            "WHERE community_id = ? AND version > ? ORDER BY version LIMIT ?",
+            (community_id, after, VERSIONS_PER_READ),
+        )
+        if not rows:
+            return found
+        # Off the event loop: a long history takes seconds to look through.
+        found += await asyncio.to_thread(redact.versions_in, rows)
+        after = int(rows[-1][0])
+
+
+def redact_history(
+    conn: Conn,
+    community_id: str,
+    redact: Redaction,
+    versions: Sequence[int],
+    gate: tuple[str, int],
+    *,
+    ratings_since: int | None = None,
+) -> int:
+    """Apply `redact` to the personality's own audit events (reflections, rollbacks,
+    forget-me) and to `versions`, whose text columns may change only while the journal
+    row `gate` (its table and id: a forget-me or a message deletion) holds the
+    redaction gate open; the caller closes it in the same transaction. Other messages'
+    "ess" events hold their own words, but may name a topic their commit moved: with
+    `ratings_since`, every event of that version on is redacted, theirs included (none
+    before it can quote what is redacted). Returns the rows rewritten."""
+    changed = 0
+    where, args = (
+        ("kind != 'ess'", ()) if ratings_since is None else ("version >= ?", (ratings_since,))
+    )
+    for row_id, payload in fetchall(
+        conn,
+        f"SELECT id, payload_json FROM audit_events WHERE community_id = ? AND {where}",
+        (community_id, *args),
+    ):
+        new_payload = redact.json(str(payload))
+        if new_payload != payload:
+            changed += execute(
+                conn, "UPDATE audit_events SET payload_json = ? WHERE id = ?", (new_payload, row_id)
+            )
+    table, journal_id = gate
+    execute(conn, f"UPDATE {table} SET redacting = 1 WHERE id = ?", (journal_id,))
+    for chunk, marks in id_chunks([str(v) for v in versions]):
+        for version, state_json, change, actor in fetchall(
+            conn,
+            "SELECT version, state_json, change, actor FROM personality_versions "
+            f"WHERE community_id = ? AND version IN ({marks})",
+            (community_id, *chunk),
+        ):
+            redacted = (
+                redact.json(str(state_json)),
+                redact.text(str(change), free=True),
+                None if actor is None else redact.text(str(actor), labels=False),
+            )
+            if redacted != (state_json, change, actor):
+                changed += execute(
+                    conn,
+                    "UPDATE personality_versions SET state_json = ?, change = ?, "
+                    "actor = ? WHERE community_id = ? AND version = ?",
+                    (*redacted, community_id, version),
+                )
+    return changed
+
+
+def step_words(step_json: str, words: list[str], topics: set[str]) -> None:
+    """Add what an evidence step quotes of its message (the ESS summary, also cut as a
+    provenance line cuts it) and the topics it produced."""
+    ess = from_json(step_json).get("ess") or {}
+    if ess.get("summary"):
+        words.append(str(ess["summary"]))
+        words.append(str(ess["summary"])[:160])
+    topics.update(str(t) for t in ess.get("topics") or () if t)
+
+
+def rating_words(payload_json: str, words: list[str], topics: set[str]) -> None:
+    """Add what an "ess" audit event quotes of its message (summary and insight) and
+    its topics."""
+    event = from_json(payload_json)
+    for key in ("summary", "insight"):
+        if event.get(key):
+            words.append(str(event[key]))
+    if event.get("summary"):
+        words.append(str(event["summary"])[:160])
+    topics.update(str(t) for t in event.get("topics") or () if t)
+
+
+def used_by_others(
+    conn: Conn, community_id: str, column: str, value: str, topics: Iterable[str]
 ) -> set[str]:
-    """Those of `topics` another member's message produced too (by the evidence log,
+    """Those of `topics` another message produced too: one whose evidence `column`
+    ("member" or "interaction_id", a constant) is not `value` (by the evidence log,
     kept for good). Rows are found by the topic's JSON text and then read exactly; a
     topic stops being looked for once found."""
     every = sorted(set(topics))
@@ -654,11 +689,11 @@ def _used_by_others(
             rows = fetchall(
                 conn,
                 "SELECT seq, step_json FROM evidence_log WHERE community_id = ? "
-                "AND member != ? AND kind = 'message' AND seq > ? "
+                f"AND {column} != ? AND kind = 'message' AND seq > ? "
                 f"AND ({' OR '.join(has('step_json') for _ in needles)}) ORDER BY seq LIMIT 500",
                 (
                     community_id,
-                    member_id,
+                    value,
                     after,
                     *(json.dumps(t, ensure_ascii=False) for t in needles),
                 ),

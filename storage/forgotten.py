@@ -1,5 +1,5 @@
-"""Who was forgotten, kept as a salted hash, and the check every write of a member's
-words makes against it.
+"""Who was forgotten (and which messages were deleted), kept as salted hashes, and the
+checks every write of a member's words makes against them.
 
 Why a hash: a finished forget-me keeps no member id (the journal row's `member_id` is
 cleared), yet two things must still recognise the member afterwards. A reply that was
@@ -52,3 +52,18 @@ def forgotten_since(conn: Conn, community_id: str, member_id: str, since: dateti
         or key_matches(None if key is None else str(key), community_id, member_id)
         for found, key in rows
     )
+
+
+def deleted_since(conn: Conn, community_id: str, message_ref: str, since: datetime) -> bool:
+    """Whether the message `message_ref` was deleted (or edited) at or after `since`
+    (when it was asked): then nothing of that answer is written. The journal keeps the
+    message's id only as a salted key (`forget_key`), so the rows of the community
+    since then are tested one by one; usually there are none."""
+    if not message_ref:
+        return False
+    rows = fetchall(
+        conn,
+        "SELECT message_key FROM message_deletions WHERE community_id = ? AND started_at >= ?",
+        (community_id, to_db_time(since)),
+    )
+    return any(key_matches(str(key), community_id, message_ref) for (key,) in rows)

@@ -614,8 +614,95 @@ _V13_BOT_EXCHANGES: list[Statement] = [
     """,
 ]
 
+# ---- issue 25: deleted messages take their influence back (one block; renumber freely) --
+_V14_MESSAGE_DELETIONS: list[Statement] = [
+    # The platform's id of the message each interaction answered ("discord:<id>",
+    # "slack:<channel>/<ts>"), so a deletion or an edit finds what was kept of it; NULL
+    # for the terminal and for rows from before this step. The platform id is unique
+    # on its platform, so the index is not led by the community (a DM's deletion event
+    # does not say whose DM it was).
+    "ALTER TABLE interactions ADD COLUMN message_ref TEXT",
+    "CREATE INDEX interactions_by_message ON interactions (message_ref)",
+    # The same for the conversation buffer's turns, so both turns of the exchange go.
+    "ALTER TABLE conversation_turns ADD COLUMN message_ref TEXT",
+    # The journal of deleted (and edited) messages (storage/deletion.py), written before
+    # anything is deleted, finished on start after a crash. `message_key` is a salt and
+    # the SHA-256 of salt, community and message id (storage/forgotten.py), so a reply
+    # still being written is refused when it lands (`deleted_since`) while the row
+    # names no message; `interaction_id` is cleared when it finishes. `label` is the
+    # version's actor and what replaces the interaction id in past versions. A row that
+    # found nothing to withdraw is finished at once and pruned after a day. No reference
+    # to `communities`: a message may be deleted before its community has a row.
+    """
+    CREATE TABLE message_deletions (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        community_id TEXT NOT NULL,
+        message_key TEXT NOT NULL,
+        interaction_id TEXT,
+        label TEXT NOT NULL,
+        cause TEXT NOT NULL CHECK (cause IN ('deleted', 'edited')),
+        version INTEGER,
+        redacting INTEGER NOT NULL DEFAULT 0 CHECK (redacting IN (0, 1)),
+        started_at TEXT NOT NULL,
+        finished_at TEXT,
+        CHECK (finished_at IS NULL OR interaction_id IS NULL)
+    )
+    """,
+    "CREATE INDEX message_deletions_open ON message_deletions (community_id, finished_at)",
+    "CREATE INDEX message_deletions_by_start ON message_deletions (community_id, started_at)",
+    # A deletion finds its message's evidence step by interaction id.
+    "CREATE INDEX evidence_log_by_interaction ON evidence_log (community_id, interaction_id)",
+    # Past versions may also be redacted while a message deletion holds its own gate
+    # (the message's summary, insight and interaction id leave them, as a forgotten
+    # member's words do); the same columns stay fixed as under a forget-me's gate.
+    Each(
+        "DROP TRIGGER personality_versions_no_update",
+        "",
+    ),
+    Each(
+        """
+        CREATE TRIGGER personality_versions_no_update
+        BEFORE UPDATE ON personality_versions
+        WHEN (NOT EXISTS (
+            SELECT 1 FROM forget_requests
+            WHERE community_id = OLD.community_id AND finished_at IS NULL AND redacting = 1
+        ) AND NOT EXISTS (
+            SELECT 1 FROM message_deletions
+            WHERE community_id = OLD.community_id AND finished_at IS NULL AND redacting = 1
+        )) OR NEW.community_id IS NOT OLD.community_id OR NEW.version IS NOT OLD.version
+          OR NEW.cause IS NOT OLD.cause OR NEW.interaction_count IS NOT OLD.interaction_count
+          OR NEW.created_at IS NOT OLD.created_at OR NEW.keyframe IS NOT OLD.keyframe
+        BEGIN SELECT RAISE(ABORT, 'personality_versions is append-only'); END
+        """,
+        f"""
+        CREATE OR REPLACE FUNCTION personality_versions_update_gate() RETURNS trigger
+        LANGUAGE plpgsql AS $$
+        BEGIN
+            IF (NOT EXISTS (
+                SELECT 1 FROM forget_requests
+                WHERE community_id = OLD.community_id AND finished_at IS NULL
+                  AND redacting = 1
+            ) AND NOT EXISTS (
+                SELECT 1 FROM message_deletions
+                WHERE community_id = OLD.community_id AND finished_at IS NULL
+                  AND redacting = 1
+            )) OR NEW.community_id IS DISTINCT FROM OLD.community_id
+              OR NEW.version IS DISTINCT FROM OLD.version
+              OR NEW.cause IS DISTINCT FROM OLD.cause
+              OR NEW.interaction_count IS DISTINCT FROM OLD.interaction_count
+              OR NEW.created_at IS DISTINCT FROM OLD.created_at
+              OR NEW.keyframe IS DISTINCT FROM OLD.keyframe
+            THEN
+                RAISE EXCEPTION {_APPEND_ONLY} {_INTEGRITY};
+            END IF;
+            RETURN NEW;
+        END $$
+        """,
+    ),
+]
+
 # ---- issue 25: channel modes (one block; renumber freely) --------------------------
-_V14_CHANNEL_MODES: list[Statement] = [
+_V15_CHANNEL_MODES: list[Statement] = [
     # The mode of each channel a moderator set with `/sonality channel` (storage/channels.py):
     # mention, free or off; channels without a row follow SONALITY_CHANNEL_MODE. Who set
     # it is member data: my-data lists it, a forget-me replaces the id and name with the
@@ -648,7 +735,8 @@ MIGRATIONS: list[list[Statement]] = [
     _V11_MEMBER_SPEND,
     _V12_REPLY_FEEDBACK,
     _V13_BOT_EXCHANGES,
-    _V14_CHANNEL_MODES,
+    _V14_MESSAGE_DELETIONS,
+    _V15_CHANNEL_MODES,
 ]
 """Index i holds the statements that take the schema from version i to i + 1."""
 

@@ -25,6 +25,10 @@ not by how much a community ever said:
   personality's history keeps each version's cause, change and actor for good.
 * ``evidence_log`` (what an exact opinion replay needs) is kept while the community
   is: forget-me depends on it. It holds ESS results, not messages.
+* ``message_deletions``: a row that took nothing back (the platform reported the
+  deletion of a message nothing was kept of) is deleted a day after; it only refuses
+  an answer that was being written meanwhile. A row that took a message back is kept
+  (it holds no id of it, and its version tells a rollback to leave the message out).
 * ``seen_events`` (platform event dedup) and ``oauth_states``: deleted once expired.
   They are also pruned as new ones arrive; this covers a platform that went quiet.
 * Not here: ``personality_versions`` are append-only (history is evidence; they are
@@ -42,6 +46,7 @@ from datetime import datetime, timedelta
 from pydantic import BaseModel, ConfigDict, Field
 
 from storage.base import Conn, Dialect, SqlBase, execute, local_day, table_exists, to_db_time
+from storage.deletion import TOMBSTONE_DAYS
 
 WINDOW = 5_000
 """Row ids per transaction while deleting (a few milliseconds of work each)."""
@@ -71,6 +76,7 @@ class RetentionReport(BaseModel):
     usage_days: int = 0
     seen_events: int = 0
     oauth_states: int = 0
+    message_deletions: int = 0  # rows of deletions that took nothing back
 
     @property
     def total(self) -> int:
@@ -111,6 +117,19 @@ def _erase_quoting_evidence(conn: Conn, cutoff: str) -> int:
     )
 
 
+def _prune_deletions(conn: Conn, cutoff: str) -> int:
+    """The rows of deletions that took nothing back, finished before `cutoff` (a file
+    of an older schema in a test has none)."""
+    if not table_exists(conn, "message_deletions"):
+        return 0
+    return execute(
+        conn,
+        "DELETE FROM message_deletions WHERE version IS NULL "
+        "AND finished_at IS NOT NULL AND finished_at < ?",
+        (cutoff,),
+    )
+
+
 class RetentionStore(SqlBase):
     async def apply_retention(self, now: datetime, policy: RetentionPolicy) -> RetentionReport:
         """Erase and delete what `policy` says is old at `now` (all communities)."""
@@ -147,7 +166,9 @@ class RetentionStore(SqlBase):
             "moderator_actions", "id", None, "created_at < ?", (audit_cutoff,)
         )
 
-        def small_tables(conn: Conn) -> tuple[int, int, int, int, int]:
+        tombstones = to_db_time(now - timedelta(days=TOMBSTONE_DAYS))
+
+        def small_tables(conn: Conn) -> tuple[int, int, int, int, int, int]:
             sql = conn.dialect
             return (
                 execute(
@@ -166,9 +187,10 @@ class RetentionStore(SqlBase):
                 execute(conn, "DELETE FROM usage_daily WHERE day < ?", (first_day,)),
                 execute(conn, "DELETE FROM seen_events WHERE expires_at <= ?", (stamp,)),
                 execute(conn, "DELETE FROM oauth_states WHERE expires_at <= ?", (stamp,)),
+                _prune_deletions(conn, tombstones),
             )
 
-        outbox, evidence, usage, seen, oauth = await self._run_write(small_tables)
+        outbox, evidence, usage, seen, oauth, deletions = await self._run_write(small_tables)
         return RetentionReport(
             texts_erased=erased,
             conversation_turns=turns,
@@ -180,6 +202,7 @@ class RetentionStore(SqlBase):
             usage_days=usage,
             seen_events=seen,
             oauth_states=oauth,
+            message_deletions=deletions,
         )
 
     async def _in_windows(

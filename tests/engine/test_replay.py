@@ -22,6 +22,7 @@ from sonality import config
 from sonality.agent import SonalityAgent
 from sonality.memory.sponge import SpongeState
 from sonality.replay import ReplayError, replay
+from sonality.rollback import rebase
 from sonality.store import Speaker
 from storage import Database
 from tests.engine.test_agent_learning import (
@@ -170,6 +171,39 @@ async def test_replaying_without_a_member_equals_a_community_that_never_heard_th
         for source in meta.moved_by
     )
     assert all(u.member != ALICE.id for u in without_alice.staged_opinion_updates)
+
+
+@pytest.mark.parametrize("seed", [4, 5])
+async def test_withdrawing_one_message_equals_a_community_that_never_heard_it(
+    agents: dict[str, tuple[SonalityAgent, ScriptedLLM]],
+    db: Database,
+    seed: int,
+) -> None:
+    """A deleted message (issue 25): replayed without it, with decays on both sides."""
+    steps = script(seed, 45)
+    whole, whole_llm = agents["test:whole"]
+    fresh, fresh_llm = agents["test:fresh"]
+    spoken = [n for n, (who, answer) in enumerate(steps) if answer is not None]
+    # An early argument of Alice's: its move committed long ago, and much came after.
+    gone = next(n for n in spoken[3:] if steps[n][0] is ALICE)
+    await run(whole, whole_llm, steps)
+    await run(fresh, fresh_llm, [s for n, s in enumerate(steps) if n != gone])
+    messages = [s for s in await db.community("test:whole").evidence() if s.kind == "message"]
+    interaction_id = messages[spoken.index(gone)].interaction_id
+    heard_all = whole.sponge.model_copy(deep=True)
+
+    state = await whole.withdraw_message(interaction_id, actor="message-1", change="deleted")
+
+    assert state is not None and whole.sponge == state and state.version == heard_all.version + 1
+    assert_same_opinions(state, rebase(fresh.sponge, state.interaction_count))
+    assert any(
+        abs(state.opinion_vectors.get(t, 0.0) - heard_all.opinion_vectors.get(t, 0.0)) > 1e-6
+        for t in TOPICS
+    )
+    assert all(u.interaction_id != interaction_id for u in state.staged_opinion_updates)
+    # A message nothing was learned from: no version.
+    assert await whole.withdraw_message("never-seen", actor="message-2", change="x") is None
+    assert whole.sponge == state
 
 
 async def test_a_rollback_in_the_log_keeps_the_undone_evidence_undone(

@@ -17,6 +17,11 @@ Facts this server relies on (checked against discord.py 2.7.1):
   answers 401 `{"message": "401: Unauthorized", "code": 0}` to a token that is not
   `token`, and an IDENTIFY with another token is closed with 4004, as Discord does.
 - A MESSAGE_CREATE with "message_reference": null breaks parsing: omit the key.
+- MESSAGE_UPDATE carries the whole message (discord.py 2.5+ builds a Message from it),
+  with `edited_timestamp` set by an edit and unchanged by an embed arriving, and is
+  stripped of content like MESSAGE_CREATE for a session without Message Content.
+  MESSAGE_DELETE and MESSAGE_DELETE_BULK carry only ids, channel and guild: never the
+  author, the content, or who deleted the message.
 - The gateway may answer in text frames even when the client asked for zlib-stream.
 - Attachments live on the CDN, which this server plays on its own host (so the bot is
   configured with one address, DISCORD_API_BASE_URL): `attachment()` makes the object a
@@ -522,7 +527,7 @@ class FakeDiscord:
                 continue
             payload = data
             if (
-                event == "MESSAGE_CREATE"
+                event in ("MESSAGE_CREATE", "MESSAGE_UPDATE")
                 and not self._intents.get(id(ws), 0) & MESSAGE_CONTENT_INTENT
             ):
                 payload = _without_content(data, self.bot.id)
@@ -552,6 +557,73 @@ class FakeDiscord:
         guild = self._guild_of_channel(channel.id)
         await self.dispatch("MESSAGE_CREATE", data, guild_id=guild.id if guild else None)
         return data
+
+    async def message_edit(
+        self, message: JSONDict, content: str, *, mentions: list[FakeUser] | None = None
+    ) -> JSONDict:
+        """The author edits `message` (as stored by `message_create`): Discord stores the
+        new content, sets `edited_timestamp` and sends MESSAGE_UPDATE with the whole
+        message (without its content to a session lacking the Message Content intent,
+        unless it mentions the app). `mentions` are those of the new text."""
+        data = {
+            **self.messages[int(message["id"])],
+            "content": content,
+            "edited_timestamp": _now_iso(),
+            "mentions": [
+                {**u.payload(), **({"member": _member()} if "guild_id" in message else {})}
+                for u in mentions or []
+            ],
+            "mention_everyone": "@everyone" in content or "@here" in content,
+        }
+        self.messages[int(message["id"])] = data
+        guild_id = data.get("guild_id")
+        await self.dispatch(
+            "MESSAGE_UPDATE", data, guild_id=int(guild_id) if guild_id is not None else None
+        )
+        return data
+
+    async def message_preview(self, message: JSONDict) -> JSONDict:
+        """Discord resolves a link in `message` into an embed: MESSAGE_UPDATE with the
+        whole message, its content and `edited_timestamp` unchanged."""
+        data = {
+            **self.messages[int(message["id"])],
+            "embeds": [{"type": "link", "url": "https://example.org/", "title": "Example"}],
+        }
+        self.messages[int(message["id"])] = data
+        guild_id = data.get("guild_id")
+        await self.dispatch(
+            "MESSAGE_UPDATE", data, guild_id=int(guild_id) if guild_id is not None else None
+        )
+        return data
+
+    async def message_delete(self, message: JSONDict) -> None:
+        """Someone deletes `message`: MESSAGE_DELETE carries only its id, channel and
+        guild (never who deleted it, nor the content)."""
+        self.messages.pop(int(message["id"]), None)
+        data: JSONDict = {"id": message["id"], "channel_id": message["channel_id"]}
+        if "guild_id" in message:
+            data["guild_id"] = message["guild_id"]
+        guild_id = message.get("guild_id")
+        await self.dispatch(
+            "MESSAGE_DELETE", data, guild_id=int(guild_id) if guild_id is not None else None
+        )
+
+    async def message_delete_bulk(self, messages: list[JSONDict]) -> None:
+        """A moderator purges `messages` (all of one guild channel): MESSAGE_DELETE_BULK
+        with their ids."""
+        first = messages[0]
+        assert all(m["channel_id"] == first["channel_id"] for m in messages)
+        for message in messages:
+            self.messages.pop(int(message["id"]), None)
+        await self.dispatch(
+            "MESSAGE_DELETE_BULK",
+            {
+                "ids": [m["id"] for m in messages],
+                "channel_id": first["channel_id"],
+                "guild_id": first["guild_id"],
+            },
+            guild_id=int(first["guild_id"]),
+        )
 
     async def remove_bot(self, guild: FakeGuild) -> None:
         """The bot is kicked (or the guild deleted): Discord drops the guild and sends

@@ -57,6 +57,11 @@ class RecordingRuntime:
         self.known: list[str] = []
         #: (community id, channel id) of each person's message not handed to `handle`.
         self.people_wrote: list[tuple[str, str]] = []
+        #: (platform, message id, community id) of each deletion; (platform, message id,
+        #: new text) of each edit, and whether an edit is to be answered anew.
+        self.deleted: list[tuple[str, str, str | None]] = []
+        self.edited: list[tuple[str, str, str | None]] = []
+        self.answer_edits = True
 
     async def handle(
         self,
@@ -77,6 +82,16 @@ class RecordingRuntime:
 
     async def person_wrote(self, community_id: str, channel_id: str) -> None:
         self.people_wrote.append((community_id, channel_id))
+
+    async def message_deleted(
+        self, platform: str, message_id: str, community_id: str | None = None
+    ) -> int:
+        self.deleted.append((platform, message_id, community_id))
+        return 0
+
+    async def message_edited(self, platform: str, message_id: str, text: str | None) -> bool:
+        self.edited.append((platform, message_id, text))
+        return self.answer_edits and text is not None
 
     async def run_command(self, request: CommandRequest) -> CommandResult:
         self.commands.append(request)

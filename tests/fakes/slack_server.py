@@ -34,6 +34,7 @@ __all__ = [
     "FakeUpload",
     "RecordedRequest",
     "block_errors",
+    "event_envelope",
     "interaction_form",
     "post_signed",
     "sign",
@@ -1104,6 +1105,116 @@ def tokens_revoked_event(
         "event_id": event_id,
         "event_time": int(time.time()),
     }
+
+
+# --------------------------------------------------------------------------------------
+# A member deletes or edits a message (Events API envelopes)
+#
+# Slack sends both as `message` events with a subtype, only to apps subscribed to the
+# conversation's message events (message.im for DMs, message.channels / message.groups
+# for channels), never as app_mention. Neither says who deleted or edited: the
+# envelope's `authorizations` is the app's, and the event's own `ts` is the event's, not
+# the message's (that is `deleted_ts`, or the inner `message.ts`).
+
+
+def event_envelope(
+    team: str, event_id: str, event: dict[str, Any], *, event_time: int | None = None
+) -> dict[str, Any]:
+    """An Events API delivery of `event` from `team`, authorized for the bot user UBOT."""
+    return {
+        "token": "legacy-verification-token",
+        "team_id": team,
+        "api_app_id": "A0001",
+        "event": event,
+        "type": "event_callback",
+        "event_id": event_id,
+        "event_time": int(time.time()) if event_time is None else event_time,
+        "authorizations": [
+            {
+                "enterprise_id": None,
+                "team_id": team,
+                "user_id": "UBOT",
+                "is_bot": True,
+                "is_enterprise_install": False,
+            }
+        ],
+        "is_ext_shared_channel": False,
+    }
+
+
+def _channel_type(channel: str) -> str:
+    return {"D": "im", "G": "group"}.get(channel[:1], "channel")
+
+
+def message_deleted_event(
+    *,
+    team: str,
+    event_id: str,
+    channel: str,
+    deleted_ts: str,
+    previous: dict[str, Any] | None = None,
+    event_ts: str = "1800000000.000100",
+) -> dict[str, Any]:
+    """The message at `deleted_ts` was deleted. `previous` is the message as it was
+    (Slack includes it as `previous_message` where the app could read it)."""
+    event: dict[str, Any] = {
+        "type": "message",
+        "subtype": "message_deleted",
+        "hidden": True,
+        "channel": channel,
+        "ts": event_ts,
+        "deleted_ts": deleted_ts,
+        "event_ts": event_ts,
+        "channel_type": _channel_type(channel),
+    }
+    if previous is not None:
+        event["previous_message"] = previous
+    return event_envelope(team, event_id, event)
+
+
+def message_changed_event(
+    *,
+    team: str,
+    event_id: str,
+    channel: str,
+    ts: str,
+    user: str,
+    text: str,
+    previous_text: str,
+    edited_ts: str = "1800000000.000200",
+    thread_ts: str | None = None,
+) -> dict[str, Any]:
+    """`user` edited their message at `ts` (whose text was `previous_text`) to `text`:
+    the event carries the whole new message, with `edited`, and the previous one."""
+    message: dict[str, Any] = {
+        "type": "message",
+        "user": user,
+        "text": text,
+        "ts": ts,
+        "team": team,
+        "edited": {"user": user, "ts": edited_ts},
+    }
+    previous: dict[str, Any] = {
+        "type": "message",
+        "user": user,
+        "text": previous_text,
+        "ts": ts,
+        "team": team,
+    }
+    if thread_ts is not None:
+        message["thread_ts"] = previous["thread_ts"] = thread_ts
+    event = {
+        "type": "message",
+        "subtype": "message_changed",
+        "hidden": True,
+        "channel": channel,
+        "ts": edited_ts,
+        "event_ts": edited_ts,
+        "message": message,
+        "previous_message": previous,
+        "channel_type": _channel_type(channel),
+    }
+    return event_envelope(team, event_id, event)
 
 
 # --------------------------------------------------------------------------------------

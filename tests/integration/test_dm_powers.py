@@ -145,8 +145,9 @@ async def dm_bot(
         yield bot
 
 
-async def slack_dm(bot: SlackBot, text: str, *, user: str = "U1", channel: str = "D0001") -> None:
-    """A message in `user`'s DM with the bot (message.im); waits for the reply there."""
+async def slack_dm(bot: SlackBot, text: str, *, user: str = "U1", channel: str = "D0001") -> str:
+    """A message in `user`'s DM with the bot (message.im); waits for the reply there.
+    Returns the message's ts."""
     ts = bot.next_ts()
     before = len(bot.fake.posts())
     body = mention_event(
@@ -158,6 +159,7 @@ async def slack_dm(bot: SlackBot, text: str, *, user: str = "U1", channel: str =
     await bot.fake.wait_for(lambda: len(bot.fake.posts()) > before, what=f"DM reply to {ts}")
     await bot.runtime.drain()
     assert [p["channel"] for p in bot.fake.posts()[before:]] == [channel]
+    return ts
 
 
 async def slack_dm_command(

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import io
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 
 import aiohttp
@@ -160,13 +160,16 @@ DISCORD_USERS = {
 
 @contextlib.asynccontextmanager
 async def discord_world(
-    data_dir: Path, llm: AnthropicLLM, anthropic: AnthropicFake
+    data_dir: Path,
+    llm: AnthropicLLM,
+    anthropic: AnthropicFake,
+    people: Sequence[FakeUser] = tuple(DISCORD_USERS.values()),
 ) -> AsyncIterator[World]:
-    """Two servers with the same three members and a moderator (the world of
-    test_discord_e2e.py, with members of their own)."""
+    """Two servers with the same members (`people`, the first of them the World's
+    member) and a moderator (the world of test_discord_e2e.py, with members of its own)."""
     moderator = FakeUser(731482659012345681, "mod", "Mo")
     fake = FakeDiscord()
-    members = [*DISCORD_USERS.values(), moderator]
+    members = [*people, moderator]
     guild_a = fake.add_guild("Whole", members=members)
     guild_b = fake.add_guild("Fresh", members=members)
     await fake.start()
@@ -181,9 +184,7 @@ async def discord_world(
             open_runtime(settings, llm=llm) as runtime,
             running(runtime, settings, ready_within=WAIT) as adapter,
         ):
-            yield World(
-                fake, runtime, adapter, anthropic, guild_a, guild_b, DISCORD_USERS[FOR], moderator
-            )
+            yield World(fake, runtime, adapter, anthropic, guild_a, guild_b, people[0], moderator)
     finally:
         await fake.close()
 

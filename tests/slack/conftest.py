@@ -22,7 +22,7 @@ from bot.messages import (
 )
 from bot.settings import Settings
 from tests.fakes.recording_runtime import RecordingRuntime
-from tests.fakes.slack_server import FakeSlack, FakeUser
+from tests.fakes.slack_server import FakeSlack, FakeUser, event_envelope
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 BOT_TOKEN = "xoxb-test-token"
@@ -202,25 +202,7 @@ def mention_event(
     }
     if thread_ts:
         event["thread_ts"] = thread_ts
-    return {
-        "token": "legacy-verification-token",
-        "team_id": team,
-        "api_app_id": "A0001",
-        "event": event,
-        "type": "event_callback",
-        "event_id": event_id,
-        "event_time": 1700000000,
-        "authorizations": [
-            {
-                "enterprise_id": None,
-                "team_id": team,
-                "user_id": "UBOT",
-                "is_bot": True,
-                "is_enterprise_install": False,
-            }
-        ],
-        "is_ext_shared_channel": False,
-    }
+    return event_envelope(team, event_id, event, event_time=1700000000)
 
 
 def app_home_opened_event(

@@ -38,6 +38,7 @@ EXPECTED_TABLES = {
     "reply_feedback",
     "channel_modes",
     "bot_exchanges",
+    "message_deletions",
 }
 
 

@@ -62,6 +62,7 @@ async def fill(path: Path, key: str) -> None:
         await db.erase_community("discord:gone", at(20))
         await db.mark_removed("discord:9", at(30), timedelta(days=7))
         await db.begin_forget("slack:T1", "u1", "u1", "asked", at(40))
+        await db.begin_deletion("discord:9", "discord:77", "deleted", at(45))
         await db.mark_event_seen("slack", "Ev1", at(50), 10**9)
         await db.save_installation(INSTALL, {"bot_token": TOKEN, "team_id": "T1"})
         await db.issue_oauth_state("state-1", at(10**7))

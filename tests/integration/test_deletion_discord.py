@@ -1,0 +1,198 @@
+"""Deleting or editing a message on Discord takes its influence back (issue 25, item 4),
+through the real discord.py against the fake Discord's gateway events (MESSAGE_DELETE,
+MESSAGE_DELETE_BULK, MESSAGE_UPDATE) and the real runtime.
+
+The argument that moved a belief (committed after the cooling period) is deleted: the
+opinions then equal, within 1e-9, those of a server that never saw it (the same other
+messages, the same ESS results); its word, its Discord id and its interaction id are in
+no table and no file of Chroma; the version says "deleted by its author". A deletion of
+a message the bot never answered changes nothing. An edit takes back the old words and
+answers the new ones as a new message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from providers.anthropic import AnthropicLLM
+from tests.fakes.anthropic_server import AnthropicFake
+from tests.fakes.discord_fixtures import restores_discord_endpoints  # noqa: F401 (fixture)
+from tests.fakes.discord_server import FakeUser
+from tests.integration.conftest import make_settings
+from tests.integration.deletion_scenario import (
+    ARGUER,
+    CHATTER,
+    CONVERSATION,
+    CRITIC,
+    EDITED,
+    OWN_TOPIC,
+    WORD,
+    Role,
+    deletion_rows,
+    interaction_of,
+    play,
+    tables_holding,
+    taken_back,
+    teach,
+    until,
+)
+from tests.integration.forget_scenario import (
+    assert_same_opinions_rebased,
+    differs_somewhere,
+    files_holding,
+    no_automatic_reflection,  # noqa: F401 (fixture)
+)
+from tests.integration.test_discord_e2e import WAIT, World, mention, replies_to, settle
+from tests.integration.test_forget_acceptance import discord_world
+
+pytestmark = pytest.mark.usefixtures("no_automatic_reflection")
+
+USERS = {
+    ARGUER: FakeUser(731482659012345701, "ari", "Ari"),
+    CRITIC: FakeUser(731482659012345702, "crit", "Cris"),
+    CHATTER: FakeUser(731482659012345703, "chat", "Chas"),
+}
+
+
+def two_servers(
+    data_dir: Path, llm: AnthropicLLM, anthropic: AnthropicFake
+) -> contextlib.AbstractAsyncContextManager[World]:
+    """Two servers with the same three members; the bot in both."""
+    return discord_world(data_dir, llm, anthropic, tuple(USERS.values()))
+
+
+def speaker(world: World) -> Callable[[str, Role, str], Awaitable[dict[str, Any]]]:
+    guilds = {
+        World.community(world.guild_a): world.guild_a,
+        World.community(world.guild_b): world.guild_b,
+    }
+
+    async def say(community: str, role: Role, text: str) -> dict[str, Any]:
+        trigger, _ = await mention(world, guilds[community], text, author=USERS[role])
+        return trigger
+
+    return say
+
+
+async def test_a_deleted_argument_takes_its_influence_back(
+    tmp_path: Path, llm: AnthropicLLM, anthropic_server: AnthropicFake
+) -> None:
+    teach(anthropic_server.brain)
+    settings = make_settings(tmp_path / "data")
+    async with two_servers(tmp_path / "data", llm, anthropic_server) as world:
+        whole, fresh = World.community(world.guild_a), World.community(world.guild_b)
+        played = await play(speaker(world), whole, fresh)
+        trigger = played.deleted
+        agent, never_saw = world.agent(world.guild_a), world.agent(world.guild_b)
+        heard_all = agent.sponge.model_copy(deep=True)
+        # It moved a belief past the cooling period: its own topic is committed.
+        assert OWN_TOPIC in heard_all.opinion_vectors
+        assert differs_somewhere(heard_all, never_saw.sponge)
+        interaction_id = await interaction_of(world.runtime.db, f"discord:{trigger['id']}")
+        needles = [WORD, trigger["id"], interaction_id]
+        assert await tables_holding(world.runtime.db, needles)
+        versions = len(await world.runtime.db.community(whole).versions(limit=1000))
+
+        # A message nobody asked the bot about, deleted: nothing changes.
+        unseen = await world.fake.message_create(
+            channel=world.guild_a.channels[0], author=USERS[CHATTER], content="brb, lunch"
+        )
+        rows = await deletion_rows(world.runtime.db)
+        await world.fake.message_delete(unseen)
+
+        async def tombstone_written() -> bool:
+            return await deletion_rows(world.runtime.db) > rows
+
+        await until(tombstone_written, "the deletion of an unseen message")
+        assert len(await world.runtime.db.community(whole).versions(limit=1000)) == versions
+        assert agent.sponge == heard_all
+
+        # The argument, deleted by its author.
+        await world.fake.message_delete(trigger)
+
+        ref = f"discord:{trigger['id']}"
+        await until(taken_back(world.runtime.db, ref), "the argument to be taken back")
+        assert_same_opinions_rebased(agent.sponge, never_saw.sponge)
+        assert differs_somewhere(agent.sponge, heard_all)
+        assert OWN_TOPIC not in agent.sponge.opinion_vectors
+        [latest] = await world.runtime.db.community(whole).versions(limit=1)
+        assert latest.cause == "message-deleted"
+        assert "deleted by its author" in latest.change and WORD not in latest.change
+        await agent.flush_episodes()
+        assert await tables_holding(world.runtime.db, needles) == []
+        assert agent.episodes.stored([interaction_id]) == []
+        # The other messages are still remembered, and the bot still answers.
+        others = await world.runtime.db._fetchall(
+            "SELECT COUNT(*) FROM interactions WHERE community_id = ?", (whole,)
+        )
+        assert others == [(len(CONVERSATION) - 1,)]
+        _, posts = await mention(world, world.guild_a, "Still there?", author=USERS[CRITIC])
+        assert len(posts) == 1
+    # Chroma's files (its own log of operations keeps the deleted episode's id, a random
+    # one that no row names any more, so the id is checked through Chroma above).
+    assert files_holding([settings.resolved_chroma_dir], [WORD, trigger["id"]]) == []
+
+
+async def test_a_moderators_purge_takes_the_messages_back_too(
+    tmp_path: Path, llm: AnthropicLLM, anthropic_server: AnthropicFake
+) -> None:
+    """MESSAGE_DELETE_BULK (a purge, or a ban that deletes messages) says as little as
+    MESSAGE_DELETE: every message it lists is taken back."""
+    teach(anthropic_server.brain)
+    async with two_servers(tmp_path / "data", llm, anthropic_server) as world:
+        whole, fresh = World.community(world.guild_a), World.community(world.guild_b)
+        played = await play(speaker(world), whole, fresh)
+        agent, never_saw = world.agent(world.guild_a), world.agent(world.guild_b)
+        chatter = await world.fake.message_create(
+            channel=world.guild_a.channels[0], author=USERS[CHATTER], content="spam spam"
+        )
+        await world.fake.message_delete_bulk([played.deleted, chatter])
+
+        ref = f"discord:{played.deleted['id']}"
+        await until(taken_back(world.runtime.db, ref), "the purge")
+        assert_same_opinions_rebased(agent.sponge, never_saw.sponge)
+
+
+async def test_an_edited_argument_is_judged_again_as_a_new_message(
+    tmp_path: Path, llm: AnthropicLLM, anthropic_server: AnthropicFake
+) -> None:
+    """The edit takes the old words back and answers the new ones, which are learned
+    as the newest message: the opinions equal those of a server that heard the other
+    messages and then the new words. A preview (no edit) changes nothing."""
+    teach(anthropic_server.brain)
+    async with two_servers(tmp_path / "data", llm, anthropic_server) as world:
+        whole, fresh = World.community(world.guild_a), World.community(world.guild_b)
+        played = await play(speaker(world), whole, fresh)
+        agent, other = world.agent(world.guild_a), world.agent(world.guild_b)
+        trigger = played.deleted
+        before = agent.sponge.model_copy(deep=True)
+
+        await world.fake.message_preview(trigger)
+        rows = await deletion_rows(world.runtime.db)
+        # A barrier: the next gateway event is handled after the preview's.
+        await mention(world, world.guild_b, "Anyone?", author=USERS[CHATTER])
+        await mention(world, world.guild_a, "Anyone?", author=USERS[CHATTER])
+        assert await deletion_rows(world.runtime.db) == rows
+        assert len(replies_to(world, trigger)) == 1
+
+        bot = world.fake.bot
+        await world.fake.message_edit(trigger, f"<@{bot.id}> {EDITED}", mentions=[bot])
+        await world.fake.wait_for(lambda r: r in replies_to(world, trigger), count=2, seconds=WAIT)
+        await settle(world)
+        await mention(world, world.guild_b, EDITED, author=USERS[ARGUER])
+
+        versions = await world.runtime.db.community(whole).versions(limit=2)
+        assert [v.cause for v in versions] == ["interaction", "message-deleted"]
+        assert "edited by its author" in versions[1].change
+        assert_same_opinions_rebased(agent.sponge, other.sponge)
+        assert differs_somewhere(agent.sponge, before)
+        assert await tables_holding(world.runtime.db, [WORD]) == []
+        [(message,)] = await world.runtime.db._fetchall(
+            "SELECT message FROM interactions WHERE message_ref = ?", (f"discord:{trigger['id']}",)
+        )
+        assert message == EDITED

@@ -1,0 +1,255 @@
+"""Deleted and edited messages through the real runtime (issue 25, item 4): the cases
+the per-platform tests (test_deletion_discord.py, test_deletion_slack.py) do not reach.
+
+- On every stack (SQLite + Chroma directory, PostgreSQL + Chroma server): the deleted
+  argument's move undone to 1e-9 of a community that never heard it, its word and ids
+  in no row of any table and no memory (past versions redacted through the
+  database's own redaction gate, which PostgreSQL enforces with its own trigger).
+- A message deleted while its answer is being written: the answer goes out, nothing of
+  the message is recorded or learned, not even after a restart.
+- A message answered but not learned yet when deleted: it is never learned (no version).
+- An edit while the answer is being written: the old words are not recorded, the new
+  ones are answered and learned.
+- A rollback to before the deletion leaves the message out again.
+- A deletion a crash interrupted is finished on the next start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bot.app import open_runtime
+from bot.messages import Community, IncomingMessage, Reply, ReplyKind, User
+from bot.runtime import Runtime
+from tests.fakes.anthropic_server import AnthropicFake, Delay
+from tests.integration.conftest import A, B, command, ess_requests, eventually, make_settings
+from tests.integration.deletion_scenario import (
+    ARGUER,
+    CHATTER,
+    CONVERSATION,
+    CRITIC,
+    DELETED,
+    EDITED,
+    OWN_TOPIC,
+    WORD,
+    Role,
+    interaction_of,
+    play,
+    tables_holding,
+    teach,
+)
+from tests.integration.forget_scenario import (
+    assert_same_opinions_rebased,
+    differs_somewhere,
+    no_automatic_reflection,  # noqa: F401 (fixture)
+)
+from tests.stack import on_every_stack
+
+pytestmark = pytest.mark.usefixtures("no_automatic_reflection")
+
+USERS = {
+    ARGUER: User(id="u-ari", name="Ari"),
+    CRITIC: User(id="u-cris", name="Cris"),
+    CHATTER: User(id="u-chas", name="Chas"),
+}
+PLATFORM = "test"  # the communities A and B are "test:..."
+
+
+class Chat:
+    """Members speaking in A and B with platform message ids, as an adapter does."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.ids = iter(range(5_000_001, 10_000_000))
+
+    def message(self, community: Community, user: User, text: str) -> IncomingMessage:
+        return IncomingMessage(
+            community=community,
+            channel_id="c1",
+            message_id=str(next(self.ids)),
+            user=user,
+            text=text,
+        )
+
+    async def say(self, community: str, role: Role, text: str) -> str:
+        where = A if community == A.id else B
+        message = self.message(where, USERS[role], text)
+        reply = await self.runtime.handle(message)
+        assert reply is not None and reply.kind is ReplyKind.ANSWER
+        await self.runtime.drain()
+        assert message.message_id is not None
+        return message.message_id
+
+
+def sponge(runtime: Runtime, community: Community) -> Any:
+    agent = runtime.registry.get(community.id)
+    assert agent is not None
+    return agent.sponge
+
+
+@on_every_stack
+async def test_a_deleted_argument_leaves_no_trace_on_every_stack(
+    tmp_path: Path, llm: Any, anthropic_server: AnthropicFake
+) -> None:
+    teach(anthropic_server.brain)
+    async with open_runtime(make_settings(tmp_path / "data"), llm=llm) as runtime:
+        chat = Chat(runtime)
+        played = await play(chat.say, A.id, B.id)
+        heard_all = sponge(runtime, A).model_copy(deep=True)
+        assert OWN_TOPIC in heard_all.opinion_vectors
+        interaction_id = await interaction_of(runtime.db, f"{PLATFORM}:{played.deleted}")
+        needles = [WORD, played.deleted, interaction_id]
+        before = await tables_holding(runtime.db, needles)
+        assert any(f.startswith("personality_versions") for f in before), before
+
+        assert await runtime.message_deleted(PLATFORM, played.deleted) == 1
+
+        assert_same_opinions_rebased(sponge(runtime, A), sponge(runtime, B))
+        assert differs_somewhere(sponge(runtime, A), heard_all)
+        agent = runtime.registry.get(A.id)
+        assert agent is not None
+        await agent.flush_episodes()
+        assert await tables_holding(runtime.db, needles) == []
+        assert agent.episodes.stored([interaction_id]) == []
+        assert [d for d in await runtime.db.open_deletions()] == []
+        # Deleted twice (a platform's retry): nothing more happens.
+        versions = len(await runtime.db.community(A.id).versions(limit=1000))
+        assert await runtime.message_deleted(PLATFORM, played.deleted) == 0
+        assert len(await runtime.db.community(A.id).versions(limit=1000)) == versions
+
+
+async def slow_answer(
+    runtime: Runtime, server: AnthropicFake, message: IncomingMessage
+) -> asyncio.Task[Reply | None]:
+    """`message`, with the model taking 1.5 s to answer; returns once the request for
+    the answer has reached the fake."""
+    server.enqueue(Delay(1.5))
+    task = asyncio.create_task(runtime.handle(message))
+    assert await eventually(lambda: server.in_flight > 0, 10)
+    return task
+
+
+async def test_a_message_deleted_while_answered_is_neither_kept_nor_learned(
+    tmp_path: Path, llm: Any, anthropic_server: AnthropicFake
+) -> None:
+    teach(anthropic_server.brain)
+    settings = make_settings(tmp_path / "data")
+    async with open_runtime(settings, llm=llm) as runtime:
+        chat = Chat(runtime)
+        await chat.say(A.id, CRITIC, CONVERSATION[1].text)
+        message = chat.message(A, USERS[ARGUER], DELETED)
+        assert message.message_id is not None
+        slow = await slow_answer(runtime, anthropic_server, message)
+        assert await runtime.message_deleted(PLATFORM, message.message_id) == 0
+        reply = await slow
+        assert reply is not None and reply.kind is ReplyKind.ANSWER  # it still went out
+        await runtime.drain()
+        assert await runtime.db.communities_holding(f"{PLATFORM}:{message.message_id}") == []
+        assert await tables_holding(runtime.db, [WORD]) == []
+        assert not [r for r in ess_requests(anthropic_server) if WORD in r.user_text]
+        [latest] = await runtime.db.community(A.id).versions(limit=1)
+        assert latest.version == sponge(runtime, A).version == 1  # the seed, one message
+    async with open_runtime(settings, llm=llm) as runtime:
+        await runtime.drain()
+        assert await runtime.db.community(A.id).pending_interactions() == []
+        assert not [r for r in ess_requests(anthropic_server) if WORD in r.user_text]
+
+
+async def test_a_message_deleted_before_it_was_learned_is_never_learned(
+    tmp_path: Path, llm: Any, anthropic_server: AnthropicFake
+) -> None:
+    """Answered and recorded, but its learning waits behind a slow one (the model takes
+    1.5 s a call from the first message's learning on): the deletion comes first, takes
+    it out of the queue, and writes no version."""
+    teach(anthropic_server.brain)
+    async with open_runtime(make_settings(tmp_path / "data"), llm=llm) as runtime:
+        chat = Chat(runtime)
+        first = chat.message(A, USERS[CRITIC], CONVERSATION[1].text)
+        assert await runtime.handle(first) is not None
+        anthropic_server.latency = 1.5  # the first message's learning has not asked yet
+        second = chat.message(A, USERS[ARGUER], DELETED)
+        assert await runtime.handle(second) is not None
+        assert second.message_id is not None
+        assert await runtime.db.communities_holding(f"{PLATFORM}:{second.message_id}")
+        assert sponge(runtime, A).interaction_count == 0  # the first is still learning
+        assert await runtime.message_deleted(PLATFORM, second.message_id) == 1
+        anthropic_server.latency = 0
+        await runtime.drain()
+        versions = await runtime.db.community(A.id).versions(limit=10)
+        assert [v.cause for v in versions] == ["interaction", "seed"]
+        assert await tables_holding(runtime.db, [WORD]) == []
+        assert not [r for r in ess_requests(anthropic_server) if WORD in r.user_text]
+
+
+async def test_an_edit_while_the_answer_is_written_answers_the_new_words(
+    tmp_path: Path, llm: Any, anthropic_server: AnthropicFake
+) -> None:
+    teach(anthropic_server.brain)
+    async with open_runtime(make_settings(tmp_path / "data"), llm=llm) as runtime:
+        chat = Chat(runtime)
+        message = chat.message(A, USERS[ARGUER], DELETED)
+        assert message.message_id is not None
+        slow = await slow_answer(runtime, anthropic_server, message)
+        # The same words (a preview) change nothing; new words are to be answered anew.
+        assert await runtime.message_edited(PLATFORM, message.message_id, DELETED) is False
+        assert await runtime.message_edited(PLATFORM, message.message_id, EDITED) is True
+        edited = message.model_copy(update={"text": EDITED})
+        assert await runtime.handle(edited) is not None
+        await slow
+        await runtime.drain()
+        [(kept,)] = await runtime.db._fetchall(
+            "SELECT message FROM interactions WHERE message_ref = ?",
+            (f"{PLATFORM}:{message.message_id}",),
+        )
+        assert kept == EDITED
+        assert await tables_holding(runtime.db, [WORD]) == []
+        assert sponge(runtime, A).interaction_count == 1
+
+
+async def test_a_rollback_to_before_the_deletion_leaves_the_message_out(
+    tmp_path: Path, llm: Any, anthropic_server: AnthropicFake
+) -> None:
+    teach(anthropic_server.brain)
+    async with open_runtime(make_settings(tmp_path / "data"), llm=llm) as runtime:
+        chat = Chat(runtime)
+        played = await play(chat.say, A.id, B.id)
+        target = sponge(runtime, A).version
+        await runtime.message_deleted(PLATFORM, played.deleted)
+        await chat.say(A.id, CHATTER, "Back from lunch.")
+        await chat.say(B.id, CHATTER, "Back from lunch.")
+        done = await command(runtime, "rollback", str(target))
+        assert done.ok, done.text
+        # The state of v`target` without the deleted message: B before its last line.
+        never_saw = await runtime.db.community(B.id).state_at(sponge(runtime, B).version - 1)
+        assert never_saw is not None
+        assert_same_opinions_rebased(sponge(runtime, A), never_saw)
+        [latest] = await runtime.db.community(A.id).versions(limit=1)
+        assert latest.cause == "forget-me" and "deleted messages re-applied" in latest.change
+
+
+async def test_a_deletion_a_crash_interrupted_is_finished_on_start(
+    tmp_path: Path, llm: Any, anthropic_server: AnthropicFake
+) -> None:
+    """Only the journal row was written (the process died right after it): the next
+    start takes the message back before learning anything."""
+    teach(anthropic_server.brain)
+    settings = make_settings(tmp_path / "data")
+    async with open_runtime(settings, llm=llm) as runtime:
+        chat = Chat(runtime)
+        played = await play(chat.say, A.id, B.id)
+        ref = f"{PLATFORM}:{played.deleted}"
+        [open_] = await runtime.db.begin_deletion(A.id, ref, "deleted", datetime.now(UTC))
+        assert open_.interaction_id is not None
+        assert await runtime.db.open_deletions() == [open_]
+    async with open_runtime(settings, llm=llm) as runtime:
+        assert await runtime.db.open_deletions() == []
+        assert await runtime.db.communities_holding(ref) == []
+        a = await runtime.registry.agent_for(A)
+        b = await runtime.registry.agent_for(B)
+        assert_same_opinions_rebased(a.sponge, b.sponge)
+        assert await tables_holding(runtime.db, [WORD]) == []
