@@ -229,3 +229,23 @@ async def test_status_and_my_data_show_the_modes(runtime: Runtime) -> None:
         CommandRequest(community=A, caller=ALICE, is_moderator=False, name="my-data")
     )
     assert [json.loads(f.data)["channel_modes"] for f in member_data.files] == [[]]
+
+
+async def test_an_off_channel_answers_no_listed_bot_and_a_bot_is_never_unprompted(
+    tmp_path: Path, llm: AnthropicLLM, anthropic_server: AnthropicFake
+) -> None:
+    helper = User(id="B0HELPER", name="Helper", is_bot=True)
+    settings = make_settings(
+        tmp_path / "data", SONALITY_ANSWER_BOTS=helper.id, SONALITY_FREE_CHANNEL_SECONDS=0
+    )
+    async with open_runtime(settings, llm=llm) as rt:
+        await channel(rt, "off")
+        await channel(rt, "free", where="c2")
+        assert await rt.handle(message("helper asks in off", addressed=True, user=helper)) is None
+        assert await rt.handle(message("helper chats in free", "c2", user=helper)) is None
+        answered = await rt.handle(
+            message("helper asks in free", "c2", addressed=True, user=helper)
+        )
+        assert answered is not None and answered.text
+    assert asked(anthropic_server, "helper asks in off") == 0
+    assert asked(anthropic_server, "helper chats in free") == 0

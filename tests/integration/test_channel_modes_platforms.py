@@ -35,6 +35,7 @@ from tests.fakes.discord_fixtures import (
     restores_discord_endpoints,  # noqa: F401
 )
 from tests.fakes.discord_server import FakeChannel, FakeDiscord, FakeGuild, FakeUser
+from tests.fakes.images import picture
 from tests.fakes.slack_server import OLD_MANIFEST_SCOPES, FakeSlack
 from tests.integration.conftest import chat_requests, prompt_of
 from tests.integration.discord_guild import bot_on, slash
@@ -180,6 +181,40 @@ async def test_discord_free_channel_is_answered_without_a_mention_and_paced(
             "what do you say?",
         ]
         assert len(rows.evidence) == 2
+
+
+async def test_discord_free_channel_fetches_no_picture_of_an_unprompted_message(
+    tmp_path: Path, llm: AnthropicLLM, anthropic_server: AnthropicFake
+) -> None:
+    """An unprompted answer reads the words: no picture is downloaded for a message the
+    bot might not answer. A mention's picture is (the fake's CDN counts both)."""
+    async with (
+        discord_server() as (fake, guild),
+        discord_bot(fake, tmp_path / "data", llm, DISCORD_MESSAGE_CONTENT_INTENT=True) as runtime,
+    ):
+        free = guild.channels[0]
+        await channel_command(fake, guild, free, "free")
+        unprompted = await fake.message_create(
+            channel=free,
+            author=MEMBER,
+            content="Look at this chart of rents.",
+            attachments=[fake.attachment(free, "rents.png", picture("image/png"))],
+        )
+        await answered(fake, unprompted)
+        await settle(runtime)
+        assert fake.cdn_requests == []
+        assert any("Look at this chart" in prompt_of(r) for r in chat_requests(anthropic_server))
+
+        mention = await fake.message_create(
+            channel=free,
+            author=MEMBER,
+            content=f"<@{fake.bot.id}> and this one?",
+            mentions=[fake.bot],
+            attachments=[fake.attachment(free, "more.png", picture("image/png"))],
+        )
+        await answered(fake, mention)
+        await settle(runtime)
+        assert len(fake.cdn_requests) == 1
 
 
 async def test_discord_off_channel_is_silent_with_no_llm_request_and_modes_survive_a_restart(
