@@ -354,3 +354,21 @@ async def test_slack_app_without_channel_history_refuses_free(
         assert (await bot.command("channel off", team="T1", user="UADMIN"))["text"].startswith(
             "This channel is now `off`"
         )
+
+
+async def test_discord_a_mode_set_in_a_thread_is_its_channels(
+    tmp_path: Path, llm: AnthropicLLM, anthropic_server: AnthropicFake
+) -> None:
+    async with discord_server() as (fake, guild):
+        parent = guild.channels[0]
+        thread = fake.add_thread(guild, parent)
+        async with discord_bot(fake, tmp_path / "data", llm) as runtime:
+            assert "now `off`" in await channel_command(fake, guild, thread, "off")
+            [setting] = await runtime.db.channel_settings(f"discord:{guild.id}")
+            assert (setting.channel_id, setting.channel_name) == (str(parent.id), parent.name)
+            in_thread = await say(fake, thread, "anyone in this thread?", mention=True)
+            barrier = await say(fake, guild.channels[1], "and here?", mention=True)
+            await answered(fake, barrier)
+            await settle(runtime)
+            assert replies(fake, in_thread) == []
+            assert asked(anthropic_server, "anyone in this thread?") == 0
