@@ -163,6 +163,8 @@ class Runtime:
             or not message.text.strip()
         ):
             return None
+        if await self._hearing(message) is Hearing.SILENT:
+            return None  # an `off` channel: no reply, so none counted against the run
         if not await self.bot_exchanges.claim(community.id, message.channel_id):
             return None
         reply = await self._answer(message, on_text, on_start, learn=False)

@@ -236,12 +236,19 @@ async def test_an_off_channel_answers_no_listed_bot_and_a_bot_is_never_unprompte
 ) -> None:
     helper = User(id="B0HELPER", name="Helper", is_bot=True)
     settings = make_settings(
-        tmp_path / "data", SONALITY_ANSWER_BOTS=helper.id, SONALITY_FREE_CHANNEL_SECONDS=0
+        tmp_path / "data",
+        SONALITY_ANSWER_BOTS=helper.id,
+        SONALITY_FREE_CHANNEL_SECONDS=0,
+        SONALITY_BOT_EXCHANGES=1,
     )
     async with open_runtime(settings, llm=llm) as rt:
         await channel(rt, "off")
         await channel(rt, "free", where="c2")
         assert await rt.handle(message("helper asks in off", addressed=True, user=helper)) is None
+        # Unanswered, it took nothing of the bots' run there (one reply in a row).
+        await channel(rt, "mention")
+        again = await rt.handle(message("helper asks again", addressed=True, user=helper))
+        assert again is not None and again.text
         assert await rt.handle(message("helper chats in free", "c2", user=helper)) is None
         answered = await rt.handle(
             message("helper asks in free", "c2", addressed=True, user=helper)
