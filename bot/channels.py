@@ -69,24 +69,28 @@ class ChannelModes:
         self.default = default
         self.free_seconds = free_seconds
         self._fresh_for = SHARED_FRESH_SECONDS if shared else math.inf
-        # community -> (when read, channel -> setting)
-        self._cache: dict[str, tuple[float, dict[str, ChannelSetting]]] = {}
+        # community -> (when read, channel -> mode): the modes only, never who set
+        # them, so a forget-me leaves no name behind here.
+        self._cache: dict[str, tuple[float, dict[str, ChannelMode]]] = {}
         # (community, channel) -> monotonic time of the last unprompted reply
         self._last_unprompted: dict[tuple[str, str], float] = {}
 
     async def settings(self, community_id: str) -> dict[str, ChannelSetting]:
-        """The community's channels a moderator set, by channel id."""
-        now = time.monotonic()
-        cached = self._cache.get(community_id)
-        if cached is not None and now - cached[0] < self._fresh_for:
-            return cached[1]
+        """The community's channels a moderator set, by channel id, read from the
+        database (for commands; messages use the cached modes)."""
         found = {s.channel_id: s for s in await self._db.channel_settings(community_id)}
-        self._cache[community_id] = (now, found)
+        self._cache[community_id] = (
+            time.monotonic(),
+            {channel: s.mode for channel, s in found.items()},
+        )
         return found
 
     async def mode(self, community_id: str, channel_id: str) -> ChannelMode:
-        setting = (await self.settings(community_id)).get(channel_id)
-        return self.default if setting is None else setting.mode
+        cached = self._cache.get(community_id)
+        if cached is None or time.monotonic() - cached[0] >= self._fresh_for:
+            await self.settings(community_id)
+            cached = self._cache[community_id]
+        return cached[1].get(channel_id, self.default)
 
     async def hearing(self, message: IncomingMessage) -> Hearing:
         if is_dm(message.community.id):

@@ -256,3 +256,26 @@ async def test_an_off_channel_answers_no_listed_bot_and_a_bot_is_never_unprompte
         assert answered is not None and answered.text
     assert asked(anthropic_server, "helper asks in off") == 0
     assert asked(anthropic_server, "helper chats in free") == 0
+
+
+async def test_a_forgotten_moderator_is_named_by_pseudonym_and_the_mode_stays(
+    runtime: Runtime,
+) -> None:
+    await channel(runtime, "off", where="c2")
+    assert "set by Mo on " in (await channel(runtime, where="c2")).text  # read once: kept
+    other = User(id="u-other-mod", name="Olga")
+    done = await runtime.run_command(
+        CommandRequest(
+            community=A,
+            caller=other,
+            is_moderator=True,
+            name="forget-user",
+            args=(MOD.id, "they", "asked"),
+        )
+    )
+    assert done.ok, done.text
+    looked = await channel(runtime, where="c2", user=other)
+    assert looked.text.startswith("This channel: `off`")
+    assert "Mo" not in looked.text and MOD.id not in looked.text
+    assert "set by member-" in looked.text
+    assert await runtime.handle(message("still off?", "c2", addressed=True)) is None
