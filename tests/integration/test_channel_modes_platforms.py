@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 
 from adapters.discord import FREE_NEEDS_INTENT
 from adapters.slack import FREE_NEEDS_SCOPES
@@ -372,3 +374,27 @@ async def test_discord_a_mode_set_in_a_thread_is_its_channels(
             await settle(runtime)
             assert replies(fake, in_thread) == []
             assert asked(anthropic_server, "anyone in this thread?") == 0
+
+
+async def test_discord_free_by_default_without_the_intent_hears_mentions_only(
+    tmp_path: Path,
+    llm: AnthropicLLM,
+    anthropic_server: AnthropicFake,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Without the intent Discord sends a message that does not mention the bot without
+    its text (the fake does as Discord does), so even a free channel hears mentions only,
+    and the start says so."""
+    caplog.set_level(logging.WARNING, logger="adapters.discord")
+    async with (
+        discord_server() as (fake, guild),
+        discord_bot(fake, tmp_path / "data", llm, SONALITY_CHANNEL_MODE="free") as runtime,
+    ):
+        where = guild.channels[0]
+        unheard = await say(fake, where, "Words Discord never sends to this bot.")
+        mention = await say(fake, where, "can you hear this?", mention=True)
+        await answered(fake, mention)
+        await settle(runtime)
+        assert replies(fake, unheard) == []
+        assert asked(anthropic_server, "Words Discord never sends") == 0
+    assert any("SONALITY_CHANNEL_MODE=free" in r.getMessage() for r in caplog.records)
