@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from bot.messages import Attachment, CommandRequest, CommandResult
 from sonality.agent import SonalityAgent
-from sonality.memory.sponge import SpongeState
+from sonality.state import SpongeState
 from storage.export import (
     MemberRows,
     StoredEvidence,
