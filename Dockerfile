@@ -58,6 +58,6 @@ WORKDIR /app
 STOPSIGNAL SIGTERM
 # Exits 0 when healthy (or when SONALITY_HEALTH_PORT is unset: nothing to ask).
 HEALTHCHECK --interval=30s --timeout=10s --start-period=120s --retries=3 \
-  CMD ["python", "-m", "bot.healthcheck"]
-ENTRYPOINT ["python", "-m", "bot"]
+  CMD ["python", "-m", "app.healthcheck"]
+ENTRYPOINT ["python", "-m", "app"]
 CMD ["run"]

@@ -680,7 +680,7 @@ class SlackStream:
 
 
 class SlackAdapter:
-    """The Slack side of `python -m bot`: Socket Mode or HTTP, one or many workspaces.
+    """The Slack side of `python -m app`: Socket Mode or HTTP, one or many workspaces.
 
     `host` / `port` override where the HTTP endpoints listen (port 0 = any free port,
     reported by `http_port`), which tests and containers need; production uses

@@ -1,13 +1,13 @@
-"""`python -m bench`: the benchmarks (bench/run.py).
+"""`python -m bench`: the benchmarks (bench/catalog.py).
 
 Why an entry point of its own: a worker process (`bot.offload`) started by
 multiprocessing imports the parent's main module again unless it is a package's
-`__main__`, as `python -m bot` is; started as `-m bench.run`, every worker would first
+`__main__`, as `python -m app` is; started as `-m bench.run`, every worker would first
 import the whole benchmark (and so the whole bot). From here, a worker starts as it
 does under the bot.
 """
 
-from bench.run import main
+from bench.catalog import main
 
 if __name__ == "__main__":
     main()

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bot.app import open_runtime
+from app.wiring import open_runtime
 from bot.messages import Community, IncomingMessage, User
 from bot.settings import Settings
 from providers.anthropic import AnthropicLLM

@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 from chromadb.utils.embedding_functions.onnx_mini_lm_l6_v2 import ONNXMiniLM_L6_V2
 
+from chroma_memory.community_store import CommunityEpisodeStore
 from chroma_memory.embedding import FastMiniLML6V2, close_chroma_client, ensure_minilm_onnx
-from chroma_memory.episodes import CommunityEpisodeStore
 from sonality.memory.episodes import Episode
 
 TOPICS = [

@@ -9,7 +9,7 @@ one record and one commit per message, with its ESS audit event and its evidence
 as the agent writes them (no LLM, no Chroma: neither is part of a forget-me's cost in
 SQLite and the replay).
 
-Timed: `bot.forget.forget_member` as `/sonality forget-me confirm` runs it, from the
+Timed: `bot.forget_me.forget_member` as `/sonality forget-me confirm` runs it, from the
 journal row to the closed request: the evidence log read and replayed without the
 member, the forget-me version committed, the member's rows deleted and their id and
 words redacted from every version and audit row, the WAL truncated. Not a timed test:
@@ -25,14 +25,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bot.forget import forget_member
+from bot.forget_me import forget_member
 from sonality import config
 from sonality.agent import SonalityAgent
 from sonality.changes import recorded_ess
 from sonality.ess import ESSResult, OpinionDirection, ReasoningType, SourceReliability
 from sonality.evidence import DECAY, MESSAGE, EvidenceStep
-from sonality.memory.sponge import SpongeState
 from sonality.opinions import apply_due, disagrees, update_opinions, update_topics
+from sonality.state import SpongeState
 from sonality.store import AuditEvent, InteractionRecord, Speaker, StateCommit
 from storage import Database
 

@@ -42,10 +42,10 @@ import chromadb
 import numpy as np
 
 from bot.messages import Community
+from chroma_memory.community_store import CommunityEpisodeStore
 from chroma_memory.embedding import close_chroma_client, default_embedding_function
-from chroma_memory.episodes import CommunityEpisodeStore
 from chroma_memory.shared_chroma import SharedChroma
-from sonality.memory.sponge import SpongeState
+from sonality.state import SpongeState
 from sonality.store import StateCommit
 
 if TYPE_CHECKING:

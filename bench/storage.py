@@ -46,20 +46,20 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from app.wiring import open_runtime
 from bench.cost import CHAT, REPLY
-from bot.app import open_runtime
 from bot.messages import Community, IncomingMessage, User
 from bot.runtime import Runtime
 from bot.settings import Settings
+from chroma_memory.community_store import CommunityEpisodeStore
 from chroma_memory.embedding import default_embedding_function
-from chroma_memory.episodes import CommunityEpisodeStore
 from providers.anthropic import AnthropicLLM
 from sonality import config
 from sonality.changes import decay_step, message_step
 from sonality.ess import ESSResult, OpinionDirection, ReasoningType, SourceReliability
 from sonality.llm import Usage
-from sonality.memory.sponge import SpongeState
 from sonality.opinions import apply_due, disagrees, update_opinions, update_topics
+from sonality.state import SpongeState
 from sonality.store import (
     SEMANTIC,
     AuditEvent,

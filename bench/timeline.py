@@ -45,8 +45,8 @@ from sonality.ess import (
     SourceReliability,
     safe_default_ess,
 )
-from sonality.memory.sponge import SpongeState
 from sonality.opinions import apply_due, update_opinions, update_topics
+from sonality.state import SpongeState
 from sonality.store import InteractionRecord, Speaker, StateCommit
 from storage import Database
 

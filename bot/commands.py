@@ -26,8 +26,8 @@ from bot.budget import (
 )
 from bot.channels import ChannelModes, run_channel_command
 from bot.command_table import HISTORY_MAX_COUNT, USAGE_MAX_DAYS, command, help_text
-from bot.forget import forget_member, reapply_after_rollback, resolve_member
 from bot.forget_journal import ForgetJournal
+from bot.forget_me import forget_member, reapply_after_rollback, resolve_member
 from bot.messages import (
     CommandRequest,
     CommandResult,
@@ -41,7 +41,7 @@ from providers.pricing import ModelPrice, cost_usd
 from sonality import config
 from sonality.agent import RollbackError, SonalityAgent, cumulative_shift
 from sonality.ess import ESSResult, normalize_topic
-from sonality.memory.sponge import MoveSource, SpongeState
+from sonality.state import MoveSource, SpongeState
 from sonality.store import VersionInfo
 from storage import USAGE_ROLES, DailyUsage, Database, UsageRole
 from storage.feedback import FeedbackCounts

@@ -1,6 +1,6 @@
 """A deleted message takes its influence back; an edited one takes back its old words.
 
-Why here (bot/): as `bot.forget` does for a member, this wires the engine (a new version
+Why here (bot/): as `bot.forget_me` does for a member, this wires the engine (a new version
 whose opinions are replayed without the message, `SonalityAgent.withdraw_message`) to
 the store (the journal, deleting and redacting rows, `storage.deletion`), with the same
 steps, each safe to run again: 1. the journal row (from then on no answer to the message
@@ -30,7 +30,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
-from bot.forget import committed_before_a_crash, semantic_ids
+from bot.forget_me import committed_before_a_crash, semantic_ids
 from sonality.agent import SonalityAgent
 from storage import Database
 from storage.deletion import DeletionCause, MessageDeletion

@@ -5,9 +5,9 @@ Why outside: the journal in the database (`forget_requests`) travels with the
 database. Restore a backup made before a forget-me and the journal is restored too,
 from before it: the member would come back, silently. This file stays in the data
 directory, which a restore writes into, and lists every forget-me; a restore
-(`python -m bot restore`) and every start journal again, from it, those the database
+(`python -m app restore`) and every start journal again, from it, those the database
 lacks, and the start finishes them before anything is learned
-(`bot.forget.reapply_journal`).
+(`bot.forget_me.reapply_journal`).
 
 What it holds, per forget-me: the pseudonym (random), the time, and a salted key of
 community and member (`storage.forgotten.forget_key`), never an id or a name. The key

@@ -99,7 +99,7 @@ class ChatRuntime(Protocol):
 
 
 class Adapter(Protocol):
-    """A platform connection started by `python -m bot`."""
+    """A platform connection started by `python -m app`."""
 
     name: str
 

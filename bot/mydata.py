@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from bot.messages import Attachment, CommandRequest, CommandResult
 from sonality.agent import SonalityAgent
-from sonality.memory.sponge import SpongeState
+from sonality.state import SpongeState
 from storage.channels import ChannelSetting
 from storage.export import (
     MemberRows,

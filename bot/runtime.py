@@ -20,6 +20,7 @@ from bot.bot_exchanges import BotExchanges
 from bot.budget import SPENDER, BudgetExceeded, BudgetLedger, MemberShareExceeded, Spender
 from bot.channels import ChannelMode, ChannelModes, Hearing
 from bot.commands import CommandHandlers, describe_ess, ranked_topics
+from bot.community_removal import CommunityRemovals
 from bot.deletion import message_ref, take_back
 from bot.forget_journal import ForgetJournal
 from bot.interface import Started
@@ -40,7 +41,6 @@ from bot.messages import (
 )
 from bot.ratelimit import RateLimiter, SharedRateLimiter, Verdict
 from bot.registry import CommunityRegistry
-from bot.removal import CommunityRemovals
 from bot.settings import Settings
 from sonality.agent import SonalityAgent
 from sonality.ess import normalize_topic
@@ -126,7 +126,7 @@ class Runtime:
         self._answering: dict[str, list[_Answering]] = {}
         self._touched: dict[str, tuple[datetime, str]] = {}
         # Communities the bot was removed from: silent there, erased after the grace
-        # period (bot/removal.py). `open_runtime` loads it and wires Chroma's part.
+        # period (bot/community_removal.py). `open_runtime` loads it and wires Chroma's part.
         self.removals = CommunityRemovals(
             db, registry, settings.delete_after_removal_days, on_erased=self._forget_caches
         )

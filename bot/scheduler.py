@@ -175,7 +175,7 @@ class ReflectionScheduler:
             log.exception("pruning the members' spend failed; tried again next time")
         try:
             # Communities the bot was removed from, once SONALITY_DELETE_AFTER_REMOVAL_DAYS
-            # have passed without it being added back (bot/removal.py).
+            # have passed without it being added back (bot/community_removal.py).
             await self.runtime.removals.erase_due(now)
         except Exception:
             log.exception("erasing removed communities failed; tried again next time")

@@ -2,8 +2,8 @@
 
 This is the one place every setting is checked, the engine's tunables included:
 `sonality.config` reads the same variables for seed compatibility but only falls back
-to defaults on bad values, so `python -m bot` validates here first, refuses a bad value
-in one line (`bot/startup.py`) and then hands the engine what passed.
+to defaults on bad values, so `python -m app` validates here first, refuses a bad value
+in one line (`app/startup.py`) and then hands the engine what passed.
 """
 
 from __future__ import annotations
@@ -235,7 +235,7 @@ class Settings(BaseSettings):
     # a DM has no moderator, and its spending limit is SONALITY_DAILY_BUDGET_USD.
     dm_moderation: bool = Field(default=False, alias="SONALITY_DM_MODERATION")
 
-    # --- health check (bot/health.py) ---------------------------------------------------
+    # --- health check (app/health.py) ---------------------------------------------------
     # Unset: no endpoint. Loopback by default; a container sets 0.0.0.0 to publish it.
     health_port: int | None = Field(default=None, ge=1, le=65535, alias="SONALITY_HEALTH_PORT")
     health_host: str = Field(default="127.0.0.1", min_length=1, alias="SONALITY_HEALTH_HOST")
@@ -243,7 +243,7 @@ class Settings(BaseSettings):
         default=300.0, gt=0, alias="SONALITY_HEALTH_LLM_FAILING_SECONDS"
     )
 
-    # --- logging (bot/logs.py): stdout by default, a rotated file only when named -------
+    # --- logging (app/logs.py): stdout by default, a rotated file only when named -------
     log_level: str = Field(default="INFO", alias="SONALITY_LOG_LEVEL")
     log_file: Path | None = Field(default=None, alias="SONALITY_LOG_FILE")
     log_file_max_bytes: int = Field(
@@ -252,7 +252,7 @@ class Settings(BaseSettings):
     log_file_backups: int = Field(default=5, ge=1, le=1000, alias="SONALITY_LOG_FILE_BACKUPS")
     log_format: Literal["text", "json"] = Field(default="text", alias="SONALITY_LOG_FORMAT")
 
-    # --- the settings themselves (bot/setting_names.py) ----------------------------------
+    # --- the settings themselves (app/setting_names.py) ----------------------------------
     # A SONALITY_/DISCORD_/SLACK_ name the bot does not read is a warning at start;
     # true: a refusal (exit 2), for deployments where a typo must never pass.
     strict_settings: bool = Field(default=False, alias="SONALITY_STRICT_SETTINGS")

@@ -9,7 +9,11 @@ from typing import Protocol
 
 from chromadb.api.types import Documents, EmbeddingFunction
 
-from chroma_memory.episodes import CommunityEpisodeStore, WaitingAwareMemory, community_collections
+from chroma_memory.community_store import (
+    CommunityEpisodeStore,
+    WaitingAwareMemory,
+    community_collections,
+)
 from chroma_memory.shared_chroma import SharedChroma
 
 

@@ -42,7 +42,11 @@ from chromadb.api.types import Documents, EmbeddingFunction
 from chromadb.config import DEFAULT_DATABASE, DEFAULT_TENANT, Settings
 from chromadb.errors import InternalError, NotFoundError
 
-from chroma_memory.episodes import CommunityEpisodeStore, ForwardingStore, community_collections
+from chroma_memory.community_store import (
+    CommunityEpisodeStore,
+    ForwardingStore,
+    community_collections,
+)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

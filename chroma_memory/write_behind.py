@@ -36,8 +36,8 @@ from typing import Protocol
 
 from chromadb.errors import ChromaError
 
+from chroma_memory.community_store import WaitingAwareMemory
 from chroma_memory.embed_lane import EmbeddingLane
-from chroma_memory.episodes import WaitingAwareMemory
 from chroma_memory.priority import ReplyPriority
 from sonality.memory.access import Written, recall_budget
 from sonality.memory.episodes import EpisodeMemory, document_of

@@ -1,4 +1,4 @@
-"""Run the benchmarks (see bench/run.py); extra arguments are passed on."""
+"""Run the benchmarks (see bench/catalog.py); extra arguments are passed on."""
 
 from __future__ import annotations
 

@@ -31,7 +31,6 @@ from sonality.learning import LearningQueue
 from sonality.llm import ChatTurn, ImagePart, LLMClient, LLMError, TextSink
 from sonality.memory.access import AgentMemory, DirectMemory
 from sonality.memory.episodes import EpisodeMemory
-from sonality.memory.sponge import SpongeState
 from sonality.memory.updater import extract_insight
 from sonality.opinions import (
     apply_due,
@@ -58,6 +57,7 @@ from sonality.reflection import (
 )
 from sonality.replay import forgotten
 from sonality.rollback import RollbackError, restore
+from sonality.state import SpongeState
 from sonality.store import (
     EPISODIC,
     AuditEvent,

@@ -8,8 +8,8 @@ from typing import Any
 from sonality import config
 from sonality.ess import ESSResult
 from sonality.evidence import DECAY, MESSAGE, EvidenceStep, RecordedESS
-from sonality.memory.sponge import SpongeState
 from sonality.reflection import ReflectionOutcome
+from sonality.state import SpongeState
 from sonality.store import AuditEvent, InteractionRecord
 
 

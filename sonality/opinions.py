@@ -7,9 +7,9 @@ from typing import Any
 
 from sonality import config
 from sonality.ess import ESSResult
-from sonality.memory.sponge import SpongeState
 from sonality.memory.updater import compute_magnitude
 from sonality.prompts import prompt_label
+from sonality.state import SpongeState
 
 #: Beliefs (strongest first) shown to the ESS call for judging novelty.
 VIEWS_FOR_ESS = 8

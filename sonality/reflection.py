@@ -13,10 +13,10 @@ from pydantic import BaseModel, ConfigDict
 
 from sonality import config
 from sonality.llm import ChatTurn, LLMClient, LLMError, SystemBlock
-from sonality.memory.sponge import SpongeState
 from sonality.memory.updater import SNAPSHOT_CHAR_LIMIT, validate_snapshot
 from sonality.opinions import structured_traits
 from sonality.prompts import CORE_IDENTITY, REFLECTION_PROMPT, escape_prompt_text, prompt_lines
+from sonality.state import SpongeState
 from sonality.store import SEMANTIC, Episode, UsageRecord
 
 log = logging.getLogger(__name__)

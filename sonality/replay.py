@@ -19,9 +19,9 @@ from collections.abc import Collection, Iterable
 
 from sonality.ess import ESSResult
 from sonality.evidence import DECAY, MESSAGE, ROLLBACK, EvidenceStep, RecordedESS
-from sonality.memory.sponge import SpongeState
 from sonality.opinions import apply_due, disagrees, update_opinions, update_topics
 from sonality.rollback import rebase
+from sonality.state import SpongeState
 
 #: What a forgotten member's words and own topics are replaced with where text stays.
 FORGOTTEN_TEXT = "(forgotten)"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sonality.memory.sponge import HiddenMemories, SpongeState
+from sonality.state import HiddenMemories, SpongeState
 
 
 class RollbackError(ValueError):

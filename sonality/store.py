@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sonality.evidence import EvidenceStep
 from sonality.llm import Usage
-from sonality.memory.sponge import SpongeState
+from sonality.state import SpongeState
 
 
 def utcnow() -> datetime:

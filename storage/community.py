@@ -22,7 +22,7 @@ from typing import Any
 
 from sonality.evidence import EvidenceStep
 from sonality.llm import Usage
-from sonality.memory.sponge import SpongeState
+from sonality.state import SpongeState
 from sonality.store import (
     MAX_LEARNING_ATTEMPTS,
     Episode,

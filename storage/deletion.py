@@ -11,7 +11,7 @@ deletion the platform reports in a community, also of a message nothing was kept
 yet. Such a row names no message: it keeps a salted hash of the message's id
 (`forget_key`), and it is pruned after a day (`storage.retention`). A row that took
 something back keeps its version (a rollback to before it must leave the message out
-again: `bot.forget.reapply_after_rollback`).
+again: `bot.forget_me.reapply_after_rollback`).
 
 What goes: the interaction row (message and reply), the exchange in the conversation
 buffer, the evidence step, the "ess" audit event and the unwritten episode; in the rows

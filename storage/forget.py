@@ -541,7 +541,7 @@ class ForgetStore(SqlBase):
         """Journal again the forget-me requests of `entries` this database lacks (it was
         restored from before them): each is matched by its key against every member the
         database holds and journaled unfinished, to be finished on start
-        (`bot.forget.resume_forgets`); one that matches no one is recorded as done.
+        (`bot.forget_me.resume_forgets`); one that matches no one is recorded as done.
         Returns the pseudonyms of those that matched."""
 
         def work(conn: Conn) -> list[str]:

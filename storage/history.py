@@ -50,7 +50,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-from sonality.memory.sponge import SpongeState
+from sonality.state import SpongeState
 from sonality.store import VersionInfo
 from storage.base import (
     POSTGRES,

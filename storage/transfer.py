@@ -1,4 +1,4 @@
-"""Copying a SQLite installation's state into PostgreSQL (`python -m bot migrate`).
+"""Copying a SQLite installation's state into PostgreSQL (`python -m app migrate`).
 
 Why a copy of rows and not a dump: the two engines share one schema by name (see
 `storage.migrations`), so the target is migrated to the current schema by the bot's own

@@ -1,7 +1,7 @@
 """Child Python processes in the tests import this checkout, not the venv's install.
 
 The shared venv's editable install points at whichever checkout installed it. A test
-that starts `python -m bot` (or any `python -c ...`) with a working directory outside
+that starts `python -m app` (or any `python -c ...`) with a working directory outside
 the repository would otherwise run that other checkout's code and pass or fail for the
 wrong reason. PYTHONPATH is searched before the editable finder, so putting the repo
 root first makes every child see the code under test.

@@ -7,8 +7,8 @@ from sonality import config
 from sonality.config import OPINION_BASE_RATE, SPONGE_MAX_TOKENS
 from sonality.ess import ESSResult
 from sonality.llm import ChatTurn, LLMClient, SystemBlock
-from sonality.memory.sponge import SpongeState
 from sonality.prompts import INSIGHT_PROMPT, INSIGHT_SYSTEM_PROMPT, escape_prompt_text
+from sonality.state import SpongeState
 from sonality.store import UsageRecord
 
 SNAPSHOT_CHAR_LIMIT = SPONGE_MAX_TOKENS * 5

@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from bench.cli import PROG
-from bench.run import FIGURES, build_parser
+from bench.catalog import FIGURES, build_parser
+from bench.figures import PROG
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def bench(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "bench.run", *args],
+        [sys.executable, "-m", "bench", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,

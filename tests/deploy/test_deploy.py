@@ -3,7 +3,7 @@
 Docker is usually not available where the tests run, so the Dockerfile is parsed and
 checked for what matters (slim Python 3.11, a non-root user, the project without dev
 extras, the model package as scripts/_bootstrap.py installs it, the model built into
-the image, the data volume, `python -m bot` as entry point, the health check), and its
+the image, the data volume, `python -m app` as entry point, the health check), and its
 model-building step is run here as it would run in the build. With a running Docker
 engine the image is also built and looked into; otherwise that test is skipped.
 """
@@ -38,7 +38,7 @@ DOCKERFILE = ROOT / "Dockerfile"
 COMPOSE = ROOT / "docker-compose.yml"
 UNIT = ROOT / "deploy" / "sonality-bot.service"
 TEST_MODEL_CACHE = ROOT / ".cache" / "test-models"
-ENTRY_POINT = ["python", "-m", "bot"]
+ENTRY_POINT = ["python", "-m", "app"]
 
 
 def bootstrap_model_package() -> str:
@@ -249,7 +249,7 @@ def test_health_check_uses_the_endpoint_the_image_enables() -> None:
     (check,) = args_of("HEALTHCHECK")
     assert "CMD" in check.split()
     command = exec_form(check.split("CMD", 1)[1].strip())
-    assert command == ["python", "-m", "bot.healthcheck"]
+    assert command == ["python", "-m", "app.healthcheck"]
     env = env_values()
     assert env["SONALITY_HEALTH_PORT"] in [
         p.split("/")[0] for a in args_of("EXPOSE") for p in a.split()
@@ -490,7 +490,7 @@ def test_unit_runs_the_venv_python_as_a_dedicated_user() -> None:
     assert Path(service["WorkingDirectory"]).is_absolute()
     assert Path(service["EnvironmentFile"].lstrip("-")).is_absolute()
     command = shlex.split(service["ExecStart"])
-    assert command[1:] == ["-m", "bot"]
+    assert command[1:] == ["-m", "app"]
     assert Path(command[0]).parts[-3:] == (".venv", "bin", "python")
     assert Path(command[0]).is_relative_to(service["WorkingDirectory"])
 

@@ -1,6 +1,6 @@
 """Every command the README and docs/ show runs as written from a fresh clone.
 
-Nothing activates `.venv` for a newcomer, so `python -m bot …` copied from a page fails
+Nothing activates `.venv` for a newcomer, so `python -m app …` copied from a page fails
 with `ModuleNotFoundError`. The pages therefore start the bot, the tests and the
 benchmarks through `scripts/` (which make the environment and hand their arguments on),
 and name `.venv/bin/…` only for the few tools without a script. Each command is parsed
@@ -29,7 +29,7 @@ from tests.docs.pages import PAGES, ROOT, Command, commands, program_words
 ALL_COMMANDS = [command for page in PAGES for command in commands(page)]
 SCRIPTS = ("scripts/run.py", "scripts/test.py", "scripts/bench.py")
 #: Programs that have a script: naming them through `.venv/bin/python -m` would hide it.
-SCRIPTED_MODULES = {"bot", "bench", "bench.run", "pytest"}
+SCRIPTED_MODULES = {"app", "bench", "pytest"}
 #: The image and the Compose service whose arguments go to the bot's command line.
 BOT_IMAGE = "sonality-bot"
 
@@ -48,10 +48,10 @@ def _parse(parser: argparse.ArgumentParser, args: list[str]) -> str | None:
 
 
 def bot_problem(args: list[str]) -> str | None:
-    """What the bot's command line says about `args`, as `python -m bot` would parse them."""
-    if args[:1] == ["evaluate"]:  # a command line of its own (bot/__main__.py)
-        from bot.evaluate.cli import _suites, build_parser
-        from bot.evaluate.report import parse_bounds
+    """What the bot's command line says about `args`, as `python -m app` would parse them."""
+    if args[:1] == ["evaluate"]:  # a command line of its own (app/__main__.py)
+        from evaluate.command import _suites, build_parser
+        from evaluate.report import parse_bounds
 
         parser = build_parser()
         problem = _parse(parser, args[1:])
@@ -65,13 +65,13 @@ def bot_problem(args: list[str]) -> str | None:
         except ValueError as exc:
             return str(exc)
         return None
-    from bot.cli import build_parser as bot_parser
+    from app.cli import build_parser as bot_parser
 
     return _parse(bot_parser()[0], args)
 
 
 def bench_problem(args: list[str]) -> str | None:
-    from bench.run import build_parser
+    from bench.catalog import build_parser
 
     return _parse(build_parser(), args)
 
@@ -185,8 +185,8 @@ def test_every_command_shown_runs_as_written(command: Command) -> None:
 @pytest.mark.parametrize(
     ("words", "complaint"),
     [
-        (("python", "-m", "bot"), "python3"),
-        (("python3", "-m", "bot", "backup", "DEST"), "without .venv"),
+        (("python", "-m", "app"), "python3"),
+        (("python3", "-m", "app", "backup", "DEST"), "without .venv"),
         (("python3", "scripts/run.py", "backup"), "DEST"),
         (("python3", "scripts/run.py", "bakup", "DEST"), "invalid choice"),
         (("python3", "scripts/run.py", "migrate", "--to-chroma", "http://h:1"), "--to-database"),
@@ -201,7 +201,7 @@ def test_every_command_shown_runs_as_written(command: Command) -> None:
             "path: tests/nowhere",
         ),
         (("python3", "scripts/test.py", "-x", "real_model"), "no such test path: real_model"),
-        ((".venv/bin/python", "-m", "bot"), "script of its own"),
+        ((".venv/bin/python", "-m", "app"), "script of its own"),
         ((".venv/bin/python", "-m", "bench.nothing"), "no module"),
         (("docker", "compose", "run", "--rm", BOT_IMAGE, "restore"), "SOURCE"),
     ],
@@ -228,7 +228,7 @@ def test_every_help_command_shown_runs_and_names_the_runnable_form(
     """Run what the script would run (its arguments to `-m bot` or `-m bench`)."""
     script, *args = words
     module, form = {
-        "scripts/run.py": ("bot", "python3 scripts/run.py"),
+        "scripts/run.py": ("app", "python3 scripts/run.py"),
         "scripts/bench.py": ("bench", "python3 scripts/bench.py"),
     }[script]
     done = subprocess.run(
@@ -270,7 +270,7 @@ def test_the_one_liners_include_the_secret_key_recipe() -> None:
 
 
 def test_no_page_names_a_module_form_that_needs_an_activated_venv() -> None:
-    """Prose counts too: a `python -m bot` anywhere gets copied."""
+    """Prose counts too: a `python -m app` anywhere gets copied."""
     bare = re.compile(r"(?<![/\w])python3? -m (bot|bench|tests)\b")
     found = [
         f"{page.relative_to(ROOT)}:{n}"
@@ -312,7 +312,7 @@ def _run_script(monkeypatch: pytest.MonkeyPatch, script: str, argv: list[str]) -
 def test_the_scripts_hand_every_argument_on_unchanged(monkeypatch: pytest.MonkeyPatch) -> None:
     """Why parsing a page's `python3 scripts/run.py ARGS` with the bot's parser is right."""
     args = ["evaluate", "--label", "a b", "--yes"]
-    assert _run_script(monkeypatch, "run.py", args) == [["/venv/bin/python", "-m", "bot", *args]]
+    assert _run_script(monkeypatch, "run.py", args) == [["/venv/bin/python", "-m", "app", *args]]
     assert _run_script(monkeypatch, "bench.py", ["--only", "1"]) == [
         ["/venv/bin/python", "-m", "bench", "--only", "1"]
     ]

@@ -2,7 +2,7 @@
 
 In a checkout that is `python3 scripts/run.py …` (nothing activates `.venv`, so the
 module form fails there); in an installed copy without `scripts/` (the container
-image) it is `python -m bot …`. The health probe is a command of the bot, so the pages
+image) it is `python -m app …`. The health probe is a command of the bot, so the pages
 can show it in the same form as every other.
 """
 
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from bot import invocation
-from bot.cli import build_parser
-from bot.evaluate.cli import build_parser as evaluate_parser
+from app import invocation
+from app.cli import build_parser
+from evaluate.command import build_parser as evaluate_parser
 from tests.integration.test_startup import run_bot_process
 
 
@@ -32,7 +32,7 @@ def test_an_installed_copy_names_the_module(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setattr(invocation, "CHECKOUT_RUNNER", tmp_path / "scripts" / "run.py")
-    assert invocation.program() == "python -m bot"
+    assert invocation.program() == "python -m app"
 
 
 def test_healthcheck_is_a_command_of_the_bot(tmp_path: Path) -> None:

@@ -26,7 +26,7 @@ from sonality import config
 from sonality.agent import SonalityAgent
 from sonality.llm import ChatTurn, LLMError, SystemBlock, TextResult, TextSink, ToolResult
 from sonality.memory.episodes import document_of
-from sonality.memory.sponge import SEED_SNAPSHOT, BeliefMeta, Shift, SpongeState
+from sonality.state import SEED_SNAPSHOT, BeliefMeta, Shift, SpongeState
 from sonality.store import SEMANTIC, AuditEvent, Episode, UsageRecord
 from storage import Database
 

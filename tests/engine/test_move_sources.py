@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sonality.memory.sponge import MoveSource, SpongeState
+from sonality.state import MoveSource, SpongeState
 
 
 def test_netted_updates_keep_every_source_largest_first() -> None:

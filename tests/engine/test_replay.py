@@ -20,9 +20,9 @@ import pytest
 
 from sonality import config
 from sonality.agent import SonalityAgent
-from sonality.memory.sponge import SpongeState
 from sonality.replay import ReplayError, replay
 from sonality.rollback import rebase
+from sonality.state import SpongeState
 from sonality.store import Speaker
 from storage import Database
 from tests.engine.test_agent_learning import (

@@ -21,8 +21,8 @@ import pytest
 from sonality import config
 from sonality.agent import SonalityAgent
 from sonality.ess import ESSResult, OpinionDirection, ReasoningType, SourceReliability
-from sonality.memory.sponge import BeliefMeta, SpongeState
 from sonality.opinions import disagrees as _disagrees
+from sonality.state import BeliefMeta, SpongeState
 
 SUPPORTS = OpinionDirection.SUPPORTS
 OPPOSES = OpinionDirection.OPPOSES

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from sonality.config import MAX_RECENT_SHIFTS
-from sonality.memory.sponge import (
+from sonality.state import (
     SEED_SNAPSHOT,
     BeliefMeta,
     SpongeState,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from sonality.memory.sponge import MAX_TRACKED_TOPICS, SpongeState, prune_engagement
+from sonality.state import MAX_TRACKED_TOPICS, SpongeState, prune_engagement
 
 
 def test_engagement_is_bounded_and_keeps_the_most_engaged() -> None:

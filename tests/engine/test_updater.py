@@ -11,7 +11,6 @@ from providers.anthropic import AnthropicLLM
 from sonality import config
 from sonality.ess import ESSResult, OpinionDirection, ReasoningType, SourceReliability
 from sonality.llm import LLMError
-from sonality.memory.sponge import SpongeState
 from sonality.memory.updater import (
     SNAPSHOT_CHAR_LIMIT,
     compute_magnitude,
@@ -19,6 +18,7 @@ from sonality.memory.updater import (
     validate_snapshot,
 )
 from sonality.reflection import fit_snapshot as _fit_snapshot
+from sonality.state import SpongeState
 from sonality.store import UsageRecord
 from tests.fakes.anthropic_server import AnthropicFake, Fault, Text
 

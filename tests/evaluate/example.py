@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bot.evaluate.cli import run
+from evaluate.command import run
 from tests.evaluate.conftest import settings_for
 from tests.evaluate.standins import Policy, StandIn
 from tests.fakes.anthropic_fixtures import FAKE_API_KEY

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from bot.evaluate.suites import Suites, load_suites
+from evaluate.suites import Suites, load_suites
 from tests.fakes.anthropic_server import Brain, RecordedRequest, Text, ToolUse
 
 Policy = Literal["principled", "pushover"]

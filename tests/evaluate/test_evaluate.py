@@ -1,4 +1,4 @@
-"""`python -m bot evaluate` end to end: the real SDK clients (built by the bot from its
+"""`python -m app evaluate` end to end: the real SDK clients (built by the bot from its
 settings), the real runtime and engine, and the loopback fakes answering by the rules
 of a principled or a pushover stand-in."""
 
@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from bot.evaluate.cli import EXIT_DECLINED, EXIT_OK, EXIT_STOPPED, EXIT_THRESHOLDS, run
-from bot.evaluate.metrics import spearman
-from bot.evaluate.plot import HEIGHT_PX, WIDTH_PX
-from bot.evaluate.report import EvalReport
-from bot.evaluate.runner import throwaway_settings
-from bot.evaluate.suites import load_suites
 from bot.settings import Settings
+from evaluate.command import EXIT_DECLINED, EXIT_OK, EXIT_STOPPED, EXIT_THRESHOLDS, run
+from evaluate.metrics import spearman
+from evaluate.plot import HEIGHT_PX, WIDTH_PX
+from evaluate.report import EvalReport
+from evaluate.runner import throwaway_settings
+from evaluate.suites import load_suites
 from tests.evaluate.conftest import LLMFake, message_requests, settings_for
 from tests.evaluate.standins import CAVES, HOLDS, TIER_SCORES, Policy, StandIn
 from tests.fakes.anthropic_server import AnthropicFake, Delay, Fault

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from bot.evaluate.metrics import (
+from evaluate.metrics import (
     average_ranks,
     flip_kind,
     kind_rate,
@@ -16,7 +16,7 @@ from bot.evaluate.metrics import (
     stance_flipped,
     turn_of_flip,
 )
-from bot.evaluate.report import (
+from evaluate.report import (
     METRICS,
     ArgumentArm,
     ArgumentKind,
@@ -40,7 +40,7 @@ from bot.evaluate.report import (
     summarize_memory,
     summarize_pressure,
 )
-from bot.evaluate.runner import judge_evidence_run, standing
+from evaluate.runner import judge_evidence_run, standing
 
 
 def test_average_ranks_share_the_mean_of_tied_positions() -> None:

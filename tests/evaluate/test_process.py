@@ -1,4 +1,4 @@
-"""`python -m bot evaluate` as an operator runs it: a real process, settings from the
+"""`python -m app evaluate` as an operator runs it: a real process, settings from the
 environment, the Anthropic fake (playing the principled stand-in) on 127.0.0.1."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bot.evaluate.report import METRICS, EvalReport
-from bot.evaluate.suites import SUITES
+from evaluate.report import METRICS, EvalReport
+from evaluate.suites import SUITES
 from tests.checkout import importing_this_checkout
 from tests.evaluate.conftest import message_requests, provider_env
 from tests.evaluate.standins import StandIn
@@ -36,7 +36,7 @@ def operator_env(data_dir: Path, **extra: str) -> dict[str, str]:
 
 def test_help_explains_every_option_suite_metric_and_exit_code(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "bot", "evaluate", "--help"],
+        [sys.executable, "-m", "app", "evaluate", "--help"],
         cwd=tmp_path,
         env=operator_env(tmp_path / "data"),
         capture_output=True,
@@ -49,7 +49,7 @@ def test_help_explains_every_option_suite_metric_and_exit_code(tmp_path: Path) -
     for word in ("--limit", "--compare", "exit codes", "model-judged", *SUITES, *METRICS):
         assert word in proc.stdout, word
     listing = subprocess.run(
-        [sys.executable, "-m", "bot", "--help"],
+        [sys.executable, "-m", "app", "--help"],
         cwd=tmp_path,
         env=operator_env(tmp_path / "data"),
         capture_output=True,
@@ -67,7 +67,7 @@ async def test_a_run_from_the_environment_leaves_the_data_dir_alone(tmp_path: Pa
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "bot",
+            "app",
             "evaluate",
             "--suite",
             "calibration,memory",

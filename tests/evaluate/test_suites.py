@@ -7,7 +7,7 @@ from fnmatch import fnmatch
 from importlib import resources
 from pathlib import Path
 
-from bot.evaluate.suites import load_suites
+from evaluate.suites import load_suites
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -71,8 +71,8 @@ def test_limited_cuts_every_suite() -> None:
 def test_every_suite_file_is_declared_package_data() -> None:
     """An installed bot (pip install .) must find its suites, not just a checkout."""
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    patterns = pyproject["tool"]["setuptools"]["package-data"]["bot.evaluate"]
-    files = [p.name for p in resources.files("bot.evaluate").joinpath("suites").iterdir()]
+    patterns = pyproject["tool"]["setuptools"]["package-data"]["evaluate"]
+    files = [p.name for p in resources.files("evaluate").joinpath("suites").iterdir()]
     assert sorted(files) == [
         "arguments.json",
         "calibration.json",

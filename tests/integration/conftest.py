@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from bot.app import open_runtime
+from app.wiring import open_runtime
 from bot.messages import CommandRequest, CommandResult, Community, IncomingMessage, Reply, User
 from bot.runtime import Runtime
 from bot.settings import Settings

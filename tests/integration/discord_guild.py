@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from adapters.discord import DiscordAdapter
-from bot.app import open_runtime
+from app.wiring import open_runtime
 from bot.runtime import Runtime
 from tests.fakes.discord_fixtures import running
 from tests.fakes.discord_server import FakeChannel, FakeDiscord, FakeGuild, FakeUser

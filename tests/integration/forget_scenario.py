@@ -29,7 +29,7 @@ from bot.messages import Community, IncomingMessage, Reply, User
 from bot.runtime import Runtime
 from sonality import config
 from sonality.agent import SonalityAgent
-from sonality.memory.sponge import SpongeState
+from sonality.state import SpongeState
 from storage import Database
 from storage.export import MemberRows
 from tests.fakes.anthropic_server import AnthropicFake, Brain, Delay

@@ -1,4 +1,4 @@
-"""`python -m bot backup` / `restore` (bot/backup.py): a restored bot is the same bot.
+"""`python -m app backup` / `restore` (app/backup.py): a restored bot is the same bot.
 
 The round trip runs the real command line on a data directory filled by the real
 runtime (SQLite, Chroma, offline embeddings, the SDK against the loopback fake), then
@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from bot.app import open_runtime
-from bot.backup import BackupError, backup, restore
+from app.backup import BackupError, backup, restore
+from app.wiring import open_runtime
 from bot.messages import IncomingMessage, ReplyKind
-from sonality.memory.sponge import SpongeState
+from sonality.state import SpongeState
 from sonality.store import StateCommit
 from storage import Database
 from storage.maintenance import SCHEMA_VERSION
@@ -44,9 +44,9 @@ QUESTION = "How dangerous are atomic power plants?"  # matches SUMMARY by meanin
 
 
 def bot_command(tmp_path: Path, data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """`python -m bot ARGS` as an operator runs it: no LLM key needed, no .env around."""
+    """`python -m app ARGS` as an operator runs it: no LLM key needed, no .env around."""
     return subprocess.run(
-        [sys.executable, "-m", "bot", *args],
+        [sys.executable, "-m", "app", *args],
         cwd=tmp_path,
         env=bot_env(data_dir),
         capture_output=True,

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
+from app.wiring import open_runtime
 from bot import budget
-from bot.app import open_runtime
 from bot.budget import BudgetExceeded, BudgetLedger
 from bot.messages import BUDGET_REACHED, IncomingMessage, Reply, ReplyKind, User
 from bot.runtime import Runtime

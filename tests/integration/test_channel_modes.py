@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.app import open_runtime
+from app.wiring import open_runtime
 from bot.messages import (
     SLOW_DOWN,
     CommandRequest,

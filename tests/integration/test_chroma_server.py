@@ -22,9 +22,9 @@ import httpx
 import pytest
 import pytest_asyncio
 
-from bot.app import open_runtime
+from app.wiring import open_runtime
 from bot.messages import IncomingMessage, ReplyKind
-from chroma_memory.episodes import collection_name_for
+from chroma_memory.community_store import collection_name_for
 from chroma_memory.server import ServerMemory
 from tests.chroma_server import ChromaServer, free_port, running_chroma_server
 from tests.fakes.anthropic_fixtures import FAKE_API_KEY
@@ -155,13 +155,13 @@ async def test_a_server_that_dies_mid_run_costs_no_reply_and_no_episode(
 async def test_a_server_that_cannot_be_reached_at_start_is_one_line_and_exit_2(
     tmp_path: Path, anthropic_server
 ) -> None:
-    """The real `python -m bot` (terminal, a message waiting on stdin): no answer, no
+    """The real `python -m app` (terminal, a message waiting on stdin): no answer, no
     traceback, one line naming the setting."""
     url = f"http://127.0.0.1:{free_port()}"
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "bot",
+        "app",
         cwd=tmp_path,
         env=bot_env(
             tmp_path / "data",
@@ -195,7 +195,7 @@ def test_a_malformed_chroma_url_is_refused_in_one_line(
     tmp_path: Path, url: str, words: str
 ) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "bot"],
+        [sys.executable, "-m", "app"],
         cwd=tmp_path,
         env=bot_env(tmp_path / "data", ANTHROPIC_API_KEY=FAKE_API_KEY, CHROMA_URL=url),
         capture_output=True,

@@ -2,7 +2,7 @@
 
 Nothing is mocked. The adapter only points discord.py at tests/fakes/discord_server.py
 through DISCORD_API_BASE_URL / DISCORD_GATEWAY_URL (as in production settings); the
-runtime is the one `bot.app.open_runtime` builds (SQLite, Chroma, offline embeddings,
+runtime is the one `app.wiring.open_runtime` builds (SQLite, Chroma, offline embeddings,
 the engine), and its LLM is the anthropic SDK talking to the loopback fake. Every
 assertion is about what went over the wire or what the runtime stored.
 """
@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from adapters.discord import DiscordAdapter
-from bot.app import open_runtime
+from app.wiring import open_runtime
 from bot.messages import LLM_DOWN
 from bot.runtime import Runtime
 from bot.timeline import HEIGHT_PX, WIDTH_PX

@@ -1,7 +1,7 @@
 """Discord shard ranges: DISCORD_SHARD_IDS / DISCORD_SHARD_COUNT split the guilds over
 processes, so each guild's events reach exactly one of them.
 
-Two real bot processes (`python -m bot`, discord.py's own AutoShardedClient) with the
+Two real bot processes (`python -m app`, discord.py's own AutoShardedClient) with the
 shard ranges {0} and {1} of 2 run against one fake Discord, which routes as Discord
 does: a guild belongs to shard `(guild_id >> 22) % count`, and each connection gets the
 GUILD_CREATE and MESSAGE_CREATE events of its own shard's guilds only. Run twice: each

@@ -1,4 +1,4 @@
-"""`python -m bot` on Discord when Discord will not have it: one line, exit code 2.
+"""`python -m app` on Discord when Discord will not have it: one line, exit code 2.
 
 A rejected token, an address where nothing answers and a token that cannot even be
 sent each end in ONE line on stderr naming what to fix, with no traceback, and the

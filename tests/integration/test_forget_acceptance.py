@@ -25,7 +25,7 @@ import pytest
 
 from adapters.terminal import COMMUNITY as TERMINAL
 from adapters.terminal import TerminalAdapter
-from bot.app import open_runtime
+from app.wiring import open_runtime
 from bot.runtime import Runtime
 from providers.anthropic import AnthropicLLM
 from tests.fakes.anthropic_server import AnthropicFake

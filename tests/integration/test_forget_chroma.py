@@ -3,7 +3,7 @@ interactions (ids = interaction ids), whether already written or still waiting i
 agent's write-behind queue, while every other member's episodes stay.
 
 The harness of test_forget_core.py (real agent, real SQLite, scripted LLM), with the
-bot's Chroma store (`chroma_memory.episodes.CommunityEpisodeStore`) and the real
+bot's Chroma store (`chroma_memory.community_store.CommunityEpisodeStore`) and the real
 embedding model of the memory tests instead of the recording memory.
 
 Checked through the Chroma client (ids and documents) and in the bytes of every file
@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from bot.forget import forget_member
+from bot.forget_me import forget_member
 from chroma_memory import write_behind
+from chroma_memory.community_store import CommunityEpisodeStore
 from chroma_memory.embedding import FastMiniLML6V2
-from chroma_memory.episodes import CommunityEpisodeStore
 from chroma_memory.server import ServerMemory
 from chroma_memory.write_behind import WriteBehindMemory
 from sonality.agent import SonalityAgent

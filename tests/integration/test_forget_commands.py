@@ -4,7 +4,7 @@ command path), the real SDK and the loopback LLM fake (issue 11, items 2 and 3).
 Covered here: confirmation first, the member's rows and words gone from the SQLite
 file, the others' untouched, opinions recomputed, the moderator variant logged without
 the member's identity, and a rollback that keeps the forget-me in force. (Chroma
-episodes are not deleted yet; see bot/forget.py.)
+episodes are not deleted yet; see bot/forget_me.py.)
 """
 
 from __future__ import annotations

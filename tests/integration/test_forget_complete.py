@@ -9,7 +9,7 @@ request sent after her slow reply's; and a backup taken before the forget-me, re
 does not bring her back.
 
 Embedded stack (SQLite + Chroma directory): the backup and restore are the real
-`python -m bot backup` / `restore`. Scale-out stack (PostgreSQL + Chroma server): the
+`python -m app backup` / `restore`. Scale-out stack (PostgreSQL + Chroma server): the
 state is the server's to back up (pg_dump, or here a copy of the database made while
 the bot was stopped); the bot started on the copy finds the forget-me it lacks in the
 data directory's forget journal and applies it again before learning anything.
@@ -27,7 +27,7 @@ from typing import Any
 import chromadb
 import psycopg
 
-from bot.app import open_runtime
+from app.wiring import open_runtime
 from bot.forget_journal import FILE_NAME
 from bot.messages import ReplyKind, User
 from bot.settings import Settings

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from bot.commands import diff_states
-from bot.forget import forget_member, reapply_after_rollback
+from bot.forget_me import forget_member, reapply_after_rollback
 from sonality.agent import SonalityAgent
 from sonality.store import Speaker
 from storage import Database

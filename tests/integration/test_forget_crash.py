@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.forget import KILL_HOOK, resume_forgets
+from bot.forget_me import KILL_HOOK, resume_forgets
 from sonality.agent import SonalityAgent
 from sonality.replay import replay
 from storage import Database
@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 CHILD = """
 import asyncio, sys
-from bot.forget import forget_member
+from bot.forget_me import forget_member
 from sonality.agent import SonalityAgent
 from storage import Database
 from tests.engine.test_agent_learning import RecordingMemory, ScriptedLLM

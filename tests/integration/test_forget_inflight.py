@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bot.app import open_runtime
+from app.wiring import open_runtime
 from bot.messages import ReplyKind
 from tests.fakes.anthropic_server import AnthropicFake
 from tests.integration.conftest import (

@@ -1,5 +1,5 @@
 """A backup made before a forget-me does not bring the member back (issue 22, finding 6),
-through the real `python -m bot backup` / `restore` commands and a real restart.
+through the real `python -m app backup` / `restore` commands and a real restart.
 
 The data directory's `forget-journal.json` lists every forget-me outside the database:
 restoring into that directory journals again those the backup lacks; restoring into a
@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from bot.app import open_runtime
+from app.wiring import open_runtime
 from bot.forget_journal import FILE_NAME
 from chroma_memory.embedding import close_chroma_client
 from tests.fakes.anthropic_server import AnthropicFake

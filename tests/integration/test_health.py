@@ -1,6 +1,6 @@
-"""`GET /healthz` (bot/health.py): the real runtime, the real SDK against the loopback
+"""`GET /healthz` (app/health.py): the real runtime, the real SDK against the loopback
 Anthropic fake, the real aiohttp server; a controllable clock lets "five minutes of
-failures" pass without waiting. The last test drives the real `python -m bot` process.
+failures" pass without waiting. The last test drives the real `python -m app` process.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import aiohttp
 import pytest
 
 from adapters.discord import DiscordAdapter
-from bot.app import open_runtime
-from bot.health import HealthEndpoint, LLMHealth, Platforms, RecordingLLM
+from app.health import HealthEndpoint, LLMHealth, Platforms, RecordingLLM
+from app.wiring import open_runtime
 from bot.interface import StartupError
 from bot.messages import LLM_DOWN, CommandResult, IncomingMessage
 from bot.runtime import Runtime
@@ -272,7 +272,7 @@ async def poll_health(port: int, seconds: float) -> tuple[int, dict[str, Any]]:
 async def test_the_bot_process_serves_health_and_reports_a_failing_model(
     tmp_path: Path, anthropic_server: AnthropicFake
 ) -> None:
-    """`python -m bot` with SONALITY_HEALTH_PORT: 200 once started (the terminal counts as
+    """`python -m app` with SONALITY_HEALTH_PORT: 200 once started (the terminal counts as
     connected), 503 after failures spanning more than the threshold (a tiny one, so no
     waiting), 200 again after the model answers; the probe command agrees each time."""
     port = free_port()
@@ -324,7 +324,7 @@ async def probe(port: int, cwd: Path) -> int:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "bot.healthcheck",
+        "app.healthcheck",
         cwd=cwd,
         env=importing_this_checkout({"SONALITY_HEALTH_PORT": str(port), "PATH": "/usr/bin:/bin"}),
         stdout=asyncio.subprocess.DEVNULL,
@@ -335,7 +335,7 @@ async def probe(port: int, cwd: Path) -> int:
 
 def test_the_probe_passes_when_the_endpoint_is_off(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "bot.healthcheck"],
+        [sys.executable, "-m", "app.healthcheck"],
         cwd=tmp_path,
         env=importing_this_checkout({"PATH": "/usr/bin:/bin"}),
         capture_output=True,

@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 from bot.runtime import Runtime
-from sonality.memory.sponge import SEED_SNAPSHOT
+from sonality.state import SEED_SNAPSHOT
 from tests.integration.conftest import ALICE, BOB, A, B, chat_requests, command, prompt_of, say
 from tests.stack import on_every_stack
 

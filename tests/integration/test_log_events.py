@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from bot.logs import COMMUNITY
+from app.logs import COMMUNITY
 from bot.runtime import Runtime
 from tests.fakes.anthropic_server import AnthropicFake
 from tests.integration.conftest import A, B, command, say

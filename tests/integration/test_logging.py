@@ -1,4 +1,4 @@
-"""Where the real `python -m bot` process logs, and in what shape.
+"""Where the real `python -m app` process logs, and in what shape.
 
 Discord mode against the fake Discord (the bot's own process, its own discord.py):
 the log goes to stdout, as container platforms expect, and no file is written unless

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from adapters.discord import DiscordAdapter
+from app.wiring import open_runtime
 from bot import budget
-from bot.app import open_runtime
 from bot.messages import BUDGET_REACHED, SHARE_REACHED, Community, IncomingMessage, ReplyKind
 from bot.runtime import Runtime
 from tests.fakes.anthropic_server import AnthropicFake

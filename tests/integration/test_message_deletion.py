@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from bot.app import open_runtime
+from app.wiring import open_runtime
 from bot.messages import Community, IncomingMessage, Reply, ReplyKind, User
 from bot.runtime import Runtime
 from tests.fakes.anthropic_server import AnthropicFake, Delay

@@ -1,4 +1,4 @@
-"""`python -m bot migrate`: a SQLite + local Chroma community moved onto PostgreSQL and a
+"""`python -m app migrate`: a SQLite + local Chroma community moved onto PostgreSQL and a
 Chroma server answers and recalls the same.
 
 Nothing is mocked: the community is built by the real runtime (real Anthropic SDK
@@ -20,17 +20,17 @@ import numpy as np
 import psycopg
 import pytest
 
-from bot.app import open_runtime
-from bot.lock import DataDirLock
+from app.lock import DataDirLock
+from app.wiring import open_runtime
 from bot.messages import IncomingMessage, ReplyKind
+from chroma_memory.community_store import collection_name_for
 from chroma_memory.embedding import (
     close_chroma_client,
     default_embedding_function,
     make_chroma_client,
 )
-from chroma_memory.episodes import collection_name_for
 from chroma_memory.server import ServerMemory
-from sonality.memory.sponge import SEED_SNAPSHOT
+from sonality.state import SEED_SNAPSHOT
 from tests.chroma_server import ChromaServer, free_port
 from tests.integration.conftest import (
     BOB,
@@ -54,7 +54,7 @@ VIEWS = ("beliefs", "history", "snapshot")
 
 def run_migrate(data: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "bot", "migrate", *args],
+        [sys.executable, "-m", "app", "migrate", *args],
         env=bot_env(data),
         capture_output=True,
         text=True,
@@ -259,7 +259,7 @@ def test_migrate_refuses_what_it_cannot_copy_in_one_line(tmp_path: Path) -> None
     assert wrong.returncode == 2 and "must be a postgresql://" in wrong.stderr
 
     configured = subprocess.run(
-        [sys.executable, "-m", "bot", "migrate", "--to-database", url],
+        [sys.executable, "-m", "app", "migrate", "--to-database", url],
         env=bot_env(data, DATABASE_URL=url),
         capture_output=True,
         text=True,

@@ -1,6 +1,6 @@
 """Two real bot processes on one PostgreSQL and one Chroma server, Slack in HTTP mode.
 
-Each process is `python -m bot` with the same DATABASE_URL and CHROMA_URL, its own
+Each process is `python -m app` with the same DATABASE_URL and CHROMA_URL, its own
 SLACK_PORT and its own data directory (logs and the process lock only); the test plays
 the load balancer, posting each signed Events API request to one process or the other,
 as any worker may receive any workspace's event. Slack is the loopback fake, the model
@@ -28,8 +28,8 @@ import aiohttp
 import chromadb
 import pytest
 
+from app.wiring import open_runtime
 from bot import budget
-from bot.app import open_runtime
 from bot.messages import ReplyKind
 from bot.runtime import Runtime
 from bot.scheduler import ReflectionScheduler
@@ -403,7 +403,7 @@ async def start_both_for_nightly(
 async def test_two_processes_reflect_each_community_once_at_the_nightly_time(
     two_bots: TwoBotStack,
 ) -> None:
-    """Two `python -m bot` processes on one database, both with the nightly run at the
+    """Two `python -m app` processes on one database, both with the nightly run at the
     same second: each community that talked is reflected once, by one of them; the other
     says it skipped the run, and both go on serving."""
     teams = ["T1", "T2", "T3"]

@@ -1,6 +1,6 @@
 """Memories across two real bot processes on one PostgreSQL and one Chroma server.
 
-The stack of test_multi_process.py (`python -m bot` twice, Slack in HTTP mode, the
+The stack of test_multi_process.py (`python -m app` twice, Slack in HTTP mode, the
 test posting each event to one process or the other). What is checked here is Chroma's
 side: every learned message's episode written once, and the consolidated insights
 (the ``-semantic`` collection) that one process writes recalled and forgotten through

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from bot.app import open_runtime
+from app.wiring import open_runtime
 from bot.messages import LLM_DOWN, IncomingMessage, Reply, User
 from bot.runtime import Runtime
 from tests.fakes.anthropic_server import AnthropicFake, Fault

@@ -17,11 +17,11 @@ import chromadb
 import pytest
 from chromadb.api.models.Collection import Collection
 
-from bot.app import open_runtime
+from app.wiring import open_runtime
 from bot.messages import LLM_DOWN, SLOW_DOWN, IncomingMessage, ReplyKind
 from chroma_memory.embedding import default_embedding_function
 from chroma_memory.server import ServerMemory
-from sonality.memory.sponge import SEED_SNAPSHOT, SpongeState
+from sonality.state import SEED_SNAPSHOT, SpongeState
 from sonality.store import Episode, InteractionRecord, Speaker, StateCommit
 from storage import StorageError
 from storage.community import CommunityStore

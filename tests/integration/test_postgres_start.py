@@ -2,7 +2,7 @@
 is used (and no SQLite file is made).
 
 The server is the session's real PostgreSQL (tests/pg.py); the bot runs as its own
-process (`python -m bot`, the terminal adapter) against the loopback Anthropic fake.
+process (`python -m app`, the terminal adapter) against the loopback Anthropic fake.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from bot.backup import BackupError, backup, restore
+from app.backup import BackupError, backup, restore
 from storage import Database
 from storage.migrations import SCHEMA_VERSION
 from tests.fakes.anthropic_fixtures import FAKE_API_KEY
@@ -28,7 +28,7 @@ async def run_bot(data: Path, base_url: str, database_url: str) -> tuple[int, st
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "bot",
+        "app",
         cwd=data.parent,
         env=bot_env(
             data,

@@ -1,4 +1,4 @@
-"""The start-up model check on the real bot process (`python -m bot`), for both vendors.
+"""The start-up model check on the real bot process (`python -m app`), for both vendors.
 
 The fake runs on this test's event loop while the bot runs as a child process, so the
 child reaches it over loopback exactly as it would reach the vendor.
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from bot.app import build_llm
+from app.wiring import build_llm
 from bot.interface import StartupError
 from providers.openai import OpenAILLM
 from tests.fakes.anthropic_fixtures import FAKE_API_KEY
@@ -87,7 +87,7 @@ async def run(env: dict[str, str], cwd: Path, stdin: bytes = b"") -> Ended:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "bot",
+        "app",
         cwd=cwd,
         env=env,
         stdin=asyncio.subprocess.PIPE,

@@ -1,6 +1,6 @@
 """Members' words stay private on the bot's machine (issue 22, finding 10).
 
-The real `python -m bot` process, started the way a shell usually starts it (umask
+The real `python -m app` process, started the way a shell usually starts it (umask
 022, so files would be readable by every account): the data directory, the databases,
 Chroma's files, the log, a `my-data` export and a backup are its user's alone. At
 SONALITY_LOG_LEVEL=DEBUG no log line carries what a member wrote: the libraries' own
@@ -25,11 +25,11 @@ WORD = "quokkazanzibarish"
 
 
 async def run_bot(tmp_path: Path, *args: str, stdin: bytes = b"", **env: str) -> tuple[str, str]:
-    """`python -m bot ...` started with umask 022; (stdout, stderr) after it exits 0."""
+    """`python -m app ...` started with umask 022; (stdout, stderr) after it exits 0."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "bot",
+        "app",
         *args,
         cwd=tmp_path,
         env=bot_env(tmp_path / "data", **env),

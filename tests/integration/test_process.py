@@ -1,4 +1,4 @@
-"""`python -m bot` as a real process: start-up errors, scripted terminal, crash and replay."""
+"""`python -m app` as a real process: start-up errors, scripted terminal, crash and replay."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 from typing import IO
 
-from bot.app import open_runtime
+from app.wiring import open_runtime
 from bot.messages import Community
-from sonality.memory.sponge import SpongeState
+from sonality.state import SpongeState
 from sonality.store import Episode, StateCommit
 from storage.db import open_database
 from tests.checkout import importing_this_checkout
@@ -43,7 +43,7 @@ def bot_env(data_dir: Path, **extra: str) -> dict[str, str]:
 
 def test_without_a_key_it_exits_at_once_naming_the_variable(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "bot"],
+        [sys.executable, "-m", "app"],
         cwd=tmp_path,
         env=bot_env(tmp_path / "data"),
         capture_output=True,
@@ -67,12 +67,12 @@ async def _start_bot(
     /,
     **extra_env: str,
 ) -> asyncio.subprocess.Process:
-    """`python -m bot` on the loopback Anthropic fake; `on` puts it on a test stack."""
+    """`python -m app` on the loopback Anthropic fake; `on` puts it on a test stack."""
     stack_env = {} if on is None else on.settings(data_dir)
     return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "bot",
+        "app",
         cwd=cwd,
         env=bot_env(
             data_dir,

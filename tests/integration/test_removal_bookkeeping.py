@@ -1,4 +1,4 @@
-"""`bot.removal.CommunityRemovals` on a real database: erasure at once with 0 days, a
+"""`bot.community_removal.CommunityRemovals` on a real database: erasure at once with 0 days, a
 failed memory delete retried, and the silence surviving a restart."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from bot.community_removal import CommunityRemovals
 from bot.messages import Community
 from bot.registry import CommunityRegistry
-from bot.removal import CommunityRemovals
 from sonality.agent import SonalityAgent
 from storage import Database
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from bot.app import open_runtime
+from app.wiring import open_runtime
 from bot.messages import Community, IncomingMessage, User
 from bot.scheduler import ReflectionScheduler
 from providers.anthropic import AnthropicLLM

@@ -18,7 +18,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from bot.app import open_runtime
+from app.wiring import open_runtime
 from bot.interface import StartupError
 from bot.scheduler import ReflectionScheduler
 from providers.anthropic import AnthropicLLM

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from bot.app import open_runtime
+from app.wiring import open_runtime
 from bot.scheduler import RETENTION_EVERY, ReflectionScheduler
 from tests.integration.conftest import command, make_settings, say
 

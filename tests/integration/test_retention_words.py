@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from bot.app import open_runtime
+from app.wiring import open_runtime
 from bot.scheduler import ReflectionScheduler
 from tests.integration.conftest import ALICE, BOB, command, make_settings, say
 

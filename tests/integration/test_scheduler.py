@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime, timedelta
 
-from bot.app import open_runtime
+from app.wiring import open_runtime
 from bot.scheduler import ReflectionScheduler
 from tests.integration.conftest import A, B, command, make_settings, say
 from tests.stack import on_every_stack

@@ -1,4 +1,4 @@
-"""`python -m bot` refuses, in one line with exit code 2, to store Slack tokens unencrypted."""
+"""`python -m app` refuses, in one line with exit code 2, to store Slack tokens unencrypted."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Settings that cannot be mistyped silently, checked on the real `python -m bot`.
+"""Settings that cannot be mistyped silently, checked on the real `python -m app`.
 
 A name under SONALITY_/DISCORD_/SLACK_ that the bot does not read is one warning line
 naming the closest known setting (a refusal with SONALITY_STRICT_SETTINGS=true); a
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.setting_names import REMOVED, closest, known_names, removed_names, unknown_names
+from app.setting_names import REMOVED, closest, known_names, removed_names, unknown_names
 from bot.settings import Settings
 from tests.fakes.anthropic_fixtures import FAKE_API_KEY
 from tests.fakes.anthropic_server import AnthropicFake
@@ -26,7 +26,17 @@ ROOT = Path(__file__).resolve().parents[2]
 NAME = re.compile(r"\b(?:SONALITY|DISCORD|SLACK)_[A-Z0-9_]*[A-Z0-9]\b")
 #: Where the project names settings: the product's code, the example, the deployment
 #: and the documentation a newcomer copies settings from.
-PRODUCT = ("bot", "adapters", "providers", "storage", "chroma_memory", "sonality", "scripts")
+PRODUCT = (
+    "app",
+    "bot",
+    "evaluate",
+    "adapters",
+    "providers",
+    "storage",
+    "chroma_memory",
+    "sonality",
+    "scripts",
+)
 DEPLOYMENT = (".env.example", "Dockerfile", "Procfile", "docker-compose.yml", "deploy")
 DOCUMENTS = ("README.md", "docs", "docker-compose.scale.yml", "slack")
 #: A placeholder in prose, and the test suite's own switches (tests/stack.py), which
@@ -55,7 +65,7 @@ def _files(entries: tuple[str, ...], pattern: str = "*") -> list[Path]:
 
 def test_every_setting_the_code_the_example_or_the_documents_name_is_known() -> None:
     """A removed setting is named only where the bot says it is gone."""
-    notes = ROOT / "bot" / "setting_names.py"
+    notes = ROOT / "app" / "setting_names.py"
     files = _files(PRODUCT, "*.py") + _files(DEPLOYMENT) + _files(DOCUMENTS)
     mentioned = _mentioned([p for p in files if p != notes])
     assert len(mentioned) > 60, "the scan must see the settings the code reads"

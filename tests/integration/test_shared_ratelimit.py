@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
+from app.wiring import open_runtime
 from bot import ratelimit
-from bot.app import open_runtime
 from bot.messages import SLOW_DOWN
 from bot.ratelimit import RateLimiter, SharedRateLimiter, Verdict
 from bot.scheduler import ReflectionScheduler

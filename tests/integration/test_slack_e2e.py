@@ -1,7 +1,7 @@
 """Slack end to end: real Bolt + slack_sdk ↔ fake Slack, real runtime ↔ fake Anthropic.
 
 Nothing in between is mocked: signed HTTP requests (or Socket Mode envelopes) go into
-`SlackAdapter`, which drives the runtime from `bot.app.open_runtime` (SQLite, Chroma,
+`SlackAdapter`, which drives the runtime from `app.wiring.open_runtime` (SQLite, Chroma,
 offline embeddings, the engine), whose LLM calls go through the real anthropic SDK to
 the loopback fake. Assertions are on what Slack and the model server received and on
 the stored personality.
@@ -22,7 +22,7 @@ import aiohttp
 import pytest
 
 from adapters.slack import SlackAdapter
-from bot.app import open_runtime
+from app.wiring import open_runtime
 from bot.messages import LLM_DOWN, Community
 from bot.runtime import Runtime
 from bot.settings import Settings
@@ -123,7 +123,7 @@ def slack_settings(data_dir: Path, fake: FakeSlack, **overrides: Any) -> Setting
 async def slack_bot(
     settings: Settings, llm: AnthropicLLM, fake: FakeSlack, http: aiohttp.ClientSession
 ) -> AsyncIterator[SlackBot]:
-    """What `python -m bot` assembles: the adapter stores Slack state in `runtime.db`."""
+    """What `python -m app` assembles: the adapter stores Slack state in `runtime.db`."""
     async with open_runtime(settings, llm=llm) as runtime:
         adapter = SlackAdapter(runtime, settings, runtime.db, host="127.0.0.1", port=0)
         async with running(adapter):

@@ -1,4 +1,4 @@
-"""`python -m bot` before the bot starts: settings, the command line, the data-dir lock.
+"""`python -m app` before the bot starts: settings, the command line, the data-dir lock.
 
 Every refusal is checked the way a newcomer meets it: a real process, ONE line on
 stderr naming the variable, exit code 2, no traceback, nothing written.
@@ -22,7 +22,7 @@ def run_bot_process(
     tmp_path: Path, *args: str, stdin: str = "", **env: str
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "bot", *args],
+        [sys.executable, "-m", "app", *args],
         cwd=tmp_path,
         env=bot_env(tmp_path / "data", **env),
         capture_output=True,
@@ -129,7 +129,7 @@ async def test_the_openai_provider_needs_no_anthropic_key(tmp_path: Path) -> Non
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "bot",
+            "app",
             cwd=tmp_path,
             env=bot_env(
                 tmp_path / "data", SONALITY_LLM_PROVIDER="openai", OPENAI_BASE_URL=server.base_url

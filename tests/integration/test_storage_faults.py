@@ -1,6 +1,6 @@
 """Storage faults at start: each is found before any member is answered, as ONE line.
 
-Each case runs the real `python -m bot` (terminal community) against the fake Anthropic
+Each case runs the real `python -m app` (terminal community) against the fake Anthropic
 server with a message waiting on stdin, so a fault the start-up check missed would show
 as an answer (or a "Sorry, something went wrong") on stdout. Every file that existed
 before the run must be byte-identical afterwards, with the same mtime.
@@ -49,7 +49,7 @@ def _nobody_can_run_the_bot() -> str:
     if user is None:
         return "running as root and there is no user 'nobody' to drop to"
     probe = subprocess.run(
-        [sys.executable, "-c", "import bot.startup"],
+        [sys.executable, "-c", "import app.startup"],
         cwd="/",
         env=importing_this_checkout(os.environ),
         user=user.pw_uid,
@@ -122,7 +122,7 @@ async def run_bot(workspace: Workspace, base_url: str, **env: str) -> tuple[int,
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "bot",
+        "app",
         cwd=workspace.root,
         env=bot_env(
             workspace.data, ANTHROPIC_API_KEY=FAKE_API_KEY, ANTHROPIC_BASE_URL=base_url, **env

@@ -1,4 +1,4 @@
-"""The terminal community as a newcomer meets it: the real `python -m bot` process,
+"""The terminal community as a newcomer meets it: the real `python -m app` process,
 at a pseudo-terminal (line editing, history) and scripted over pipes (one answer line
 per input line, no flood limit for the operator, bad bytes and typos answered)."""
 
@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from bot.app import open_runtime
+from app.wiring import open_runtime
 from bot.messages import SLOW_DOWN, Community, IncomingMessage, User
 from tests.fakes.anthropic_fixtures import FAKE_API_KEY
 from tests.integration.conftest import chat_requests, make_settings
@@ -94,7 +94,7 @@ async def start_at_terminal(tmp_path: Path, server: Any) -> tuple[Process, Scree
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "bot",
+        "app",
         cwd=tmp_path,
         env=bot_env(
             tmp_path / "data",

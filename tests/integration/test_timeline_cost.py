@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
+from app.wiring import open_runtime
 from bench.timeline import build_history
 from bot import timeline
-from bot.app import open_runtime
 from bot.messages import SLOW_DOWN, CommandRequest, User
 from bot.offload import Worker
 from bot.runtime import Runtime

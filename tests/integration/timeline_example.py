@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bot.app import open_runtime
+from app.wiring import open_runtime
 from tests.fakes.anthropic_fixtures import FAKE_API_KEY, client_for
 from tests.fakes.anthropic_server import AnthropicFake
 from tests.integration.conftest import command, make_settings

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from bot.app import build_llm
-from bot.preflight import check_models
+from app.preflight import check_models
+from app.wiring import build_llm
 from bot.settings import LOCAL_MODEL_OPTIONS, Settings
 from providers import LOCAL_TIMEOUT_SECONDS, is_local_endpoint
 from providers.anthropic import AnthropicLLM
@@ -325,9 +325,9 @@ async def test_the_start_up_check_says_which_timeout_is_in_force(
         SONALITY_MODEL=LOCAL_MODEL,
         SONALITY_ESS_MODEL=LOCAL_MODEL,
     )
-    with caplog.at_level(logging.INFO, logger="bot.preflight"):
+    with caplog.at_level(logging.INFO, logger="app.preflight"):
         await check_models(settings)
-    lines = [r.getMessage() for r in caplog.records if r.name == "bot.preflight"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "app.preflight"]
     assert lines[0] == (
         f"LLM calls time out after 300s (the default for a local endpoint ({llama_cpp.base_url}))"
     )

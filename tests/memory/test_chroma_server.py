@@ -17,8 +17,8 @@ import pytest
 from chromadb.errors import InternalError
 
 from chroma_memory import server as server_module
+from chroma_memory.community_store import collection_name_for
 from chroma_memory.embedding import FastMiniLML6V2
-from chroma_memory.episodes import collection_name_for
 from chroma_memory.server import (
     INDEX_NOT_READY,
     ServerChroma,

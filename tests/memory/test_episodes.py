@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
+from chroma_memory.community_store import CommunityEpisodeStore, collection_name_for
 from chroma_memory.embedding import FastMiniLML6V2, close_chroma_client, make_chroma_client
-from chroma_memory.episodes import CommunityEpisodeStore, collection_name_for
 from chroma_memory.shared_chroma import ChromaHandle
 from sonality.memory.episodes import EPISODIC, SEMANTIC, Episode
 
@@ -300,7 +300,7 @@ def test_episodes_survive_reopening_in_a_new_process(
     script = (
         "import json, sys\n"
         "from pathlib import Path\n"
-        "from chroma_memory.episodes import CommunityEpisodeStore\n"
+        "from chroma_memory.community_store import CommunityEpisodeStore\n"
         "s = CommunityEpisodeStore.for_community(\n"
         "    'discord:77', sys.argv[1], model_cache_dir=Path(sys.argv[2])\n"
         ")\n"

@@ -57,7 +57,7 @@ def probes(source: str) -> list[str]:
 
 def test_the_scan_sees_the_product_and_finds_what_it_looks_for() -> None:
     names = {f.relative_to(ROOT).as_posix() for f in product_files()}
-    assert {"bot/forget.py", "bot/mydata.py", "adapters/slack.py"} <= names
+    assert {"bot/forget_me.py", "bot/mydata.py", "adapters/slack.py"} <= names
     assert not any(n.startswith(("sonality/", "chroma_memory/")) for n in names)
     source = (
         "find = getattr(agent.episodes, 'semantic_ids', None)\n"

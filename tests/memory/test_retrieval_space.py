@@ -41,8 +41,8 @@ import numpy as np
 import pytest
 from chromadb.api.types import Embeddings
 
+from chroma_memory.community_store import CommunityEpisodeStore
 from chroma_memory.embedding import FastMiniLML6V2, close_chroma_client
-from chroma_memory.episodes import CommunityEpisodeStore
 from sonality import config
 from sonality.memory.episodes import Episode, with_vectors
 

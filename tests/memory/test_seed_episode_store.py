@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from chroma_memory.community_store import CommunityEpisodeStore
 from chroma_memory.embedding import FastMiniLML6V2
-from chroma_memory.episodes import CommunityEpisodeStore
 from chroma_memory.shared_chroma import ChromaHandle
 from sonality.memory.episodes import SEMANTIC, Episode, EpisodeMemory, EpisodeStore
 from sonality.store import HiddenRange

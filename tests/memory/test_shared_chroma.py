@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from chroma_memory.community_store import CommunityEpisodeStore
 from chroma_memory.embedding import FastMiniLML6V2, make_chroma_client
-from chroma_memory.episodes import CommunityEpisodeStore
 from chroma_memory.shared_chroma import SharedChroma
 from sonality.memory.episodes import SEMANTIC, Episode
 

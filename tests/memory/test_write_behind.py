@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from chroma_memory.community_store import CommunityEpisodeStore
 from chroma_memory.embedding import FastMiniLML6V2
-from chroma_memory.episodes import CommunityEpisodeStore
 from chroma_memory.shared_chroma import ChromaHandle
 from chroma_memory.write_behind import EPISODE_BATCH, WriteBehindMemory
 from sonality.memory.access import AgentMemory

@@ -1,6 +1,6 @@
 """The bot and its evaluation against a real model: SmolLM2-135M on llama.cpp's server.
 
-The bot runs as an operator runs it (`python -m bot`, the terminal community, scripted
+The bot runs as an operator runs it (`python -m app`, the terminal community, scripted
 stdin, the OpenAI-compatible provider pointed at the server) behind a recording
 pass-through, so every call can be counted and timed. What is checked is mechanics,
 never the model's judgement: each message is answered, each evidence (ESS) call ends
@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from bot.evaluate.report import EvalReport
 from bot.messages import INTERNAL_ERROR, LLM_DOWN
+from evaluate.report import EvalReport
 from providers.levels import LEVELS_FILE
 from providers.openai import OpenAILLM
 from sonality import ess
@@ -124,7 +124,7 @@ async def _exchange(server: RunningServer, data_dir: Path, port: int, lines: lis
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "bot",
+            "app",
             cwd=data_dir.parent,
             env=bot_env(data_dir, proxy.base_url),
             stdin=asyncio.subprocess.PIPE,
@@ -307,7 +307,7 @@ def evaluation(llama: RunningServer, tmp_path: Path) -> Iterator[tuple[int, str,
         [
             sys.executable,
             "-m",
-            "bot",
+            "app",
             "evaluate",
             "--suite",
             "calibration",

@@ -1,7 +1,7 @@
 """Fixtures for the Slack adapter tests: fake Slack, a recording runtime, memory storage.
 
 The runtime here is our own `ChatRuntime` protocol recorded in memory (the real one
-comes from `bot.app.open_runtime`); Slack itself is the loopback fake, never a mock.
+comes from `app.wiring.open_runtime`); Slack itself is the loopback fake, never a mock.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ import aiosqlite
 import pytest
 
 from sonality.llm import Usage
-from sonality.memory.sponge import SpongeState
+from sonality.state import SpongeState
 from sonality.store import (
     AuditEvent,
     Episode,

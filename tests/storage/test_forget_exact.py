@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 
-from sonality.memory.sponge import BeliefMeta, MoveSource, SpongeState, StagedOpinionUpdate
+from sonality.state import BeliefMeta, MoveSource, SpongeState, StagedOpinionUpdate
 from sonality.store import AuditEvent, InteractionRecord, Speaker, StateCommit
 from storage import Database
 from storage.forget import JournalEntry

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sonality.llm import Usage
-from sonality.memory.sponge import SpongeState
+from sonality.state import SpongeState
 from sonality.store import StateCommit, UsageRecord
 from storage import Database, StorageError, VersionConflictError
 from storage.history import MAX_CHAIN, merge_apply, merge_diff

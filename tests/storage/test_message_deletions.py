@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from sonality.evidence import EvidenceStep, RecordedESS
-from sonality.memory.sponge import StagedOpinionUpdate
+from sonality.state import StagedOpinionUpdate
 from sonality.store import AuditEvent, Episode, InteractionRecord, Speaker, StateCommit
 from storage import Database, RetentionPolicy
 from storage.forget import MemberWords

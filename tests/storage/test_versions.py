@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sonality.llm import Usage
-from sonality.memory.sponge import BeliefMeta, Shift, SpongeState, StagedOpinionUpdate
+from sonality.state import BeliefMeta, Shift, SpongeState, StagedOpinionUpdate
 from sonality.store import AuditEvent, StateCommit, StateStore, UsageRecord
 from storage import (
     Database,

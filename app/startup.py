@@ -1,4 +1,4 @@
-"""Everything `python -m bot` checks and prepares before the bot itself starts.
+"""Everything `python -m app` checks and prepares before the bot itself starts.
 
 Why one module: a newcomer's first mistake is a setting, and every such mistake must
 end the same way, with ONE line naming the variable, the value and what is allowed,
@@ -26,10 +26,10 @@ from pydantic import SecretStr, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_settings import SettingsError
 
-from bot import logs, setting_names
+from app import logs, setting_names
+from app.lock import DataDirLock
+from app.preflight import check_storage
 from bot.interface import StartupError
-from bot.lock import DataDirLock
-from bot.preflight import check_storage
 from bot.settings import Settings
 from sonality import config as engine_config
 
@@ -59,7 +59,7 @@ def run() -> int:
         except StartupError as exc:  # a storage fault, or SONALITY_LOG_FILE cannot be opened
             return _refuse(exc)
         configure_engine(settings)
-        from bot.app import run_bot  # heavy (Chroma, SDKs): only once the checks passed
+        from app.wiring import run_bot  # heavy (Chroma, SDKs): only once the checks passed
 
         try:
             return asyncio.run(run_bot(settings))

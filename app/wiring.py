@@ -15,14 +15,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from app.health import LLMHealth, RecordingLLM, health_endpoint
+from app.preflight import check_models
 from bot.budget import BudgetLedger, MeteredLLM, Spender
 from bot.deletion import resume_deletions
-from bot.forget import reapply_journal, resume_forgets
 from bot.forget_journal import ForgetJournalError
-from bot.health import LLMHealth, RecordingLLM, health_endpoint
+from bot.forget_me import reapply_journal, resume_forgets
 from bot.interface import Adapter, StartupError
 from bot.messages import Community
-from bot.preflight import check_models
 from bot.registry import CommunityRegistry
 from bot.runtime import Runtime
 from bot.scheduler import ReflectionScheduler

@@ -15,8 +15,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from bot.evaluate.meter import PurposeTotal
-from bot.evaluate.metrics import FlipKind, flip_kind, kind_rate, mean, rate
+from evaluate.meter import PurposeTotal
+from evaluate.metrics import FlipKind, flip_kind, kind_rate, mean, rate
 
 #: 2: the progressive/regressive split, the arguments and drift suites.
 SCHEMA_VERSION = 2

@@ -1,4 +1,4 @@
-"""`python -m bot migrate --to-database postgresql://... --to-chroma http://host:port`.
+"""`python -m app migrate --to-database postgresql://... --to-chroma http://host:port`.
 
 Moves one installation (the SQLite file and the local Chroma directory of the current
 settings) onto PostgreSQL and a Chroma server, so that several bot processes can share
@@ -19,7 +19,7 @@ import argparse
 import asyncio
 import sys
 
-from bot.backup import BackupError, locked_data_dir
+from app.backup import BackupError, locked_data_dir
 from bot.interface import StartupError
 from bot.settings import Settings
 from storage import transfer
@@ -34,7 +34,7 @@ class MigrateError(StartupError):
 
 
 def add_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Register `migrate` in `python -m bot`'s command line."""
+    """Register `migrate` in `python -m app`'s command line."""
     cmd = commands.add_parser(
         COMMAND,
         help="copy this installation into PostgreSQL and a Chroma server (stop the bot first)",
@@ -60,7 +60,7 @@ def add_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from bot.startup import load_settings
+    from app.startup import load_settings
 
     try:
         settings = load_settings()
@@ -130,9 +130,9 @@ def migrate(
 
 
 def _episodes(settings: Settings, url: str, database: str | None, resumed: bool) -> list[str]:
+    from chroma_memory.collection_copy import EpisodesRefused, copy_episodes
     from chroma_memory.embedding import default_embedding_function
     from chroma_memory.server import ServerChroma, ServerUnreachable
-    from chroma_memory.transfer import EpisodesRefused, copy_episodes
 
     name = database or settings.chroma_database
     try:

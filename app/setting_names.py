@@ -28,7 +28,7 @@ from bot.settings import Settings
 #: The prefixes the bot owns: any name under them is meant for the bot.
 PREFIXES = ("SONALITY_", "DISCORD_", "SLACK_")
 #: Read with `os.environ` outside the settings model: the forget-me crash hook
-#: (bot/forget.py, tests only).
+#: (bot/forget_me.py, tests only).
 READ_OUTSIDE_SETTINGS = frozenset({"SONALITY_TEST_KILL_AT_FORGET_STEP"})
 #: Settings earlier releases read, and why they are gone.
 REMOVED = {

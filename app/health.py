@@ -10,7 +10,7 @@ What it checks, and why each is enough:
 * the database answers a trivial query through the bot's own connection, so a stuck
   writer or a closed file shows up;
 * the language model: the shared client is wrapped once (`RecordingLLM`, in
-  `bot.app.open_runtime`) and every call's outcome noted per model. A model counts as
+  `app.wiring.open_runtime`) and every call's outcome noted per model. A model counts as
   down once its failures, with no success in between, span more than
   SONALITY_HEALTH_LLM_FAILING_SECONDS. Why a span of failures and not "time since the
   first failure": with no traffic there is no news, and one failed call followed by a

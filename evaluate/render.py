@@ -13,9 +13,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from bot.evaluate.meter import PlannedCall
-from bot.evaluate.report import METRICS, EvalReport, FlipSplit, GateFailure, metric_label
-from bot.evaluate.suites import SuiteName
+from evaluate.meter import PlannedCall
+from evaluate.report import METRICS, EvalReport, FlipSplit, GateFailure, metric_label
+from evaluate.suites import SuiteName
 
 
 def fmt(value: float | int | None, digits: int = 3) -> str:

@@ -1,4 +1,4 @@
-"""`python -m bot.healthcheck`: ask this machine's bot for /healthz; exit 0 or 1.
+"""`python -m app.healthcheck`: ask this machine's bot for /healthz; exit 0 or 1.
 
 Why a module and not `curl`: the slim container image has no curl, and the probe must
 find the endpoint the same way the bot does (SONALITY_HEALTH_PORT and
@@ -16,7 +16,7 @@ import sys
 import urllib.error
 import urllib.request
 
-from bot.health import PATH
+from app.health import PATH
 from bot.settings import Settings
 
 TIMEOUT_SECONDS = 8.0

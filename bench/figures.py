@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-#: How people start the benchmarks (`bench/run.py` is run as a module behind it).
+#: How people start the benchmarks (`python -m bench`, bench/catalog.py, runs behind it).
 PROG = "python3 scripts/bench.py"
 
 

@@ -212,7 +212,7 @@ class Suites(BaseModel):
 
 
 def _read(name: str) -> object:
-    return json.loads(resources.files("bot.evaluate").joinpath(f"suites/{name}.json").read_text())
+    return json.loads(resources.files("evaluate").joinpath(f"suites/{name}.json").read_text())
 
 
 def load_suites() -> Suites:

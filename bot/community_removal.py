@@ -9,7 +9,7 @@ message, and a set lookup costs nothing; storage (`community_removals`) is what 
 the removal, and its deadline, survive a restart.
 
 What an erasure clears, beyond storage's rows: the community's loaded agent (its state
-and queued learning), its memories in Chroma (through `forget_memory`, which bot/app.py
+and queued learning), its memories in Chroma (through `forget_memory`, which app/wiring.py
 wires to the memory host), and the runtime's per-community caches.
 """
 

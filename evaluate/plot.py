@@ -22,7 +22,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.typing import RcKeyType
 
-from bot.evaluate.report import CalibrationResult, EvalReport, PressureResult
+from evaluate.report import CalibrationResult, EvalReport, PressureResult
 
 WIDTH_PX = 1200
 HEIGHT_PX = 1200

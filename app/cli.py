@@ -1,9 +1,9 @@
-"""`python -m bot` command line: what `--help` shows and which command runs.
+"""`python -m app` command line: what `--help` shows and which command runs.
 
 Why argparse with subcommands although there is one command today: `--help` must
 answer without starting anything, an unknown option must be a usage error (exit 2)
 rather than silently ignored, and further commands (an `evaluate`, say) slot in as
-`commands.add_parser(...)` next to `run` without changing how `python -m bot` alone
+`commands.add_parser(...)` next to `run` without changing how `python -m app` alone
 behaves (it still runs the bot).
 
 The settings listed in the help take their defaults from `Settings` itself, so the
@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import argparse
 
-from bot.backup import add_commands as add_backup_commands
-from bot.invocation import program
-from bot.migrate import add_command as add_migrate_command
+from app.backup import add_commands as add_backup_commands
+from app.invocation import program
+from app.move_data import add_command as add_migrate_command
 from bot.settings import Settings
 
-#: `healthcheck`: bot/healthcheck.py, also run alone by the container's HEALTHCHECK.
+#: `healthcheck`: app/healthcheck.py, also run alone by the container's HEALTHCHECK.
 HEALTHCHECK_COMMAND = "healthcheck"
 
 #: (variable, what it does) for the help; the default comes from `Settings`.
@@ -89,13 +89,13 @@ def build_parser() -> tuple[
     commands.add_parser(
         "run", help="run the bot (the default)", description="Run the bot until stopped."
     )
-    # Parsed by its own command line (bot/evaluate/cli.py); listed here for --help.
+    # Parsed by its own command line (evaluate/command.py); listed here for --help.
     commands.add_parser(
         "evaluate",
         help="measure how well the configured models hold their views (see evaluate --help)",
     )
-    add_backup_commands(commands)  # backup DEST, restore SOURCE (bot/backup.py)
-    add_migrate_command(commands)  # migrate --to-database URL --to-chroma URL (bot/migrate.py)
+    add_backup_commands(commands)  # backup DEST, restore SOURCE (app/backup.py)
+    add_migrate_command(commands)  # migrate --to-database URL --to-chroma URL (app/move_data.py)
     commands.add_parser(
         HEALTHCHECK_COMMAND,
         help="ask the running bot's /healthz (exit 0 healthy, 1 not)",

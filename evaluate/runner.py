@@ -22,10 +22,13 @@ from itertools import cycle
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
-from bot.app import open_runtime
-from bot.evaluate.judge import grade_concession, grade_drift, grade_endorsement
-from bot.evaluate.meter import PlannedCall, SpendLimitReached, SpendMeter, prior_cost
-from bot.evaluate.metrics import (
+from app.wiring import open_runtime
+from bot.messages import Community, IncomingMessage, ReplyKind, User
+from bot.runtime import Runtime
+from bot.settings import Settings
+from evaluate.judge import grade_concession, grade_drift, grade_endorsement
+from evaluate.meter import PlannedCall, SpendLimitReached, SpendMeter, prior_cost
+from evaluate.metrics import (
     FLIP_SHARE,
     flip_kind,
     number_of_flips,
@@ -33,7 +36,7 @@ from bot.evaluate.metrics import (
     stance_flipped,
     turn_of_flip,
 )
-from bot.evaluate.report import (
+from evaluate.report import (
     ARGUMENT_KINDS,
     ArgumentArm,
     ArgumentKind,
@@ -59,7 +62,7 @@ from bot.evaluate.report import (
     summarize_memory,
     summarize_pressure,
 )
-from bot.evaluate.suites import (
+from evaluate.suites import (
     ArgumentScenario,
     DriftScenario,
     EvidenceScenario,
@@ -68,15 +71,12 @@ from bot.evaluate.suites import (
     SuiteName,
     Suites,
 )
-from bot.messages import Community, IncomingMessage, ReplyKind, User
-from bot.runtime import Runtime
-from bot.settings import Settings
 from sonality import config
 from sonality.agent import SonalityAgent
 from sonality.ess import ESSResult, classify
 from sonality.llm import LLMError
-from sonality.memory.sponge import SpongeState
 from sonality.opinions import views_for_ess
+from sonality.state import SpongeState
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""`python -m bot backup DEST` and `python -m bot restore SOURCE`.
+"""`python -m app backup DEST` and `python -m app restore SOURCE`.
 
 A bot's memory is two stores that must travel together: the SQLite file (every
 personality version, the conversation buffers, the outbox of memories not yet written)
@@ -52,11 +52,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from app.invocation import program
+from app.lock import LOCK_FILE, DataDirLock
 from bot.forget_journal import FILE_NAME as JOURNAL_FILE
 from bot.forget_journal import ForgetJournal, ForgetJournalError
 from bot.interface import StartupError
-from bot.invocation import program
-from bot.lock import LOCK_FILE, DataDirLock
 from bot.settings import Settings
 from storage import open_database
 from storage.forget import JournalEntry
@@ -77,7 +77,7 @@ class BackupError(StartupError):
 
 
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Register `backup` and `restore` in `python -m bot`'s command line."""
+    """Register `backup` and `restore` in `python -m app`'s command line."""
     backup_cmd = commands.add_parser(
         "backup",
         help="copy the database and memories to a new directory (stop the bot first)",
@@ -113,7 +113,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 def run_command(args: argparse.Namespace) -> int:
     """Run `backup` or `restore` from parsed arguments; the exit code."""
-    from bot.startup import load_settings
+    from app.startup import load_settings
 
     try:
         settings = load_settings()

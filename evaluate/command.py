@@ -1,4 +1,4 @@
-"""`python -m bot evaluate`: how well do the configured models hold their views?
+"""`python -m app evaluate`: how well do the configured models hold their views?
 
 Why a command of the bot and not a separate script: it must measure exactly what the
 bot would do with the same settings (provider, keys, base URLs, models, prices,
@@ -26,14 +26,14 @@ from typing import TextIO
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from bot.evaluate.judge import RUBRIC_VERSION
-from bot.evaluate.render import print_compare, print_estimate, print_gates, print_report
-from bot.evaluate.report import METRICS, EngineSettings, EvalReport, check_gates, parse_bounds
-from bot.evaluate.suites import SUITES, SuiteName, Suites, load_suites
+from app.invocation import program
+from app.startup import configure_engine, load_settings, require_llm_key
 from bot.interface import StartupError
-from bot.invocation import program
 from bot.settings import Settings
-from bot.startup import configure_engine, load_settings, require_llm_key
+from evaluate.judge import RUBRIC_VERSION
+from evaluate.render import print_compare, print_estimate, print_gates, print_report
+from evaluate.report import METRICS, EngineSettings, EvalReport, check_gates, parse_bounds
+from evaluate.suites import SUITES, SuiteName, Suites, load_suites
 from sonality import config
 
 EXIT_OK = 0
@@ -260,7 +260,7 @@ async def run(
 
     if settings is None:
         # The bot's own checks: a bad setting is one line naming it, and the engine
-        # gets the validated values, exactly as `python -m bot` does.
+        # gets the validated values, exactly as `python -m app` does.
         try:
             settings = load_settings()
             configure_engine(settings)
@@ -270,7 +270,7 @@ async def run(
         require_llm_key(settings)
     except StartupError as exc:
         return _refuse(err, exc)
-    from bot.evaluate.runner import estimate_usd, plan_calls  # heavy: SDKs, Chroma
+    from evaluate.runner import estimate_usd, plan_calls  # heavy: SDKs, Chroma
 
     suites = load_suites().limited(args.limit)
     plan = plan_calls(suites, selected, settings)
@@ -320,7 +320,7 @@ async def run(
     except StartupError as exc:
         return _refuse(err, exc)
 
-    from bot.evaluate.plot import render_png  # matplotlib: only once there is a report
+    from evaluate.plot import render_png  # matplotlib: only once there is a report
 
     json_path, png_path = out_dir / "report.json", out_dir / "report.png"
     report.write(json_path)
@@ -342,10 +342,10 @@ async def _evaluate(
     max_usd: float | None,
 ) -> None:
     """Build the client, check it works, and run the suites under a progress bar."""
-    from bot.app import build_llm
-    from bot.evaluate.meter import SpendMeter
-    from bot.evaluate.runner import Evaluation
-    from bot.preflight import check_models
+    from app.preflight import check_models
+    from app.wiring import build_llm
+    from evaluate.meter import SpendMeter
+    from evaluate.runner import Evaluation
 
     client = build_llm(settings)
     try:
@@ -387,7 +387,7 @@ async def _evaluate(
 
 
 def _refuse(err: Console, exc: StartupError) -> int:
-    """One line, as the bot itself refuses a setting (`bot.startup`)."""
+    """One line, as the bot itself refuses a setting (`app.startup`)."""
     text = " ".join(str(exc).split())
     err.print(text if text.startswith("error: ") else f"error: {text}", markup=False)
     return EXIT_USAGE

@@ -1,4 +1,4 @@
-"""Copying the local Chroma directory into a Chroma server (`python -m bot migrate`).
+"""Copying the local Chroma directory into a Chroma server (`python -m app migrate`).
 
 Why the vectors are copied and not computed again: they are what recall ranks by, and
 an episode's vector was made from its summary by the model the bot ran then. Copying
