@@ -21,7 +21,9 @@ RUN groupadd --system --gid 10001 sonality \
 # Only what the package install needs (.dockerignore keeps .env, data and .venv out of
 # the build context); the sources are removed once installed.
 COPY pyproject.toml README.md /tmp/src/
+COPY app /tmp/src/app
 COPY bot /tmp/src/bot
+COPY evaluate /tmp/src/evaluate
 COPY adapters /tmp/src/adapters
 COPY providers /tmp/src/providers
 COPY sonality /tmp/src/sonality
