@@ -251,7 +251,7 @@ def flip_bars(report: EvalReport) -> list[FlipBar]:
 
 def _flips_panel(ax: Axes, bars: Sequence[FlipBar]) -> None:
     if not bars:
-        _empty(ax, "Flips by kind of challenge\nnot run")
+        _empty(ax, "Flips by kind of challenge\nnot run (or no stance formed)")
         return
     rows = range(len(bars))
     shares = [bar.flipped / bar.of for bar in bars]
