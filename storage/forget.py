@@ -486,6 +486,17 @@ class ForgetStore(SqlBase):
                 ),
             ):
                 changed += execute(conn, sql, (*args, cid, member))
+            # The daily limit stays too; its setter ("Name (id)", or the id) becomes the
+            # pseudonym, matched on the whole id so "bob" never takes "bobby"'s row.
+            for (set_by,) in fetchall(
+                conn, "SELECT set_by FROM community_budgets WHERE community_id = ?", (cid,)
+            ):
+                if set_by == member or str(set_by).endswith(f" ({member})"):
+                    changed += execute(
+                        conn,
+                        "UPDATE community_budgets SET set_by = ? WHERE community_id = ?",
+                        (pseudonym, cid),
+                    )
             changed += execute(
                 conn,
                 "DELETE FROM flood_windows WHERE community_id = ? AND member_key = ?",

@@ -199,3 +199,30 @@ async def test_her_insight_leaves_a_version_that_does_not_name_her(
     assert not [
         r for r in backend.sql("SELECT state_json FROM personality_versions") if "ferret" in str(r)
     ]
+
+
+async def test_the_daily_limit_stays_and_only_its_setter_becomes_the_pseudonym(
+    db: Database,
+) -> None:
+    """A moderator who set the community's daily limit, then ran forget-me: the limit is
+    the community's and stays; their name and id in `set_by` go. Forgetting "terminal-bob"
+    leaves a limit "terminal-bobby" set untouched."""
+    await fill(db)
+    await db.set_budget_override(CID, 2.5, set_by=f"Bobby ({BOBBY.id})")
+    await forget(db, BOB.id)
+    override = await db.budget_override(CID)
+    assert override is not None and override.set_by == f"Bobby ({BOBBY.id})"
+    pseudonym = await forget(db, BOBBY.id)
+    override = await db.budget_override(CID)
+    assert override is not None
+    assert (override.daily_limit_usd, override.set_by) == (2.5, pseudonym)
+    assert BOBBY.id not in pseudonym and "Bobby" not in pseudonym
+
+
+async def test_a_limit_set_under_a_bare_id_loses_the_id(db: Database) -> None:
+    await fill(db)
+    await db.set_budget_override(CID, None, set_by=BOB.id)  # explicitly no limit
+    pseudonym = await forget(db, BOB.id)
+    override = await db.budget_override(CID)
+    assert override is not None
+    assert (override.daily_limit_usd, override.set_by) == (None, pseudonym)
