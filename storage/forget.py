@@ -622,11 +622,21 @@ def redact_history(
     redaction gate open; the caller closes it in the same transaction. Other messages'
     "ess" events hold their own words, but may name a topic their commit moved: with
     `ratings_since`, every event of that version on is redacted, theirs included (none
-    before it can quote what is redacted). Returns the rows rewritten."""
+    before it can quote what is redacted); without it, those naming one of the
+    redaction's topics. Returns the rows rewritten."""
     changed = 0
-    where, args = (
-        ("kind != 'ess'", ()) if ratings_since is None else ("version >= ?", (ratings_since,))
-    )
+    where: str
+    args: tuple[Any, ...]
+    if ratings_since is not None:
+        where, args = "version >= ?", (ratings_since,)
+    elif redact.topics:
+        # Another message's rating may list one of the member's own topics among those
+        # its commit moved: those ratings are found by the topic's JSON text.
+        topics = sorted(redact.topics)
+        has = " OR ".join(conn.dialect.contains("payload_json") for _ in topics)
+        where, args = f"(kind != 'ess' OR {has})", tuple(to_json(t) for t in topics)
+    else:
+        where, args = "kind != 'ess'", ()
     for row_id, payload in fetchall(
         conn,
         f"SELECT id, payload_json FROM audit_events WHERE community_id = ? AND {where}",

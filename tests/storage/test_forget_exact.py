@@ -226,3 +226,47 @@ async def test_a_limit_set_under_a_bare_id_loses_the_id(db: Database) -> None:
     override = await db.budget_override(CID)
     assert override is not None
     assert (override.daily_limit_usd, override.set_by) == (None, pseudonym)
+
+
+async def test_her_own_topic_leaves_the_ratings_of_other_members_messages(
+    db: Database, backend: Backend
+) -> None:
+    """Bob's argument made `bobtopic` a topic (only his messages produced it); its staged
+    move was committed while Bobby spoke, so Bobby's rating lists it as committed. After
+    Bob's forget-me the label is in no audit row, and Bobby's rating keeps the rest."""
+    store = db.community(CID)
+    await store.commit(StateCommit(state=SpongeState(), cause="seed", change="seed"))
+    await store.commit(
+        StateCommit(
+            state=SpongeState(version=1, interaction_count=2),
+            cause="interaction",
+            change="two messages",
+            events=[
+                AuditEvent(
+                    kind="ess",
+                    interaction=1,
+                    payload={"speaker": BOB.id, "topics": ["bobtopic"], "summary": "a claim"},
+                ),
+                AuditEvent(
+                    kind="ess",
+                    interaction=2,
+                    payload={
+                        "speaker": BOBBY.id,
+                        "topics": ["tea"],
+                        "summary": "tea is fine",
+                        "committed": ["bobtopic", "tea"],
+                    },
+                ),
+            ],
+        )
+    )
+    await forget(db, BOB.id)
+    rows = audit(backend)
+    assert not [payload for _, payload in rows if "bobtopic" in payload], rows
+    [bobby] = [json.loads(p) for kind, p in rows if kind == "ess"]
+    assert bobby == {
+        "speaker": BOBBY.id,
+        "topics": ["tea"],
+        "summary": "tea is fine",
+        "committed": ["tea"],
+    }
