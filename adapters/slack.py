@@ -1562,14 +1562,16 @@ class SlackAdapter:
         result: CommandResult,
         *,
         replace: bool = False,
+        posts: int = MAX_RESPONSE_POSTS,
     ) -> None:
-        """Post `result` to the command's response_url; with `replace` its first part
-        takes the place of the message whose button was pressed."""
+        """Post `result` to the command's response_url, in at most `posts` parts (what
+        is left of the url's five); with `replace` its first part takes the place of the
+        message whose button was pressed."""
         public = result.ok and not result.private and name in PUBLIC_RESULTS
         text = f"**{result.title}**\n{result.text}" if result.title else result.text
         chunks = render_chunks(text) or ["(no output)"]
-        if len(chunks) > MAX_RESPONSE_POSTS:
-            chunks = chunks[:MAX_RESPONSE_POSTS]
+        if len(chunks) > posts:
+            chunks = chunks[:posts]
             chunks[-1] += "\n_(output cut: too long for Slack)_"
         for i, chunk in enumerate(chunks):
             if not await self._answer(
@@ -1698,7 +1700,16 @@ class SlackAdapter:
             # The personality the member was asked about, whatever the settings say now.
             request = request.model_copy(update={"community": Community(id=question.community)})
             result = await self._run(request, team)
-            await self._respond(respond, team, channel, question.command, result, replace=True)
+            # "Working on it…" took one of the press's response_url posts.
+            await self._respond(
+                respond,
+                team,
+                channel,
+                question.command,
+                result,
+                replace=True,
+                posts=MAX_RESPONSE_POSTS - 1,
+            )
 
     async def _ask(
         self,

@@ -68,6 +68,9 @@ OLD_MANIFEST_SCOPES: tuple[str, ...] = tuple(
 MAX_ALT_TXT = 1000
 #: assistant.threads.setSuggestedPrompts takes up to this many prompts.
 MAX_PROMPTS = 4
+#: A response_url takes at most this many posts (within 30 minutes); later ones are
+#: refused with 404 `used_url`.
+MAX_RESPONSE_POSTS = 5
 _CHANNEL_ID = re.compile(r"[CGD][A-Z0-9]{2,}")
 
 
@@ -165,6 +168,8 @@ class FakeSlack:
     def __post_init__(self) -> None:
         self.requests: list[RecordedRequest] = []
         self.responses: dict[str, list[dict[str, Any]]] = {}
+        # Posts a response_url refused: more than MAX_RESPONSE_POSTS to one.
+        self.refused_responses: list[dict[str, Any]] = []
         self.acks: list[dict[str, Any]] = []
         self.reactions: set[tuple[str, str, str]] = set()
         self.uploads: dict[str, FakeUpload] = {}  # file id -> upload
@@ -396,7 +401,12 @@ class FakeSlack:
         body = json.loads(raw) if raw else {}
         if body.get("blocks") is not None and block_errors(body["blocks"]):
             return web.Response(status=400, text="invalid_blocks")
-        self.responses.setdefault(request.match_info["rid"], []).append(body)
+        posted = self.responses.setdefault(request.match_info["rid"], [])
+        if len(posted) >= MAX_RESPONSE_POSTS:
+            self.refused_responses.append(body)
+            await self._notify()
+            return web.Response(status=404, text="used_url")
+        posted.append(body)
         await self._notify()
         return web.Response(text="ok")
 

@@ -21,10 +21,11 @@ import yaml  # installed with chromadb
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from adapters.confirm_text import WORKING
 from adapters.slack import BOT_SCOPES
 from adapters.slack_agent import AGENT_SCOPE, PROMPTS_TITLE, SUGGESTED_PROMPTS, feedback_blocks
 from bot.commands import HELP
-from bot.messages import IncomingMessage, Reply, ReplyKind
+from bot.messages import CommandRequest, CommandResult, IncomingMessage, Reply, ReplyKind
 from sonality.llm import TextSink
 from tests.fakes.recording_runtime import RecordingRuntime
 from tests.fakes.slack_server import (
@@ -42,6 +43,7 @@ from tests.slack.conftest import (
     adapter_for,
     adapter_url,
     app_home_opened_event,
+    command_form,
     dm_event,
     mention_event,
     running,
@@ -351,3 +353,64 @@ async def test_over_socket_mode_a_press_arrives_as_an_interactive_envelope(
         assert (await fake.wait_for_ack(env))["envelope_id"] == env
         await fake.wait_for(lambda: store.feedback, what="the vote")
     assert store.feedback == {("slack:T0001", ts, "U2"): True}
+
+
+# --------------------------------------------------------------------------- Confirm / Cancel
+
+
+def _asking(runtime: RecordingRuntime, answer: str = "Forgotten.") -> None:
+    """forget-me asks first; with `confirm` it answers `answer`."""
+
+    def result(request: CommandRequest) -> CommandResult:
+        if request.name == "forget-me" and request.args != ("confirm",):
+            return CommandResult(
+                text="Forget you? Type confirm.",
+                button_text="Forget you? Press Confirm to go ahead.",
+                confirm_args=("confirm",),
+            )
+        return CommandResult(text=answer, title=request.name)
+
+    runtime.command_result = result
+
+
+async def _question(
+    fake: FakeSlack, http: aiohttp.ClientSession, adapter: Any, rid: str = "q1"
+) -> str:
+    form = command_form(fake, "forget-me", rid=rid)
+    assert (await post_signed(http, adapter_url(adapter), SECRET, form=form))[0] == 200
+    await fake.wait_for(lambda: fake.responses.get(rid), what="the question")
+    return rid
+
+
+async def test_a_long_confirmed_answer_fits_the_five_posts_of_its_response_url(
+    fake: FakeSlack, runtime: RecordingRuntime, store: MemoryStore, http: aiohttp.ClientSession
+) -> None:
+    """The press's response_url takes five posts: "Working on it…" is one, so the
+    answer gets four, the last one saying the output was cut."""
+    _asking(runtime, answer="\n\n".join(f"{i} " + "x" * 3000 for i in range(8)))
+    async with running(adapter_for(fake, runtime, store)) as adapter:
+        question = await _question(fake, http, adapter)
+        payload = fake.press_button(question, "Confirm", user="U1")
+        assert (await _press(http, adapter, payload))[0] == 200
+        pressed = str(payload["response_url"]).rsplit("/", 1)[1]
+        await fake.wait_for(
+            lambda: len(fake.responses.get(pressed, [])) + len(fake.refused_responses) >= 5,
+            what="the answer",
+        )
+        await fake.settle()
+    assert fake.refused_responses == []
+    posted = fake.responses[pressed]
+    assert len(posted) == 5 and posted[0]["text"] == WORKING
+    assert posted[1]["replace_original"] is True
+    assert posted[-1]["text"].endswith("_(output cut: too long for Slack)_")
+
+
+async def test_the_fake_response_url_takes_five_posts(
+    fake: FakeSlack, http: aiohttp.ClientSession
+) -> None:
+    statuses = []
+    for i in range(6):
+        async with http.post(fake.response_url("r5"), json={"text": str(i)}) as answer:
+            statuses.append((answer.status, await answer.text()))
+    assert statuses == [(200, "ok")] * 5 + [(404, "used_url")]
+    assert [b["text"] for b in fake.responses["r5"]] == ["0", "1", "2", "3", "4"]
