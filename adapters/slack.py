@@ -1749,6 +1749,21 @@ class SlackAdapter:
         if not team or not user_id or question is None:
             log.warning("Slack button press without team, user or a question of ours ignored")
             return None
+        # What the bot wrote names this workspace's personality (or the asker's DM with
+        # it) and a command; a value naming anything else was not written here.
+        workspace = f"{PLATFORM}:{team}"
+        if command(question.command) is None or question.community not in (
+            workspace,
+            dm_community_id(workspace, question.owner),
+        ):
+            log.warning(
+                "Slack: a press of a /sonality %s question naming %s, not a question of "
+                "this workspace (team %s), ignored",
+                question.command,
+                question.community,
+                team,
+            )
+            return None
         if user_id != question.owner:
             log.info(
                 "Slack: %s pressed a button of another member's /sonality %s (team %s)",

@@ -18,6 +18,8 @@ confirm`) instead of showing buttons that would do nothing.
 Why a question's state travels in its button's value: the button comes back, signed by
 Slack, with exactly what was put in it (who asked, which personality, which command),
 so a press is answered correctly after a restart, and its age says when it expired.
+The adapter still checks what it reads there: the presser must be the asker, the
+personality this workspace's (or the asker's DM with it), the command a real one.
 """
 
 from __future__ import annotations

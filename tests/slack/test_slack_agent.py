@@ -11,6 +11,7 @@ tests/integration/test_slack_agent_e2e.py.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -414,3 +415,41 @@ async def test_the_fake_response_url_takes_five_posts(
             statuses.append((answer.status, await answer.text()))
     assert statuses == [(200, "ok")] * 5 + [(404, "used_url")]
     assert [b["text"] for b in fake.responses["r5"]] == ["0", "1", "2", "3", "4"]
+
+
+@pytest.mark.parametrize("forged", ["another workspace", "another member's DM", "no command"])
+async def test_a_question_naming_another_personality_or_command_runs_nothing(
+    forged: str,
+    fake: FakeSlack,
+    runtime: RecordingRuntime,
+    store: MemoryStore,
+    http: aiohttp.ClientSession,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A button's value comes back as the bot wrote it; should one ever arrive naming
+    a personality of another workspace (or another member's DM), or a command that does
+    not exist, the press answers nothing and runs nothing."""
+    _asking(runtime)
+    change = {
+        "another workspace": {"community": "slack:T0002"},
+        "another member's DM": {"community": "slack:T0001:dm:U2"},
+        "no command": {"command": "drop-everything"},
+    }[forged]
+    async with running(adapter_for(fake, runtime, store)) as adapter:
+        question = await _question(fake, http, adapter)
+        payload = fake.press_button(question, "Confirm", user="U1")
+        value = json.loads(payload["actions"][0]["value"])
+        payload["actions"][0]["value"] = json.dumps({**value, **change})
+        assert (await _press(http, adapter, payload))[0] == 200
+        await fake.settle()
+        # The real question still works: the forged press did not use it up.
+        mine = fake.press_button(question, "Confirm", user="U1")
+        await _press(http, adapter, mine)
+        rid = str(mine["response_url"]).rsplit("/", 1)[1]
+        await fake.wait_for(lambda: len(fake.responses.get(rid, [])) >= 2, what="the answer")
+    assert str(payload["response_url"]).rsplit("/", 1)[1] not in fake.responses
+    assert [(r.name, r.args, r.community.id) for r in runtime.commands] == [
+        ("forget-me", (), "slack:T0001"),
+        ("forget-me", ("confirm",), "slack:T0001"),
+    ]
+    assert "not a question of this workspace" in caplog.text
