@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -26,13 +25,9 @@ from bot.messages import (
     ReplyKind,
 )
 from bot.settings import Settings
+from tests.adapters.conftest import REFUSAL
 from tests.fakes import discord_fixtures
-from tests.fakes.discord_fixtures import (
-    MANAGE_GUILD,
-    SEND_MESSAGES,
-    is_ephemeral,
-    restores_discord_endpoints,  # noqa: F401
-)
+from tests.fakes.discord_fixtures import MANAGE_GUILD, SEND_MESSAGES, is_ephemeral
 from tests.fakes.discord_server import (
     FakeChannel,
     FakeDiscord,
@@ -41,31 +36,6 @@ from tests.fakes.discord_server import (
     RecordedRequest,
 )
 from tests.fakes.recording_runtime import RecordingRuntime
-
-REFUSAL = "Only moderators (Manage Server) can do that."
-
-
-@pytest.fixture
-def alice() -> FakeUser:
-    return FakeUser(9001, "alice", "Alice")
-
-
-@pytest.fixture
-async def fake(alice: FakeUser) -> AsyncIterator[FakeDiscord]:
-    server = FakeDiscord()
-    server.add_guild("Guild One", members=[alice])
-    await server.start()
-    yield server
-    await server.close()
-
-
-@pytest.fixture
-def runtime() -> RecordingRuntime:
-    return RecordingRuntime(
-        refusal=REFUSAL,
-        command_result=lambda r: CommandResult(text=f"{r.name}({', '.join(r.args)}) ran"),
-        completion_pool={"version": ["3", "2", "1"], "topic": ["ethics", "ethereum", "music"]},
-    )
 
 
 def make_settings(fake: FakeDiscord, **overrides: Any) -> Settings:

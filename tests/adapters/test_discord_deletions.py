@@ -6,21 +6,16 @@ tests/integration/test_deletion_discord.py's).
 
 from __future__ import annotations
 
-# The fixtures of the adapter's other tests: a test's parameters name them.
 from tests.adapters.test_discord import (
-    alice,  # noqa: F401
-    fake,  # noqa: F401
     guild_and_channel,
     running,
-    runtime,  # noqa: F401
     wait_sent,
 )
-from tests.fakes.discord_fixtures import restores_discord_endpoints  # noqa: F401
 from tests.fakes.discord_server import FakeChannel, FakeDiscord, FakeUser
 from tests.fakes.recording_runtime import RecordingRuntime
 
 
-async def barrier(fake: FakeDiscord, author: FakeUser, count: int) -> None:  # noqa: F811
+async def barrier(fake: FakeDiscord, author: FakeUser, count: int) -> None:
     """A later guild message is answered: every gateway event before it was handled."""
     _, channel = guild_and_channel(fake)
     await fake.message_create(
@@ -30,9 +25,9 @@ async def barrier(fake: FakeDiscord, author: FakeUser, count: int) -> None:  # n
 
 
 async def test_deletions_name_the_server_or_the_dm_they_happened_in(
-    fake: FakeDiscord,  # noqa: F811
-    runtime: RecordingRuntime,  # noqa: F811
-    alice: FakeUser,  # noqa: F811
+    fake: FakeDiscord,
+    runtime: RecordingRuntime,
+    alice: FakeUser,
 ) -> None:
     guild, channel = guild_and_channel(fake)
     dm = FakeChannel(fake.snowflake(), "dm")
@@ -59,9 +54,9 @@ async def test_deletions_name_the_server_or_the_dm_they_happened_in(
 
 
 async def test_an_edit_is_handed_over_with_its_new_words_and_answered_again(
-    fake: FakeDiscord,  # noqa: F811
-    runtime: RecordingRuntime,  # noqa: F811
-    alice: FakeUser,  # noqa: F811
+    fake: FakeDiscord,
+    runtime: RecordingRuntime,
+    alice: FakeUser,
 ) -> None:
     _, channel = guild_and_channel(fake)
     bot = fake.bot

@@ -16,19 +16,15 @@ import pytest
 from discord.gateway import DiscordWebSocket
 
 from adapters.sanitize import MAX_COMMUNITY_NAME_CHARS, MAX_NAME_CHARS
-from tests.adapters.test_discord import (  # noqa: F401  (fixtures)
-    alice,
+from tests.adapters.test_discord import (
     callbacks,
-    fake,
     guild_and_channel,
     running,
-    runtime,
     wait_sent,
 )
 from tests.fakes.discord_fixtures import (
     MANAGE_GUILD,
     is_ephemeral,
-    restores_discord_endpoints,  # noqa: F401
 )
 from tests.fakes.discord_server import FakeDiscord, FakeUser, RecordedRequest
 from tests.fakes.recording_runtime import RecordingRuntime
@@ -70,9 +66,9 @@ async def answer_to(server: FakeDiscord, interaction_id: int) -> RecordedRequest
     ],
 )
 async def test_a_stale_slash_command_gets_a_private_answer(
-    fake: FakeDiscord,  # noqa: F811
-    runtime: RecordingRuntime,  # noqa: F811
-    alice: FakeUser,  # noqa: F811
+    fake: FakeDiscord,
+    runtime: RecordingRuntime,
+    alice: FakeUser,
     caplog: pytest.LogCaptureFixture,
     call: dict[str, Any],
     expected: str,
@@ -95,9 +91,9 @@ async def test_a_stale_slash_command_gets_a_private_answer(
 
 
 async def test_autocomplete_for_an_unknown_subcommand_gets_no_suggestions(
-    fake: FakeDiscord,  # noqa: F811
-    runtime: RecordingRuntime,  # noqa: F811
-    alice: FakeUser,  # noqa: F811
+    fake: FakeDiscord,
+    runtime: RecordingRuntime,
+    alice: FakeUser,
 ) -> None:
     guild, channel = guild_and_channel(fake)
     async with running(fake, runtime):
@@ -124,9 +120,9 @@ async def test_autocomplete_for_an_unknown_subcommand_gets_no_suggestions(
 
 
 async def test_an_undecodable_gateway_event_is_skipped_and_the_bot_stays_connected(
-    fake: FakeDiscord,  # noqa: F811
-    runtime: RecordingRuntime,  # noqa: F811
-    alice: FakeUser,  # noqa: F811
+    fake: FakeDiscord,
+    runtime: RecordingRuntime,
+    alice: FakeUser,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """discord.py decodes with orjson, which refuses a lone surrogate escape; the event
@@ -158,8 +154,8 @@ async def test_an_undecodable_gateway_event_is_skipped_and_the_bot_stays_connect
 
 
 async def test_without_orjson_bad_text_and_long_names_are_cleaned_at_the_edge(
-    fake: FakeDiscord,  # noqa: F811
-    runtime: RecordingRuntime,  # noqa: F811
+    fake: FakeDiscord,
+    runtime: RecordingRuntime,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """discord.py without orjson decodes with the standard library, which lets a lone

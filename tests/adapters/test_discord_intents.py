@@ -12,24 +12,20 @@ import pytest
 
 from adapters.discord import INTENTS_HELP, DiscordAdapter
 from bot.interface import StartupError
-from tests.adapters.test_discord import (  # noqa: F401  (fixtures)
-    alice,
-    fake,
+from tests.adapters.test_discord import (
     guild_and_channel,
     make_settings,
     running,
-    runtime,
     wait_sent,
 )
-from tests.fakes.discord_fixtures import restores_discord_endpoints  # noqa: F401
 from tests.fakes.discord_server import FakeDiscord, FakeUser
 from tests.fakes.recording_runtime import RecordingRuntime
 
 
 async def test_without_the_intent_a_reply_that_does_not_ping_is_skipped(
-    fake: FakeDiscord,  # noqa: F811
-    runtime: RecordingRuntime,  # noqa: F811
-    alice: FakeUser,  # noqa: F811
+    fake: FakeDiscord,
+    runtime: RecordingRuntime,
+    alice: FakeUser,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     fake.message_content_allowed = False  # the portal switch is off: nothing asks for it
@@ -53,9 +49,9 @@ async def test_without_the_intent_a_reply_that_does_not_ping_is_skipped(
 
 
 async def test_with_the_intent_a_reply_without_a_ping_is_answered(
-    fake: FakeDiscord,  # noqa: F811
-    runtime: RecordingRuntime,  # noqa: F811
-    alice: FakeUser,  # noqa: F811
+    fake: FakeDiscord,
+    runtime: RecordingRuntime,
+    alice: FakeUser,
 ) -> None:
     _, channel = guild_and_channel(fake)
     async with running(fake, runtime, discord_message_content=True):
@@ -69,8 +65,8 @@ async def test_with_the_intent_a_reply_without_a_ping_is_answered(
 
 
 async def test_asking_for_the_intent_the_portal_has_off_is_one_clear_line(
-    fake: FakeDiscord,  # noqa: F811
-    runtime: RecordingRuntime,  # noqa: F811
+    fake: FakeDiscord,
+    runtime: RecordingRuntime,
 ) -> None:
     fake.message_content_allowed = False
     settings = make_settings(fake, discord_message_content=True)
