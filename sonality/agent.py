@@ -544,6 +544,16 @@ class SonalityAgent:
             return False
         return all(r.id != record.id for r in await self.store.pending_interactions())
 
+    async def stop_learning(self, interaction_id: str) -> None:
+        """Never learn the message `interaction_id` (its author deleted or edited it),
+        and return once no learning of it is under way: one that had already passed its
+        `skip` check holds the agent's lock (or, on a shared store, another process the
+        lease) until it commits, so what it wrote (the message's summary, insight and
+        topics) is in the store when this returns, for the caller to read and take back."""
+        self._withdrawn.add(interaction_id)
+        async with self._changing():
+            pass
+
     async def forget_episodes(self, member: str | None, ids: Collection[str]) -> None:
         """Delete a forgotten member's (or a withdrawn message's) memories by id, unwritten
         ones too. Ids not stored are ignored, so a resumed forget-me can run it again;
