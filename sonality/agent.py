@@ -544,13 +544,17 @@ class SonalityAgent:
             return False
         return all(r.id != record.id for r in await self.store.pending_interactions())
 
-    async def stop_learning(self, interaction_id: str) -> None:
-        """Never learn the message `interaction_id` (its author deleted or edited it),
-        and return once no learning of it is under way: one that had already passed its
+    async def stop_learning(
+        self, *, members: Collection[str] = (), interactions: Collection[str] = ()
+    ) -> None:
+        """Never learn the messages of `members` (being forgotten) recorded before now,
+        nor the messages `interactions` (their author deleted or edited them), and
+        return once no learning of one is under way: one that had already passed its
         `skip` check holds the agent's lock (or, on a shared store, another process the
         lease) until it commits, so what it wrote (the message's summary, insight and
         topics) is in the store when this returns, for the caller to read and take back."""
-        self._withdrawn.add(interaction_id)
+        self._forgotten.update(members)
+        self._withdrawn.update(interactions)
         async with self._changing():
             pass
 

@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from app.wiring import open_runtime
+from bot.forget_me import forget_member
 from bot.messages import Community, IncomingMessage, Reply, ReplyKind, User
 from bot.runtime import Runtime
 from tests.fakes.anthropic_server import AnthropicFake, Delay
@@ -288,3 +289,26 @@ async def test_a_message_deleted_while_it_is_learned_leaves_no_word(
         assert_same_opinions_rebased(sponge(runtime, A), sponge(runtime, B))
         assert OWN_TOPIC not in sponge(runtime, A).opinion_vectors
         assert await tables_holding(runtime.db, [WORD]) == []
+
+
+async def test_a_forget_me_while_a_message_of_theirs_is_learned_leaves_no_word(
+    tmp_path: Path, llm: Any, anthropic_server: AnthropicFake
+) -> None:
+    """The same race for forget-me: the member's last message is being learned (its ESS
+    request in flight) when they are forgotten; what that learning commits goes too."""
+    teach(anthropic_server.brain)
+    async with open_runtime(make_settings(tmp_path / "data"), llm=llm) as runtime:
+        chat = Chat(runtime)
+        await chat.say(A.id, CRITIC, CONVERSATION[1].text)
+        await chat.say(B.id, CRITIC, CONVERSATION[1].text)
+        anthropic_server.enqueue(Delay(0), Delay(1.5))
+        assert await runtime.handle(chat.message(A, USERS[ARGUER], DELETED)) is not None
+        assert await eventually(lambda: anthropic_server.in_flight > 0, 10)
+        agent = await runtime.registry.agent_for(A)
+        done = await forget_member(runtime.db, agent, A.id, USERS[ARGUER].id, requested_by="self")
+        assert done.version is not None
+        await runtime.drain()
+        await agent.flush_episodes()
+        assert_same_opinions_rebased(sponge(runtime, A), sponge(runtime, B))
+        assert OWN_TOPIC not in sponge(runtime, A).opinion_vectors
+        assert await tables_holding(runtime.db, [WORD, USERS[ARGUER].id]) == []
