@@ -82,6 +82,9 @@ async def finish_deletion(
     if interaction_id is None:
         return deletion
     cid = deletion.community_id
+    # Its learning may be waiting for the model right now (past the check that skips a
+    # message being deleted): read its words only once that commit is in.
+    await agent.stop_learning(interactions=(interaction_id,))
     words = await db.message_words(cid, interaction_id)
     version = deletion.version
     if version is None:

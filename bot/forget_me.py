@@ -85,6 +85,9 @@ async def finish_forget(
     if member is None:
         return request
     cid = request.community_id
+    # A message of theirs may be being learned right now (past the check that skips a
+    # member being forgotten): read their words only once that commit is in.
+    await agent.stop_learning(members=(member,))
     words = await db.member_words(cid, member)
     kept = await db.keeps_member(cid, member)
     if kept and journal is not None:

@@ -544,6 +544,20 @@ class SonalityAgent:
             return False
         return all(r.id != record.id for r in await self.store.pending_interactions())
 
+    async def stop_learning(
+        self, *, members: Collection[str] = (), interactions: Collection[str] = ()
+    ) -> None:
+        """Never learn the messages of `members` (being forgotten) recorded before now,
+        nor the messages `interactions` (their author deleted or edited them), and
+        return once no learning of one is under way: one that had already passed its
+        `skip` check holds the agent's lock (or, on a shared store, another process the
+        lease) until it commits, so what it wrote (the message's summary, insight and
+        topics) is in the store when this returns, for the caller to read and take back."""
+        self._forgotten.update(members)
+        self._withdrawn.update(interactions)
+        async with self._changing():
+            pass
+
     async def forget_episodes(self, member: str | None, ids: Collection[str]) -> None:
         """Delete a forgotten member's (or a withdrawn message's) memories by id, unwritten
         ones too. Ids not stored are ignored, so a resumed forget-me can run it again;

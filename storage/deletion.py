@@ -120,11 +120,19 @@ class DeletionStore(SqlBase):
         self, community_id: str, message_ref: str, cause: DeletionCause, at: datetime
     ) -> list[MessageDeletion]:
         """Journal that `message_ref` was deleted (or edited) in `community_id`: from
-        now on no answer to it asked before `at` is recorded. Returns the open
-        deletions, one per answer kept to it (none: the row is finished at once)."""
+        now on no answer to it asked before `at` is recorded, and its exchanges leave
+        the conversation buffer (also one kept for no learning: another bot's). Returns
+        the open deletions, one per answer kept to it (none: the row is finished at
+        once)."""
         stamp = to_db_time(at)
 
         def work(conn: Conn) -> list[MessageDeletion]:
+            # The buffer is pruned to its short expiry, so this reads few rows.
+            execute(
+                conn,
+                "DELETE FROM conversation_turns WHERE community_id = ? AND message_ref = ?",
+                (community_id, message_ref),
+            )
             found: list[str | None] = [
                 str(r[0])
                 for r in fetchall(
@@ -228,9 +236,10 @@ class DeletionStore(SqlBase):
         at: datetime,
         episode_ids: tuple[str, ...] = (),
     ) -> int:
-        """Delete the message's rows and redact its words from the rest, then close the
-        deletion; one transaction. `episode_ids` (the insights drawn from it) leave the
-        episode outbox too. Returns the rows deleted or rewritten."""
+        """Delete the message's rows (its buffered exchange went with `begin_deletion`)
+        and redact its words from the rest, then close the deletion; one transaction.
+        `episode_ids` (the insights drawn from it) leave the episode outbox too. Returns
+        the rows deleted or rewritten."""
         interaction_id = deletion.interaction_id
         if interaction_id is None:
             return 0
@@ -249,19 +258,6 @@ class DeletionStore(SqlBase):
 
         def work(conn: Conn) -> int:
             changed = delete_from_outbox(conn, cid, [interaction_id, *episode_ids])
-            kept = fetchone(
-                conn,
-                "SELECT speaker_id, message_ref FROM interactions WHERE community_id = ? "
-                "AND id = ?",
-                (cid, interaction_id),
-            )
-            if kept is not None and kept[1] is not None:
-                changed += execute(
-                    conn,
-                    "DELETE FROM conversation_turns WHERE community_id = ? AND user_id = ? "
-                    "AND message_ref = ?",
-                    (cid, kept[0], kept[1]),
-                )
             changed += execute(
                 conn,
                 "DELETE FROM interactions WHERE community_id = ? AND id = ?",

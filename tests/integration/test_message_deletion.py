@@ -7,7 +7,8 @@ the per-platform tests (test_deletion_discord.py, test_deletion_slack.py) do not
   database's own redaction gate, which PostgreSQL enforces with its own trigger).
 - A message deleted while its answer is being written: the answer goes out, nothing of
   the message is recorded or learned, not even after a restart.
-- A message answered but not learned yet when deleted: it is never learned (no version).
+- A message answered but not learned yet when deleted: it is never learned (no version);
+  one deleted while its learning waits for the model: what that learning wrote goes too.
 - An edit while the answer is being written: the old words are not recorded, the new
   ones are answered and learned.
 - A rollback to before the deletion leaves the message out again.
@@ -24,6 +25,7 @@ from typing import Any
 import pytest
 
 from app.wiring import open_runtime
+from bot.forget_me import forget_member
 from bot.messages import Community, IncomingMessage, Reply, ReplyKind, User
 from bot.runtime import Runtime
 from tests.fakes.anthropic_server import AnthropicFake, Delay
@@ -253,3 +255,60 @@ async def test_a_deletion_a_crash_interrupted_is_finished_on_start(
         b = await runtime.registry.agent_for(B)
         assert_same_opinions_rebased(a.sponge, b.sponge)
         assert await tables_holding(runtime.db, [WORD]) == []
+
+
+async def test_a_message_deleted_while_it_is_learned_leaves_no_word(
+    tmp_path: Path, llm: Any, anthropic_server: AnthropicFake
+) -> None:
+    """Deleted while its learning waits for the model (the ESS request is in flight,
+    under the agent's lock): the learning commits first, and the deletion must then take
+    back what that commit wrote (summary, insight, own topic), not what was there when
+    the deletion came."""
+    teach(anthropic_server.brain)
+    async with open_runtime(make_settings(tmp_path / "data"), llm=llm) as runtime:
+        chat = Chat(runtime)
+        await chat.say(A.id, CRITIC, CONVERSATION[1].text)
+        await chat.say(B.id, CRITIC, CONVERSATION[1].text)
+        message = chat.message(A, USERS[ARGUER], DELETED)
+        assert message.message_id is not None
+        # The answer at once, then its learning's first request held 1.5 s.
+        anthropic_server.enqueue(Delay(0), Delay(1.5))
+        assert await runtime.handle(message) is not None
+        assert await eventually(lambda: anthropic_server.in_flight > 0, 10)
+        assert [r for r in ess_requests(anthropic_server) if WORD in r.user_text]
+        interaction_id = await interaction_of(runtime.db, f"{PLATFORM}:{message.message_id}")
+        assert await runtime.message_deleted(PLATFORM, message.message_id) == 1
+        await runtime.drain()
+        agent = runtime.registry.get(A.id)
+        assert agent is not None
+        await agent.flush_episodes()
+        assert agent.episodes.stored([interaction_id]) == []
+        versions = await runtime.db.community(A.id).versions(limit=10)
+        causes = ["message-deleted", "interaction", "interaction", "seed"]
+        assert [v.cause for v in versions] == causes
+        assert_same_opinions_rebased(sponge(runtime, A), sponge(runtime, B))
+        assert OWN_TOPIC not in sponge(runtime, A).opinion_vectors
+        assert await tables_holding(runtime.db, [WORD]) == []
+
+
+async def test_a_forget_me_while_a_message_of_theirs_is_learned_leaves_no_word(
+    tmp_path: Path, llm: Any, anthropic_server: AnthropicFake
+) -> None:
+    """The same race for forget-me: the member's last message is being learned (its ESS
+    request in flight) when they are forgotten; what that learning commits goes too."""
+    teach(anthropic_server.brain)
+    async with open_runtime(make_settings(tmp_path / "data"), llm=llm) as runtime:
+        chat = Chat(runtime)
+        await chat.say(A.id, CRITIC, CONVERSATION[1].text)
+        await chat.say(B.id, CRITIC, CONVERSATION[1].text)
+        anthropic_server.enqueue(Delay(0), Delay(1.5))
+        assert await runtime.handle(chat.message(A, USERS[ARGUER], DELETED)) is not None
+        assert await eventually(lambda: anthropic_server.in_flight > 0, 10)
+        agent = await runtime.registry.agent_for(A)
+        done = await forget_member(runtime.db, agent, A.id, USERS[ARGUER].id, requested_by="self")
+        assert done.version is not None
+        await runtime.drain()
+        await agent.flush_episodes()
+        assert_same_opinions_rebased(sponge(runtime, A), sponge(runtime, B))
+        assert OWN_TOPIC not in sponge(runtime, A).opinion_vectors
+        assert await tables_holding(runtime.db, [WORD, USERS[ARGUER].id]) == []

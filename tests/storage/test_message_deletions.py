@@ -60,6 +60,25 @@ async def test_an_answer_asked_before_the_deletion_is_refused_one_asked_after_is
     assert [m for _, m in await db.kept_messages(REF)] == [f"the {WORD} study says so"]
 
 
+async def test_an_exchange_kept_without_an_interaction_leaves_the_buffer(
+    db: Database, backend: Backend
+) -> None:
+    """A message answered but never recorded for learning (another bot's) is in the
+    conversation buffer only: its deletion takes that exchange out too, and no other."""
+    await db.append_exchange(CID, "bot-7", f"the {WORD} study", "ok", at(1), message_ref=REF)
+    await db.append_exchange(CID, "bot-7", "a later one", "fine", at(2), message_ref="discord:9")
+    await db.append_exchange("discord:43", "bot-7", WORD, "ok", at(1), message_ref=REF)
+    assert await db.begin_deletion(CID, REF, "deleted", at(3)) == []
+    assert await db.recent_turns(CID, "bot-7", max_turns=10, max_chars=10_000) == [
+        ("user", "a later one"),
+        ("assistant", "fine"),
+    ]
+    # Another community's rows are that community's to take back.
+    assert (
+        len(backend.sql("SELECT id FROM conversation_turns WHERE community_id = 'discord:43'")) == 2
+    )
+
+
 async def test_an_open_deletion_hides_its_message_from_learning(db: Database) -> None:
     store = db.community(CID)
     await store.commit(StateCommit(state=state(0), cause="seed", change="seed"))
