@@ -17,6 +17,7 @@ from typing import Any
 
 from app.health import LLMHealth, RecordingLLM, health_endpoint
 from app.preflight import check_models
+from app.startup import require_llm_key
 from bot.budget import BudgetLedger, MeteredLLM, Spender
 from bot.deletion import resume_deletions
 from bot.forget_journal import ForgetJournalError
@@ -71,8 +72,8 @@ def build_llm(settings: Settings, *, levels_file: Path | None = None) -> Anthrop
             model_options=settings.resolved_model_options,
             levels_file=levels_file,
         )
-    if settings.anthropic_api_key is None or not settings.anthropic_api_key.get_secret_value():
-        raise StartupError("Set ANTHROPIC_API_KEY (environment or .env) to run the bot.")
+    require_llm_key(settings)  # the start-up rule: Anthropic needs a key, not blank
+    assert settings.anthropic_api_key is not None
     return AnthropicLLM(
         api_key=settings.anthropic_api_key.get_secret_value(),
         base_url=settings.anthropic_base_url,

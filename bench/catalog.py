@@ -46,36 +46,51 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from app.wiring import open_runtime
 from bench import figures
 from bench.figures import Figure
 from bench.forget import figure_forget
 from bench.run import (
-    _figure_9,
     figure_capacity,
     figure_cost,
     figure_memory,
     figure_own_time,
     figure_reply_ratio,
     figure_stream_ratio,
+    llm_server,
     measure_active,
     report,
     seed_known,
+    settings_for,
 )
 from bench.scale import figure_scale_capacity, figure_scale_memory, figure_scale_reply_ratio
 from bench.share import figure_share
 from bench.storage import figure_storage
+from bench.timeline import figure_timeline
+from bot.runtime import Runtime
 
 
 def _figure_1(work: Path, args: argparse.Namespace) -> None:
     url = args.chroma_url
     asyncio.run(figure_reply_ratio(work, args.episodes, args.latency, 20, chroma_url=url))
     asyncio.run(figure_reply_ratio(work, args.episodes, args.latency, 20, "openai", url))
+
+
+def _figure_9(work: Path, args: argparse.Namespace) -> None:
+    """The timeline against another community's replies from a 50 ms loopback model."""
+    with llm_server(0.05) as url:
+
+        def runtime_in(data: Path) -> contextlib.AbstractAsyncContextManager[Runtime]:
+            return open_runtime(settings_for(data, url))
+
+        asyncio.run(figure_timeline(work, report, runtime_in, args.timeline_versions))
 
 
 #: Every figure by the name `--only` takes, in report order (see the module docstring).

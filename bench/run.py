@@ -5,7 +5,6 @@ them, is bench/catalog.py.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import gc
@@ -26,7 +25,6 @@ from typing import Any
 
 from app.wiring import open_runtime
 from bench.cost import describe, measure_cost
-from bench.timeline import figure_timeline
 from bot.messages import Community, IncomingMessage, User
 from bot.runtime import Runtime
 from bot.settings import Settings
@@ -691,7 +689,6 @@ def figure_memory(work: Path, known: int, active: int) -> None:
         )
 
 
-# --------------------------------------------------------------------------- main
 async def figure_cost(work: Path) -> None:
     workload = "60 messages, 4 members: chat, arguments, pressure; {} caching rules"
     sonnet = {"SONALITY_ESS_MODEL": "claude-sonnet-4-6"}
@@ -714,13 +711,3 @@ async def figure_cost(work: Path) -> None:
             "≤ 1.3× and ≤ 1,500",
             ok if not extra and vendor == "anthropic" else None,
         )
-
-
-def _figure_9(work: Path, args: argparse.Namespace) -> None:
-    """The timeline against another community's replies from a 50 ms loopback model."""
-    with llm_server(0.05) as url:
-
-        def runtime_in(data: Path) -> contextlib.AbstractAsyncContextManager[Runtime]:
-            return open_runtime(settings_for(data, url))
-
-        asyncio.run(figure_timeline(work, report, runtime_in, args.timeline_versions))

@@ -412,7 +412,9 @@ def figure_scale_capacity(
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="figures 3s and 4b's child phases (bench/run.py)")
+    parser = argparse.ArgumentParser(
+        description="figures 3s and 4b's child phases (bench/catalog.py)"
+    )
     parser.add_argument("phase", choices=["seed", "serve", "chat"])
     parser.add_argument("--url", required=True)
     parser.add_argument("--chroma", required=True)

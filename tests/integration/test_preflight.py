@@ -236,3 +236,5 @@ async def test_the_provider_setting_picks_the_client(tmp_path: Path) -> None:
         await llm.aclose()
     with pytest.raises(StartupError, match="ANTHROPIC_API_KEY"):
         build_llm(make_settings(tmp_path, SONALITY_LLM_PROVIDER="anthropic", ANTHROPIC_API_KEY=""))
+    with pytest.raises(StartupError, match="ANTHROPIC_API_KEY"):  # as start-up refuses it
+        build_llm(make_settings(tmp_path, SONALITY_LLM_PROVIDER="anthropic", ANTHROPIC_API_KEY=" "))

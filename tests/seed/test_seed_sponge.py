@@ -219,3 +219,14 @@ def test_load_drops_the_removed_fields(tmp_path: Path) -> None:
     assert (loaded.version, loaded.tone) == (7, "wry")
     for removed in ("vibe", "affect_state", "commitments", "personality_ema"):
         assert removed not in loaded.model_dump()
+
+
+def test_the_seed_path_names_the_engine_s_own_classes() -> None:
+    """`sonality.memory.sponge` re-exports `sonality.state`: a state loaded by the bot
+    is an instance of the seed path's class, not a copy of it."""
+    from sonality import state
+    from sonality.memory import sponge
+
+    for name in sponge.__all__:
+        assert getattr(sponge, name) is getattr(state, name), name
+    assert {"SpongeState", "BeliefMeta", "BehavioralSignature", "Shift"} <= set(sponge.__all__)
