@@ -308,3 +308,19 @@ async def test_a_mode_set_while_a_message_reads_the_modes_is_not_lost(
     assert await runtime.handle(message("asked after the change", addressed=True)) is None
     await runtime.drain()
     assert asked(anthropic_server, "asked after the change") == 0
+
+
+@pytest.mark.parametrize("dm_moderation", [False, True])
+async def test_no_mode_is_set_from_a_dm_even_by_a_moderator(
+    tmp_path: Path, llm: AnthropicLLM, dm_moderation: bool
+) -> None:
+    """A DM is nobody's channel: whether its member counts as a moderator there
+    (SONALITY_DM_MODERATION) or not, `channel off` changes nothing."""
+    settings = make_settings(tmp_path / "data", SONALITY_DM_MODERATION=dm_moderation)
+    async with open_runtime(settings, llm=llm) as rt:
+        refused = await channel(rt, "off", community=DM, where="D1", user=ALICE)
+        assert not refused.ok and refused.private
+        assert ("here I answer every message" in refused.text) is dm_moderation
+        assert await rt.db.channel_settings(DM.id) == []
+        dm = IncomingMessage(community=DM, channel_id="D1", user=ALICE, text="still there?")
+        assert await rt.handle(dm) is not None
