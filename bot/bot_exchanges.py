@@ -46,15 +46,15 @@ class BotExchanges:
     async def claim(self, community_id: str, channel_id: str) -> bool:
         """Take one reply to a bot in the channel; False at the limit. A database fault
         counts as the limit: better one unanswered bot than a loop nobody counts."""
-        key = (community_id, channel_id)
         try:
-            counting = None if self._shared else await self._known()
+            if not self._shared:
+                # Noted before the count is written: a person writing meanwhile must
+                # find it here, or their message would leave the count standing.
+                (await self._known()).add((community_id, channel_id))
             taken = await self._db.claim_bot_reply(community_id, channel_id, self.limit)
         except Exception:
             log.exception("could not count a reply to a bot in %s; not answering", community_id)
             return False
-        if counting is not None:
-            counting.add(key)
         if not taken:
             log.info(
                 "not answering a bot in %s channel %s: %d replies to bots in a row there "

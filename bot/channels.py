@@ -74,22 +74,27 @@ class ChannelModes:
         self._cache: dict[str, tuple[float, dict[str, ChannelMode]]] = {}
         # (community, channel) -> monotonic time of the last unprompted reply
         self._last_unprompted: dict[tuple[str, str], float] = {}
+        # Raised by every change this process makes: a read that started before one
+        # may hold the old modes, and is not cached (on SQLite it would stay for good).
+        self._changes = 0
 
     async def settings(self, community_id: str) -> dict[str, ChannelSetting]:
         """The community's channels a moderator set, by channel id, read from the
         database (for commands; messages use the cached modes)."""
+        changes = self._changes
         found = {s.channel_id: s for s in await self._db.channel_settings(community_id)}
-        self._cache[community_id] = (
-            time.monotonic(),
-            {channel: s.mode for channel, s in found.items()},
-        )
+        if changes == self._changes:
+            self._cache[community_id] = (
+                time.monotonic(),
+                {channel: s.mode for channel, s in found.items()},
+            )
         return found
 
     async def mode(self, community_id: str, channel_id: str) -> ChannelMode:
         cached = self._cache.get(community_id)
         if cached is None or time.monotonic() - cached[0] >= self._fresh_for:
-            await self.settings(community_id)
-            cached = self._cache[community_id]
+            here = (await self.settings(community_id)).get(channel_id)
+            return self.default if here is None else here.mode
         return cached[1].get(channel_id, self.default)
 
     async def hearing(self, message: IncomingMessage) -> Hearing:
@@ -130,10 +135,12 @@ class ChannelModes:
             set_by_name=by.name,
             at=datetime.now(UTC),
         )
+        self._changes += 1
         self._cache.pop(community_id, None)  # read again, with the new row
 
     def forget(self, community_id: str) -> None:
         """Drop what is kept of an erased community."""
+        self._changes += 1
         self._cache.pop(community_id, None)
         for key in [k for k in self._last_unprompted if k[0] == community_id]:
             del self._last_unprompted[key]

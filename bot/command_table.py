@@ -142,6 +142,19 @@ HISTORY_MAX_COUNT = 50
 
 _TOPIC = Param(name="topic", type=ParamType.TOPIC, description="A belief topic")
 
+
+def _up_to(name: str, high: int, what: str, default: str) -> Param:
+    """A whole number from 1 to `high`, its description showing the range (so Discord's
+    bounds and the words beside them cannot disagree) and `default`."""
+    return Param(
+        name=name,
+        type=ParamType.NUMBER,
+        description=f"{what} (1-{high}, {default})",
+        low=1,
+        high=high,
+    )
+
+
 COMMANDS: tuple[Command, ...] = (
     Command(
         name="beliefs",
@@ -156,13 +169,7 @@ COMMANDS: tuple[Command, ...] = (
         description="Recent personality versions",
         params=(
             Param(name="all", type=ParamType.FLAG, description="Every version, chat included"),
-            Param(
-                name="count",
-                type=ParamType.NUMBER,
-                description=f"How many versions (1-{HISTORY_MAX_COUNT}, default 10)",
-                low=1,
-                high=HISTORY_MAX_COUNT,
-            ),
+            _up_to("count", HISTORY_MAX_COUNT, "How many versions", "default 10"),
         ),
     ),
     Command(
@@ -191,15 +198,7 @@ COMMANDS: tuple[Command, ...] = (
         name="usage",
         summary="tokens and estimated cost: today, each day, this month",
         description="Tokens and estimated cost, by day and role",
-        params=(
-            Param(
-                name="days",
-                type=ParamType.NUMBER,
-                description=f"How many days to list (1-{USAGE_MAX_DAYS}, default 7)",
-                low=1,
-                high=USAGE_MAX_DAYS,
-            ),
-        ),
+        params=(_up_to("days", USAGE_MAX_DAYS, "How many days to list", "default 7"),),
     ),
     Command(
         name="budget",
@@ -241,13 +240,7 @@ COMMANDS: tuple[Command, ...] = (
                 type=ParamType.TOPIC,
                 description="One belief (default: the strongest few)",
             ),
-            Param(
-                name="days",
-                type=ParamType.NUMBER,
-                description=f"Only the last days (1-{TIMELINE_MAX_DAYS}, default: all)",
-                low=1,
-                high=TIMELINE_MAX_DAYS,
-            ),
+            _up_to("days", TIMELINE_MAX_DAYS, "Only the last days", "default: all"),
         ),
     ),
     Command(

@@ -10,6 +10,7 @@ modes. `/sonality channel` looks for anyone and changes for moderators, `status`
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -29,6 +30,7 @@ from bot.messages import (
 )
 from bot.runtime import Runtime
 from providers.anthropic import AnthropicLLM
+from storage.channels import ChannelSetting
 from tests.fakes.anthropic_server import AnthropicFake
 from tests.integration.conftest import ALICE, BOB, A, make_settings, prompt_of
 
@@ -279,3 +281,46 @@ async def test_a_forgotten_moderator_is_named_by_pseudonym_and_the_mode_stays(
     assert "Mo" not in looked.text and MOD.id not in looked.text
     assert "set by member-" in looked.text
     assert await runtime.handle(message("still off?", "c2", addressed=True)) is None
+
+
+async def test_a_mode_set_while_a_message_reads_the_modes_is_not_lost(
+    runtime: Runtime, anthropic_server: AnthropicFake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A message that read the modes before a moderator changed one, and finished
+    reading after, must not keep the old modes: on SQLite they are never read again."""
+    db = runtime.db
+    read = db.channel_settings
+    has_read, go_on = asyncio.Event(), asyncio.Event()
+
+    async def slow_read(community_id: str) -> list[ChannelSetting]:
+        found = await read(community_id)
+        has_read.set()
+        await go_on.wait()
+        return found
+
+    monkeypatch.setattr(db, "channel_settings", slow_read)
+    early = asyncio.create_task(runtime.handle(message("asked before the change", addressed=True)))
+    await has_read.wait()
+    monkeypatch.setattr(db, "channel_settings", read)
+    assert (await channel(runtime, "off")).ok
+    go_on.set()
+    assert await early is not None  # it came before the change: answered
+    assert await runtime.handle(message("asked after the change", addressed=True)) is None
+    await runtime.drain()
+    assert asked(anthropic_server, "asked after the change") == 0
+
+
+@pytest.mark.parametrize("dm_moderation", [False, True])
+async def test_no_mode_is_set_from_a_dm_even_by_a_moderator(
+    tmp_path: Path, llm: AnthropicLLM, dm_moderation: bool
+) -> None:
+    """A DM is nobody's channel: whether its member counts as a moderator there
+    (SONALITY_DM_MODERATION) or not, `channel off` changes nothing."""
+    settings = make_settings(tmp_path / "data", SONALITY_DM_MODERATION=dm_moderation)
+    async with open_runtime(settings, llm=llm) as rt:
+        refused = await channel(rt, "off", community=DM, where="D1", user=ALICE)
+        assert not refused.ok and refused.private
+        assert ("here I answer every message" in refused.text) is dm_moderation
+        assert await rt.db.channel_settings(DM.id) == []
+        dm = IncomingMessage(community=DM, channel_id="D1", user=ALICE, text="still there?")
+        assert await rt.handle(dm) is not None

@@ -41,6 +41,8 @@ from tests.fakes.images import picture
 from tests.fakes.slack_server import OLD_MANIFEST_SCOPES, FakeSlack
 from tests.integration.conftest import chat_requests, prompt_of
 from tests.integration.discord_guild import bot_on, slash
+from tests.integration.test_channel_modes import asked
+from tests.integration.test_discord_e2e import HANDLER_TASKS, WAIT
 from tests.integration.test_slack_e2e import SlackBot, slack_bot, slack_settings
 from tests.slack.conftest import (  # noqa: F401  (fixtures "fake", "http")
     channel_message_event,
@@ -49,11 +51,8 @@ from tests.slack.conftest import (  # noqa: F401  (fixtures "fake", "http")
     mention_event,
 )
 
-WAIT = 10.0
 MEMBER = FakeUser(9001, "alice", "Alice")
 MOD = FakeUser(9002, "mod", "Mo")
-#: discord.py runs each on_message / app command in a task with these names.
-HANDLER_TASKS = ("discord.py: on_message", "CommandTree-invoker")
 
 
 # --------------------------------------------------------------------------- Discord
@@ -129,10 +128,6 @@ def replies(fake: FakeDiscord, trigger: dict[str, Any]) -> list[Any]:
 
 async def answered(fake: FakeDiscord, trigger: dict[str, Any]) -> None:
     await fake.wait_for(lambda r: r in replies(fake, trigger), seconds=WAIT)
-
-
-def asked(server: AnthropicFake, text: str) -> int:
-    return sum(text in prompt_of(r) for r in server.requests)
 
 
 def typing_in(fake: FakeDiscord, where: FakeChannel) -> int:

@@ -4,10 +4,13 @@ person writes there; an unlisted bot never; and nothing a bot says is learned.""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from app.wiring import open_runtime
 from bot.messages import LLM_DOWN, IncomingMessage, Reply, User
@@ -148,3 +151,28 @@ async def test_notices_are_for_people_not_for_bots(
         anthropic_server.enqueue(*[Fault(status=500, retry_after_ms=5)] * 3)
         reply = await send(runtime, ALICE, "are you there?")
         assert reply is not None and reply.text == LLM_DOWN
+
+
+async def test_a_person_writing_while_a_bots_reply_is_counted_still_ends_the_run(
+    tmp_path: Path, llm: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with bot_runtime(tmp_path, llm, SONALITY_BOT_EXCHANGES=1) as runtime:
+        db = runtime.db
+        claim = db.claim_bot_reply
+        counted, go_on = asyncio.Event(), asyncio.Event()
+
+        async def slow_claim(community_id: str, channel_id: str, limit: int) -> bool:
+            taken = await claim(community_id, channel_id, limit)
+            counted.set()
+            await go_on.wait()
+            return taken
+
+        monkeypatch.setattr(db, "claim_bot_reply", slow_claim)
+        bots = asyncio.create_task(send(runtime, HELPER, "the bot's question"))
+        await counted.wait()
+        monkeypatch.setattr(db, "claim_bot_reply", claim)
+        # The bot's reply is counted; a person writes before it is sent.
+        assert await send(runtime, ALICE, "morning all", addressed=False) is None
+        go_on.set()
+        assert await bots is not None
+        assert await send(runtime, HELPER, "a question after the person") is not None

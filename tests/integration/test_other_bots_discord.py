@@ -18,13 +18,16 @@ from tests.fakes.anthropic_server import AnthropicFake
 from tests.fakes.discord_fixtures import (
     restores_discord_endpoints,  # noqa: F401
 )
-from tests.fakes.discord_server import FakeDiscord, FakeUser
+from tests.fakes.discord_server import FakeChannel, FakeDiscord, FakeUser
 from tests.integration.conftest import (
     chat_requests,
     ess_requests,
     eventually,
     prompt_of,
 )
+from tests.integration.discord_guild import bot_on
+from tests.integration.test_channel_modes_platforms import answered, replies
+from tests.integration.test_channel_modes_platforms import settle as settle_runtime
 from tests.integration.test_discord_e2e import (
     NO_PINGS,
     WAIT,
@@ -228,3 +231,50 @@ async def test_the_bots_own_reply_pings_nobody_and_sets_nothing_off(
         assert pinged == [str(HELPER.id), str(fake.bot.id)]
         await arrived(world, fake.messages[loud.id])
         assert len(anthropic_server.requests) == calls
+
+
+async def test_a_thread_counts_with_its_channel(
+    tmp_path: Path, llm: Any, anthropic_server: AnthropicFake
+) -> None:
+    """Two bots cannot go on by moving into a thread: replies there count with the
+    channel's (SONALITY_BOT_EXCHANGES=2: one in the channel, one in its thread)."""
+    fake = FakeDiscord()
+    guild = fake.add_guild("Guild A", members=[HELPER])
+    parent = guild.channels[0]
+    thread = fake.add_thread(guild, parent)
+    await fake.start()
+    try:
+        async with bot_on(
+            fake,
+            tmp_path / "data",
+            llm,
+            SONALITY_ANSWER_BOTS=str(HELPER.id),
+            SONALITY_BOT_EXCHANGES=2,
+        ) as (runtime, adapter):
+
+            async def ping(where: FakeChannel, text: str) -> dict[str, Any]:
+                return await fake.message_create(
+                    channel=where,
+                    author=HELPER,
+                    content=f"<@{fake.bot.id}> {text}",
+                    mentions=[fake.bot],
+                )
+
+            for where, text in ((parent, "in the channel"), (thread, "in its thread")):
+                await answered(fake, await ping(where, text))
+            calls = len(anthropic_server.requests)
+            third = await ping(thread, "once more in the thread")
+            client = adapter.client
+            assert client is not None
+            wanted = int(third["id"])
+            assert await eventually(
+                lambda: any(m.id == wanted for m in client.cached_messages), WAIT
+            )
+            await settle_runtime(runtime)
+            assert replies(fake, third) == []
+            assert len(anthropic_server.requests) == calls
+            assert await runtime.db.bot_reply_counts() == {
+                (f"discord:{guild.id}", str(parent.id)): 2
+            }
+    finally:
+        await fake.close()
