@@ -162,10 +162,8 @@ async def open_runtime(
             await reapply_journal(db, runtime.forget_journal)
         except (OSError, ForgetJournalError) as exc:
             raise StartupError(f"forget journal: {exc}") from None
-        await resume_forgets(
-            db, lambda cid: registry.agent_for(Community(id=cid)), runtime.forget_journal
-        )
-        await resume_deletions(db, lambda cid: registry.agent_for(Community(id=cid)))
+        await resume_forgets(db, registry.agent_by_id, runtime.forget_journal)
+        await resume_deletions(db, registry.agent_by_id)
         await _resume_unfinished(db, registry)
         yield runtime
 

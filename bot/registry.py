@@ -40,6 +40,11 @@ class CommunityRegistry:
         self._entries: dict[str, _Entry] = {}
         self._loading: dict[str, asyncio.Lock] = {}
 
+    async def agent_by_id(self, community_id: str) -> SonalityAgent:
+        """`agent_for` when only the id is known (work resumed or a platform event that
+        names no community)."""
+        return await self.agent_for(Community(id=community_id))
+
     async def agent_for(self, community: Community) -> SonalityAgent:
         entry = self._entries.get(community.id)
         if entry is None:

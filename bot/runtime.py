@@ -408,7 +408,9 @@ class Runtime:
         ref = message_ref(platform, message_id)
         answering = self._answering.get(ref)
         where = community_id or (answering[0].community_id if answering else None)
-        done = await take_back(self.db, self._agent_by_id, ref, "deleted", community_id=where)
+        done = await take_back(
+            self.db, self.registry.agent_by_id, ref, "deleted", community_id=where
+        )
         return len(done)
 
     async def message_edited(self, platform: str, message_id: str, text: str | None) -> bool:
@@ -422,11 +424,8 @@ class Runtime:
         if new is not None and all(old == new for old in olds):
             return False  # the same words (a link preview, an embed): nothing to do
         where = answering[0].community_id if answering else None
-        await take_back(self.db, self._agent_by_id, ref, "edited", community_id=where)
+        await take_back(self.db, self.registry.agent_by_id, ref, "edited", community_id=where)
         return bool(new)
-
-    async def _agent_by_id(self, community_id: str) -> SonalityAgent:
-        return await self.registry.agent_for(Community(id=community_id))
 
     # ------------------------------------------------------------------ commands
     async def _current_agent(self, community: Community) -> SonalityAgent:
