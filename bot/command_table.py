@@ -132,9 +132,10 @@ class Command(BaseModel):
         return needed[len(given) :] if len(given) < len(needed) else []
 
 
-#: `help` at chat width: descriptions start here and wrap at the width.
+#: `help` at chat width: descriptions start here and wrap at the width, which also
+#: fits an 80-column terminal.
 HELP_INDENT = 28
-HELP_WIDTH = 88
+HELP_WIDTH = 79
 
 TIMELINE_MAX_DAYS = 365
 USAGE_MAX_DAYS = 90
