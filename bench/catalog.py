@@ -1,4 +1,5 @@
-"""Every benchmark figure by name, and the command that runs them.
+"""Benchmarks of the whole bot against a loopback LLM of fixed latency: every figure by
+name, and the command that runs them.
 
 Run: `python3 scripts/bench.py` (or `.venv/bin/python -m bench`); `--help` lists
 the figures by name and `--only 1,3m,5` runs some of them. Prints one line
@@ -178,7 +179,7 @@ FIGURES: tuple[Figure, ...] = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = figures.build_parser(__doc__.split("\n")[0], FIGURES)
+    parser = figures.build_parser(" ".join(__doc__.split("\n\n")[0].split()), FIGURES)
     parser.add_argument(
         "--episodes",
         type=int,
