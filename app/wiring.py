@@ -288,6 +288,7 @@ async def run_bot(settings: Settings) -> int:
                     code = 1
         finally:
             log.info("shutting down")
+            await scheduler.stop()  # no reflection or housekeeping while things close
             runtime.stop_accepting()
             for adapter in adapters:
                 with contextlib.suppress(Exception):
@@ -295,5 +296,4 @@ async def run_bot(settings: Settings) -> int:
             for task in [*tasks, stopper]:
                 task.cancel()
             await asyncio.gather(*tasks, stopper, return_exceptions=True)
-            scheduler.shutdown()
         return code

@@ -15,9 +15,11 @@ community's learning) and wakes their learning here. On SQLite nothing of this a
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 from zoneinfo import ZoneInfo
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
@@ -60,6 +62,7 @@ class ReflectionScheduler:
         self.idle_trigger = IntervalTrigger(seconds=settings.idle_check_seconds, timezone=self.tz)
         self._scheduler: AsyncIOScheduler | None = None
         self._running: set[str] = set()
+        self._in_flight: set[asyncio.Task[Any]] = set()
         # Community -> the last message time its idle reflection was tried for.
         self._idle_tried: dict[str, datetime] = {}
         self._retention_at: datetime | None = None  # when retention last ran
@@ -69,18 +72,48 @@ class ReflectionScheduler:
         # APScheduler's job defaults already coalesce missed runs and allow one instance.
         scheduler = AsyncIOScheduler(timezone=self.tz)
         scheduler.add_job(
-            self.run_nightly, self.nightly_trigger, id="nightly-reflection", misfire_grace_time=3600
+            self._job(self.run_nightly),
+            self.nightly_trigger,
+            id="nightly-reflection",
+            misfire_grace_time=3600,
         )
-        scheduler.add_job(self.run_housekeeping, self.idle_trigger, id="idle-reflection")
+        scheduler.add_job(self._job(self.run_housekeeping), self.idle_trigger, id="idle-reflection")
         scheduler.start()
         self._scheduler = scheduler
         self._publish_next()
         log.info("next nightly reflection: %s", _utc(self.runtime.next_nightly))
 
-    def shutdown(self) -> None:
-        if self._scheduler is not None and self._scheduler.running:
-            self._scheduler.shutdown(wait=False)
-        self._scheduler = None
+    async def stop(self) -> None:
+        """Stop the jobs before the runtime closes under them: none starts after this
+        returns and none is still running.
+
+        APScheduler 3's asyncio scheduler only queues its shutdown on the loop, and a
+        wakeup its timer queued before still runs: with jobs left it would start them
+        and arm its timer again, so housekeeping ran on into the runtime's close (and a
+        job task the closing loop never ran printed "coroutine ... was never awaited").
+        """
+        scheduler, self._scheduler = self._scheduler, None
+        if scheduler is None or not scheduler.running:
+            return
+        scheduler.remove_all_jobs()
+        scheduler.shutdown(wait=False)  # cancels the job tasks it started, once it runs
+        await asyncio.sleep(0)  # let the queued shutdown run
+        await asyncio.gather(*self._in_flight, return_exceptions=True)
+
+    def _job(self, run: Callable[[], Awaitable[object]]) -> Callable[[], Awaitable[None]]:
+        """`run` as a scheduled job whose task `stop()` can wait for."""
+
+        async def job() -> None:
+            task = asyncio.current_task()
+            assert task is not None
+            self._in_flight.add(task)
+            try:
+                await run()
+            finally:
+                self._in_flight.discard(task)
+
+        job.__qualname__ = getattr(run, "__qualname__", "job")  # APScheduler logs the name
+        return job
 
     def next_nightly(self, now: datetime | None = None) -> datetime | None:
         if self._scheduler is not None:

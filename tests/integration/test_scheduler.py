@@ -87,7 +87,34 @@ async def test_nightly_trigger_honours_hour_and_timezone(tmp_path, llm):
             status = await command(runtime, "status")
             assert "nightly run" in status.text and "02:00 UTC" in status.text
         finally:
-            scheduler.shutdown()
+            await scheduler.stop()
+
+
+async def test_no_job_runs_after_shutdown_even_with_a_wakeup_already_queued(tmp_path, llm):
+    """APScheduler 3 runs a wakeup that its timer queued on the loop even after
+    `shutdown()`: with jobs left it starts them and arms its timer again, so housekeeping
+    kept running into the runtime's close (a job task left pending when the loop closed
+    is what printed "coroutine ... was never awaited" on stderr)."""
+    settings = make_settings(tmp_path / "data", SONALITY_IDLE_CHECK_SECONDS="0.05")
+    async with open_runtime(settings, llm=llm) as runtime:
+        scheduler = ReflectionScheduler(runtime)
+        runs: list[float] = []
+
+        async def housekeeping(now: datetime | None = None) -> None:
+            runs.append(asyncio.get_running_loop().time())
+
+        scheduler.run_housekeeping = housekeeping  # type: ignore[method-assign]
+        scheduler.start()
+        await asyncio.sleep(0.3)
+        assert runs, "the idle job runs every 0.05 s while the scheduler runs"
+        apscheduler = scheduler._scheduler
+        assert apscheduler is not None
+        apscheduler.wakeup()  # what its timer does: queued on the loop, runs later
+        await scheduler.stop()
+        before = len(runs)
+        await asyncio.sleep(0.5)
+        assert len(runs) == before, "housekeeping ran after shutdown"
+        assert getattr(apscheduler, "_timeout", None) is None, "its timer was armed again"
 
 
 async def test_nightly_time_sets_the_minute_and_second(tmp_path, llm):
