@@ -162,7 +162,10 @@ class LearningQueue:
             finally:
                 await lease.release()
             if not lease.shared:
-                return  # nobody else records rows, and ours came with a wake-up
+                # Rows recorded here came with a wake-up. (Another store of the
+                # community in this process, refused meanwhile, learns its rows at its
+                # next wake-up.)
+                return
             if all(r.id in tried for r in await self._store.pending_interactions()):
                 return
 
