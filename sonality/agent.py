@@ -176,19 +176,19 @@ class SonalityAgent:
         pending = await store.pending_interactions()
         if pending:
             log.info("%s: replaying %d unfinished interaction(s)", agent.label, len(pending))
-        for record in pending:
-            agent.learning.put(record)
+            agent.learning.wake()
         return agent
 
     # ------------------------------------------------------------------ shared store
     async def catch_up(self, adopt_episodes: bool = False) -> bool:
-        """Shared store: adopt a newer state another process committed (True if one was);
-        a host calls it before reading this one.
+        """Adopt a newer state another process committed (True if one was); a host calls
+        it before reading this one. A store whose lease nobody else shares holds nothing
+        newer than this agent: that is answered without asking it.
 
         `adopt_episodes`: also write the episodes still in the store's episode outbox,
         which a process killed after its commit may have left.
         """
-        if self._lease is None or (latest := await self.store.latest_version()) is None:
+        if not self._lease.shared or (latest := await self.store.latest_version()) is None:
             return False
         moved = False
         if latest > self.sponge.version:
@@ -206,18 +206,14 @@ class SonalityAgent:
         return moved
 
     async def wake_learning(self) -> None:
-        """Look at the shared outbox now (for rows a dead process left)."""
-        self.learning.put(None)
+        """Look at the outbox now (for rows a dead process left)."""
+        self.learning.wake()
 
     @contextlib.asynccontextmanager
     async def _changing(self) -> AsyncIterator[None]:
-        """The agent's lock, plus with a shared store the community's lease and the
-        latest state."""
+        """The community's lease (no other holder learns meanwhile), the agent's lock,
+        and the latest state."""
         lease = self._lease
-        if lease is None:
-            async with self._lock:
-                yield
-            return
         waited = 0.0
         while not await lease.acquire():
             if waited >= LEASE_WAIT_SECONDS:
@@ -290,7 +286,7 @@ class SonalityAgent:
         hidden = self.sponge.hidden_ranges
         waits: list[Awaitable[Any]] = [self.memory.recall(user_message, hidden)]
         waits.append(conversation if inspect.isawaitable(conversation) else _ready(conversation))
-        if self._lease is not None and not self._lock.locked():
+        if not self._lock.locked():
             # Another process may have learned since (or a moderator rolled back there).
             # The check overlaps retrieval; a rollback adopted by it is recalled anew.
             waits.append(self.catch_up())
@@ -339,7 +335,7 @@ class SonalityAgent:
             {"role": "user", "content": user_message},
             {"role": "assistant", "content": reply},
         ]
-        self.learning.put(record)
+        self.learning.wake()
         return reply
 
     # ------------------------------------------------------------------ post-processing

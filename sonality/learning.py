@@ -1,12 +1,17 @@
 """The learning queue: answered messages post-processed one at a time, in order.
 
+There is one path, whoever else uses the store: the holder of the community's
+`LearningLease` learns the store's outbox, oldest row first. A queued entry is only a
+wake-up ("look at the outbox"), so a row nobody queued (recorded by another process, or
+left by a crash) is learned like any other. A store only this process writes has a
+`LocalLease`, and then a round costs one outbox read, and more only if messages came
+in meanwhile; with a shared store the holder reads until the outbox is empty and, after
+letting go, looks once more for rows another process recorded meanwhile (that process's
+wake-up found the lease taken).
+
 A model outage is not the interaction's fault: it is retried in order until the model
 answers, so no evidence is lost or reordered. Other failures count as attempts; the
 store parks a row after `MAX_LEARNING_ATTEMPTS`.
-
-With a shared store only the holder of the community's `LearningLease` learns, and it
-learns the store's outbox, not its own queue: a queued record is only a wake-up. After
-letting go it looks once more, for rows another process recorded meanwhile.
 
 A member's forget-me deletes the messages they sent before it, also those waiting
 here, and a deleted message goes the same way: `skip` is asked under the agent's lock,
@@ -53,7 +58,7 @@ class LearningQueue:
         store: StateStore,
         skip: Callable[[InteractionRecord], Awaitable[bool]],
         label: str,
-        lease: LearningLease | None = None,
+        lease: LearningLease,
         catch_up: CatchUp | None = None,
     ) -> None:
         self._learn_one = learn
@@ -63,23 +68,24 @@ class LearningQueue:
         self.label = label
         self._lease = lease
         self._catch_up = catch_up
-        # With a lease, entries are only wake-ups.
-        self._queue: asyncio.Queue[InteractionRecord | None] = asyncio.Queue()
+        # Wake-ups; each is marked done once a look at the outbox after it has ended.
+        self._queue: asyncio.Queue[None] = asyncio.Queue()
         self._worker: asyncio.Task[None] | None = None
+        self._answered = 0  # wake-ups the running round has taken
+        self._left = 0  # rows the running round has still to learn (1 while it looks)
         self._current: InteractionRecord | None = None
         self._held = asyncio.Event()
         self._resume = asyncio.Event()
 
-    def put(self, record: InteractionRecord | None) -> None:
-        """Queue `record` (None: only wake a shared-store worker)."""
-        if record is None and self._lease is None:
-            return
-        self._queue.put_nowait(record)
+    def wake(self) -> None:
+        """Have the outbox looked at (a message was recorded, or another process may
+        have left rows)."""
+        self._queue.put_nowait(None)
         if self._worker is None or self._worker.done():
             self._worker = asyncio.create_task(self._work(), name=f"sonality-post:{self.label}")
 
     async def settled(self) -> None:
-        """Return once the queue is empty or its head waits for the model."""
+        """Return once every wake-up is answered or the outbox's head waits for the model."""
         join = asyncio.ensure_future(self._queue.join())
         held = asyncio.ensure_future(self._held.wait())
         try:
@@ -103,14 +109,15 @@ class LearningQueue:
 
     @property
     def backlog(self) -> int:
-        return self._queue.qsize() + (1 if self._current is not None else 0)
+        """Work in sight: wake-ups not yet looked at, and the rows this round has left."""
+        return self._queue.qsize() + self._left
 
     async def close(self, grace_seconds: float) -> None:
-        """Learn what is queued within the grace, then stop."""
+        """Learn what is waiting within the grace, then stop."""
         try:
             await asyncio.wait_for(self._queue.join(), grace_seconds)
         except TimeoutError:
-            log.warning("%s: %d interaction(s) left for replay", self.label, self._queue.qsize())
+            log.warning("%s: %d interaction(s) left for replay", self.label, self.backlog)
         if self._worker is not None:
             self._worker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -118,52 +125,61 @@ class LearningQueue:
 
     async def _work(self) -> None:
         while True:
-            record = await self._queue.get()
-            if self._lease is not None:
-                await self._learn_shared(self._lease)
-                continue
-            assert record is not None
-            self._current = record
+            await self._queue.get()
+            self._answered = 1
+            self._left = 1  # looking
             try:
-                await self._learn(record)
+                await self._round()
+            except Exception:
+                # The store unreachable: the next wake-up tries again.
+                log.exception("%s: learning from the outbox failed", self.label)
             finally:
-                self._current = None
-                self._queue.task_done()
+                self._left = 0
+                for _ in range(self._answered):
+                    self._queue.task_done()
+                self._answered = 0
 
-    async def _learn_shared(self, lease: LearningLease) -> None:
-        """Learn the outbox if this process gets the lease; the wake-ups it answered are
-        marked done only then, so `settled` means what it says."""
-        answered = 1
-        try:
-            while True:
-                while not self._queue.empty():  # answered by this round
-                    self._queue.get_nowait()
-                    answered += 1
-                if not await lease.acquire():
-                    log.debug("%s: another process learns; its holder sees our rows", self.label)
-                    return
-                try:
-                    if self._catch_up is not None:
-                        async with self._lock:
-                            await self._catch_up()
-                    tried = await self._learn_outbox()
-                finally:
-                    await lease.release()
-                if all(r.id in tried for r in await self._store.pending_interactions()):
-                    return
-        except Exception:
-            # The store unreachable: the next wake-up tries again.
-            log.exception("%s: learning from the shared outbox failed", self.label)
-        finally:
-            for _ in range(answered):
-                self._queue.task_done()
+    def _take_wakeups(self) -> None:
+        """Take the wake-ups queued so far: the outbox read that follows answers them."""
+        while not self._queue.empty():
+            self._queue.get_nowait()
+            self._answered += 1
+
+    async def _round(self) -> None:
+        """Learn the outbox if the lease is free; the wake-ups this round took are
+        marked done only after it, so `settled` means what it says."""
+        lease = self._lease
+        while True:
+            self._take_wakeups()
+            if not await lease.acquire():
+                log.debug("%s: another holder learns; it sees our rows", self.label)
+                return
+            try:
+                if self._catch_up is not None:
+                    async with self._lock:
+                        await self._catch_up()
+                tried = await self._learn_outbox()
+            finally:
+                await lease.release()
+            if not lease.shared:
+                # Rows recorded here came with a wake-up. (Another store of the
+                # community in this process, refused meanwhile, learns its rows at its
+                # next wake-up.)
+                return
+            if all(r.id in tried for r in await self._store.pending_interactions()):
+                return
 
     async def _learn_outbox(self) -> set[str]:
         """Learn pending rows, oldest first, until none is left; returns the ids tried.
-        Each row once, so a failure that could not be recorded is no tight loop."""
+        Each row once, so a failure that could not be recorded is no tight loop. On a
+        store only this process writes, rows recorded after a read came with a
+        wake-up: without one there is nothing to read again for."""
         tried: set[str] = set()
         while True:
+            self._take_wakeups()
+            self._left = 1
             pending = [r for r in await self._store.pending_interactions() if r.id not in tried]
+            self._left = len(pending)
             if not pending:
                 return tried
             for record in pending:
@@ -173,6 +189,9 @@ class LearningQueue:
                     await self._learn(record)
                 finally:
                     self._current = None
+                    self._left -= 1
+            if self._queue.empty() and not self._lease.shared:
+                return tried
 
     async def _learn(self, record: InteractionRecord) -> None:
         delay = LEARNING_RETRY_FIRST
@@ -202,7 +221,7 @@ class LearningQueue:
                 await self._record_spent(usage)
                 await self._hold(wait)
             except Exception as exc:
-                if self._lease is not None and await self._overtaken(record):
+                if await self._overtaken(record):
                     # Another process committed meanwhile: not this interaction's fault.
                     await self._record_spent(usage)
                     if not await self._still_pending(record):

@@ -123,20 +123,64 @@ class VersionInfo(BaseModel):
 
 
 class LearningLease(Protocol):
-    """The right to change one community's state when processes share a store; it
-    dies with its holder's process."""
+    """The right to change one community's state (learn it, roll it back, forget a
+    member in it): one holder at a time, each holder's changes ordered by its agent's
+    lock. It dies with its holder's process."""
+
+    @property
+    def shared(self) -> bool:
+        """Whether other processes take turns on it, and so commit to the store: then
+        the state an agent holds can fall behind the stored one. False for a store only
+        this process writes."""
 
     async def acquire(self) -> bool:
-        """Take the lease if free; never waits."""
+        """Take the lease if no other holder has it; never waits. A holder that takes
+        it again while holding it (its learner during a moderator's change) is counted,
+        and lets go with its last release."""
 
     async def release(self) -> None: ...
+
+
+class LocalLease:
+    """The `LearningLease` of a store only this process writes: a holder count in
+    memory, so learning takes the same path as on a store several processes share.
+
+    Leases made with one `holders` dict and one key are the same lease, so two stores
+    opened on one community (an agent being closed while its successor loads) cannot
+    learn it at once. The dict keeps only held keys.
+    """
+
+    shared = False
+
+    def __init__(self, holders: dict[str, LocalLease] | None = None, key: str = "") -> None:
+        self._holders: dict[str, LocalLease] = {} if holders is None else holders
+        self._key = key
+        self._count = 0
+
+    @property
+    def held(self) -> bool:
+        return self._count > 0
+
+    async def acquire(self) -> bool:
+        if self._holders.setdefault(self._key, self) is not self:
+            return False
+        self._count += 1
+        return True
+
+    async def release(self) -> None:
+        if self._count == 0:
+            return
+        self._count -= 1
+        if self._count == 0:
+            del self._holders[self._key]
 
 
 class StateStore(Protocol):
     """Durable state of one community's personality."""
 
-    def learning_lease(self) -> LearningLease | None:
-        """None when this process is the store's only user."""
+    def learning_lease(self) -> LearningLease:
+        """The lease its learners take turns on (`LocalLease` when this process is the
+        store's only user)."""
 
     async def latest_version(self) -> int | None:
         """The newest committed version number, without rebuilding its state."""

@@ -27,6 +27,7 @@ from sonality.store import (
     MAX_LEARNING_ATTEMPTS,
     Episode,
     InteractionRecord,
+    LocalLease,
     Speaker,
     StateCommit,
     UsageRecord,
@@ -233,13 +234,23 @@ class CommunityStore:
     """Durable state of one community; implements `sonality.store.StateStore`."""
 
     def __init__(
-        self, db: SqlBase, community_id: str, coordinator: Coordinator | None = None
+        self,
+        db: SqlBase,
+        community_id: str,
+        coordinator: Coordinator | None = None,
+        local_leases: dict[str, LocalLease] | None = None,
     ) -> None:
+        """`coordinator`: PostgreSQL's, when processes share the database. Without it the
+        learning lease is local; stores given one `local_leases` share each community's."""
         if not community_id:
             raise ValueError("community_id must not be empty")
         self._db = db
         self.community_id = community_id
-        self._lease = None if coordinator is None else LearningLease(coordinator, community_id)
+        self._lease: LearningLease | LocalLease = (
+            LocalLease(local_leases, community_id)
+            if coordinator is None
+            else LearningLease(coordinator, community_id)
+        )
         self._episode_guard = (
             None if coordinator is None else EpisodeGuard(db, coordinator, community_id)
         )
@@ -300,9 +311,9 @@ class CommunityStore:
         rows = await self._db._run_read(lambda conn: read_chain(conn, cid, version))
         return rebuild(cid, rows)
 
-    def learning_lease(self) -> LearningLease | None:
-        """The lease several processes take turns on to learn this community; None on
-        SQLite, where this process is the file's only user."""
+    def learning_lease(self) -> LearningLease | LocalLease:
+        """The lease several processes take turns on to learn this community; on
+        SQLite, where this process is the file's only user, one held in memory."""
         return self._lease
 
     def episode_guard(self) -> EpisodeGuard | None:

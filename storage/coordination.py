@@ -17,7 +17,8 @@ acknowledges a row still pending (`CommunityStore.commit`), so a second learner 
 waste work but never apply an interaction twice or out of order.
 
 On SQLite there is one process per data directory (the lock file), so `Database`
-carries no coordinator and everything is granted at once.
+carries no coordinator: a scheduled job always runs, and a community's learning lease is
+a `sonality.store.LocalLease` held in memory.
 """
 
 from __future__ import annotations
@@ -157,6 +158,8 @@ class Coordinator:
 
 class LearningLease:
     """One community's learning lease (`sonality.store.LearningLease`) on PostgreSQL."""
+
+    shared = True
 
     def __init__(self, coordinator: Coordinator, community_id: str) -> None:
         self._coordinator = coordinator

@@ -32,7 +32,7 @@ from zoneinfo import ZoneInfo
 import aiosqlite
 
 from sonality.llm import Usage
-from sonality.store import utcnow
+from sonality.store import LocalLease, utcnow
 from storage.base import (
     Conn,
     Engine,
@@ -109,6 +109,8 @@ class Database(
         # PostgreSQL: locks that let several processes share the database (who learns a
         # community, who runs a scheduled job). SQLite: None, one process per file.
         self.coordinator: Coordinator | None = None
+        # SQLite: the communities' learning leases held now (see `CommunityStore`).
+        self._local_leases: dict[str, LocalLease] = {}
         self._url: str | None = None  # PostgreSQL's, for `history_reader`
 
     def history_reader(self) -> HistoryReader:
@@ -199,7 +201,7 @@ class Database(
 
     def community(self, community_id: str) -> CommunityStore:
         """The `StateStore` of one community (cheap; no I/O until used)."""
-        return CommunityStore(self, community_id, self.coordinator)
+        return CommunityStore(self, community_id, self.coordinator, self._local_leases)
 
     @contextlib.asynccontextmanager
     async def job_run(self, name: str) -> AsyncIterator[bool]:

@@ -239,16 +239,6 @@ async def test_two_learners_at_once_still_learn_each_message_once_in_order(
         await b.close(grace_seconds=5)
 
 
-async def test_on_sqlite_there_is_no_lease(tmp_path: object) -> None:
-    from pathlib import Path
-
-    assert isinstance(tmp_path, Path)
-    async with await Database.open(tmp_path / "bot.sqlite3") as db:
-        assert db.community(COMMUNITY).learning_lease() is None
-        async with db.job_run("nightly") as mine:
-            assert mine
-
-
 class HiddenSeen(RecordingMemory):
     """Notes the hidden ranges each recall was asked to leave out."""
 
