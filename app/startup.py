@@ -6,8 +6,8 @@ and exit code 2, never a traceback. The order matters and is kept here in one pl
 settings first (nothing touched yet), then the data directory, then the lock on it
 (before anything opens the database or writes the log), then a read-only look at the
 database and Chroma's file (a damaged, foreign, too new or read-only file is named now,
-not by the first member to write), then logging, and only then
-the engine's configuration and the bot.
+not by the first member to write), then logging, and only then the bot (whose wiring
+hands every agent the engine's configuration, `engine_config`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from app.lock import DataDirLock
 from app.preflight import check_storage
 from bot.interface import StartupError
 from bot.settings import Settings
-from sonality import config as engine_config
+from sonality.config import EngineConfig
 
 #: Longest value echoed back in an error line (a pasted JSON blob would drown it).
 MAX_SHOWN_VALUE = 60
@@ -58,7 +58,6 @@ def run() -> int:
             configure_logging(settings)
         except StartupError as exc:  # a storage fault, or SONALITY_LOG_FILE cannot be opened
             return _refuse(exc)
-        configure_engine(settings)
         from app.wiring import run_bot  # heavy (Chroma, SDKs): only once the checks passed
 
         try:
@@ -275,13 +274,13 @@ def configure_logging(settings: Settings) -> None:
     )
 
 
-def configure_engine(settings: Settings) -> None:
-    """Hand the engine the values validated above, replacing what `sonality.config`
-    read from the environment at import (it may have fallen back to defaults)."""
-    engine_config.configure(
+def engine_config(settings: Settings) -> EngineConfig:
+    """The engine's tunables from the validated settings, built once by the host and
+    handed to every agent (the settings and the engine share the bounds, so a value
+    the settings accepted is never refused here)."""
+    return EngineConfig(
         model=settings.model,
         ess_model=settings.ess_model,
-        log_level=settings.log_level,
         ess_threshold=settings.ess_threshold,
         bootstrap_dampening_until=settings.bootstrap_dampening_until,
         opinion_cooling_period=settings.opinion_cooling_period,

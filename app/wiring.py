@@ -17,7 +17,7 @@ from typing import Any
 
 from app.health import LLMHealth, RecordingLLM, health_endpoint
 from app.preflight import check_models
-from app.startup import require_llm_key
+from app.startup import engine_config, require_llm_key
 from bot.budget import BudgetLedger, MeteredLLM, Spender
 from bot.deletion import resume_deletions
 from bot.forget_journal import ForgetJournalError
@@ -122,6 +122,7 @@ async def open_runtime(
         lane = EmbeddingLane(embed)  # one per runtime: messages waiting together embed together
         stack.callback(lane.close)
         budget = BudgetLedger.from_settings(db, settings)  # one per runtime: today's spend
+        engine = engine_config(settings)  # one per runtime: every agent follows it
 
         async def load_agent(community: Community) -> SonalityAgent:
             episodes = await asyncio.to_thread(memory.store_for, community.id, embed)
@@ -140,10 +141,10 @@ async def open_runtime(
                     # Other processes forget members too: see storage.community.EpisodeGuard.
                     guard=store.episode_guard(),
                     flush_delay=settings.episode_flush_seconds,
+                    config=engine,
                 ),
-                model=settings.model,
-                ess_model=settings.ess_model,
                 label=community.id,
+                config=engine,
             )
             # Set before learning's first step: `load` queues the outbox and returns.
             metered.learning_member = lambda: _speaker(agent.learning.current)

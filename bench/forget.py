@@ -29,6 +29,7 @@ from bot.forget_me import forget_member
 from sonality import config
 from sonality.agent import SonalityAgent
 from sonality.changes import recorded_ess
+from sonality.config import EngineConfig
 from sonality.ess import ESSResult, OpinionDirection, ReasoningType, SourceReliability
 from sonality.evidence import DECAY, MESSAGE, EvidenceStep
 from sonality.opinions import apply_due, disagrees, update_opinions, update_topics
@@ -107,7 +108,8 @@ def _ess(rng: random.Random, member: int) -> ESSResult:
     )
 
 
-async def build(db: Database, messages: int) -> None:
+async def build(db: Database, messages: int, engine: EngineConfig) -> None:
+    """The history, learned under `engine` (the forget-me replays it under the same)."""
     store = db.community(COMMUNITY)
     rng = random.Random(11)
     state = SpongeState()
@@ -122,11 +124,16 @@ async def build(db: Database, messages: int) -> None:
         ess = _ess(rng, member)
         state = state.model_copy(deep=True)
         state.interaction_count += 1
-        update_topics(state, ess)
+        update_topics(state, ess, config=engine)
         disagreed = disagrees(state, ess)
         apply_due(state)
         update_opinions(
-            state, ess, interaction_id=record.id, member=speaker.id, version=state.version + 1
+            state,
+            ess,
+            interaction_id=record.id,
+            member=speaker.id,
+            version=state.version + 1,
+            config=engine,
         )
         state.track_disagreement(disagreed)
         evidence = [
@@ -174,14 +181,16 @@ async def build(db: Database, messages: int) -> None:
 async def figure_forget(work: Path, report: Report, messages: int = 100_000) -> None:
     path = work / "forget.sqlite3"
     db = await Database.open(path)
+    engine = EngineConfig.from_environment()
     try:
-        await build(db, messages)
+        await build(db, messages, engine)
         agent = await SonalityAgent.load(
             client=_NoLLM(),
             store=db.community(COMMUNITY),
             episodes=_NoMemory(),
             model="m",
             ess_model="m",
+            config=engine,
         )
         member = "u-member-007"
         start = time.perf_counter()

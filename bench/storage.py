@@ -56,6 +56,7 @@ from chroma_memory.embedding import default_embedding_function
 from providers.anthropic import AnthropicLLM
 from sonality import config
 from sonality.changes import decay_step, message_step
+from sonality.config import EngineConfig
 from sonality.ess import ESSResult, OpinionDirection, ReasoningType, SourceReliability
 from sonality.llm import Usage
 from sonality.opinions import apply_due, disagrees, update_opinions, update_topics
@@ -277,8 +278,10 @@ class Simulation:
         store: CommunityStore,
         episodes: CommunityEpisodeStore | None,
         embed: Callable[[str], Any],
+        engine: EngineConfig,
     ) -> None:
         self.store = store
+        self.engine = engine
         self.episodes = episodes
         self.embed = embed
         self.state = SpongeState()
@@ -349,13 +352,13 @@ class Simulation:
                 embedding=self.embed(ess.summary),
             )
         ]
-        update_topics(state, ess)
+        update_topics(state, ess, config=self.engine)
         disagreed = disagrees(state, ess)
         committed = apply_due(state)
-        staged = update_opinions(state, ess)
+        staged = update_opinions(state, ess, config=self.engine)
         state.track_disagreement(disagreed)
         insight = None
-        if ess.score > config.ESS_THRESHOLD:
+        if ess.score > self.engine.ess_threshold:
             insight = f"People here back claims about {ess.topics[0]} with replicated trials."
             state.pending_insights.append(insight)
             usage.append(
@@ -419,8 +422,9 @@ class Simulation:
         shift = sum(
             s.magnitude for s in state.recent_shifts if s.interaction > state.last_reflection_at
         )
-        due = since >= config.REFLECTION_EVERY or shift > config.REFLECTION_SHIFT_THRESHOLD
-        if not due or since < config.REFLECTION_EVERY // 2:
+        every = self.engine.reflection_every
+        due = since >= every or shift > config.REFLECTION_SHIFT_THRESHOLD
+        if not due or since < every // 2:
             return False
         dropped = state.decay_beliefs(config.BELIEF_DECAY_RATE)
         episodes.extend(
@@ -512,7 +516,8 @@ async def fast_path(
             if write_chroma
             else None
         )
-        sim = Simulation(store, episodes, embed)
+        # The values the real engine's runtime would follow (SONALITY_* as read here).
+        sim = Simulation(store, episodes, embed, EngineConfig.from_environment())
         for i, (text, topic) in enumerate(steps):
             if i in (setup, setup + messages // 2):
                 await sim.write([], force=True)

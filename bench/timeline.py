@@ -38,6 +38,7 @@ from bot.messages import CommandRequest, Community, IncomingMessage, User
 from bot.offload import NICENESS
 from bot.runtime import Runtime
 from sonality.changes import ess_event
+from sonality.config import EngineConfig
 from sonality.ess import (
     ESSResult,
     OpinionDirection,
@@ -79,6 +80,7 @@ def _ess(rng: random.Random, n: int) -> ESSResult:
 
 async def build_history(db: Database, versions: int, community: str = COMMUNITY.id) -> int:
     """Seed plus `versions` - 1 learned messages; returns the beliefs held at the end."""
+    engine = EngineConfig.from_environment()  # as the engine would learn them here
     store = db.community(community)
     rng = random.Random(9)
     state = SpongeState()
@@ -90,10 +92,15 @@ async def build_history(db: Database, versions: int, community: str = COMMUNITY.
         ess = _ess(rng, n)
         state = state.model_copy(deep=True)
         state.interaction_count += 1
-        update_topics(state, ess)
+        update_topics(state, ess, config=engine)
         committed = apply_due(state)
         staged = update_opinions(
-            state, ess, interaction_id=record.id, member=speaker.id, version=state.version + 1
+            state,
+            ess,
+            interaction_id=record.id,
+            member=speaker.id,
+            version=state.version + 1,
+            config=engine,
         )
         state.version += 1
         change = f"ESS {ess.score:.2f}"

@@ -38,7 +38,6 @@ from bot.messages import (
 from bot.mydata import run_my_data
 from bot.timeline import Timelines
 from providers.pricing import ModelPrice, cost_usd
-from sonality import config
 from sonality.agent import RollbackError, SonalityAgent, cumulative_shift
 from sonality.ess import ESSResult, normalize_topic
 from sonality.state import MoveSource, SpongeState
@@ -310,7 +309,7 @@ class CommandHandlers:
         spend = await self._budget.status(request.community.id)
         nxt = self._next_reflection()
         remaining = max(
-            0, state.last_reflection_at + config.REFLECTION_EVERY - state.interaction_count
+            0, state.last_reflection_at + agent.config.reflection_every - state.interaction_count
         )
         lines = [
             f"Version: v{state.version}",

@@ -39,6 +39,7 @@ from chromadb.errors import ChromaError
 from chroma_memory.community_store import WaitingAwareMemory
 from chroma_memory.embed_lane import EmbeddingLane
 from chroma_memory.priority import ReplyPriority
+from sonality.config import EngineConfig, or_environment
 from sonality.memory.access import Written, recall_budget
 from sonality.memory.episodes import EpisodeMemory, document_of
 from sonality.store import Episode, HiddenRange
@@ -109,10 +110,13 @@ class WriteBehindMemory:
         label: str = "community",
         guard: WriteGuard | None = None,
         flush_delay: float = EPISODE_FLUSH_DELAY,
+        config: EngineConfig | None = None,
     ) -> None:
         """`guard`: only when other processes write the same community's episodes;
         without it (one process) nothing is checked or locked. `flush_delay`: the
-        longest a committed episode waits before its batch is written."""
+        longest a committed episode waits before its batch is written. `config`: the
+        agent's, whose recall budget this memory applies (the environment's if none)."""
+        self.config = or_environment(config)
         self._episodes = episodes
         self._guard = guard
         self.flush_delay = flush_delay
@@ -158,7 +162,7 @@ class WriteBehindMemory:
                 return await asyncio.to_thread(
                     self._episodes.retrieve_typed,
                     query,
-                    *recall_budget(),
+                    *recall_budget(self.config),
                     query_embedding=[vector],
                     unwritten=unwritten,
                     hidden=hidden,

@@ -27,14 +27,14 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from app.invocation import program
-from app.startup import configure_engine, load_settings, require_llm_key
+from app.startup import engine_config, load_settings, require_llm_key
 from bot.interface import StartupError
 from bot.settings import Settings
 from evaluate.judge import RUBRIC_VERSION
 from evaluate.render import print_compare, print_estimate, print_gates, print_report
 from evaluate.report import METRICS, EngineSettings, EvalReport, check_gates, parse_bounds
 from evaluate.suites import SUITES, SuiteName, Suites, load_suites
-from sonality import config
+from sonality.config import EngineConfig
 
 EXIT_OK = 0
 EXIT_THRESHOLDS = 1
@@ -259,11 +259,10 @@ async def run(
         return _compare(out, err, args.compare)
 
     if settings is None:
-        # The bot's own checks: a bad setting is one line naming it, and the engine
-        # gets the validated values, exactly as `python -m app` does.
+        # The bot's own checks: a bad setting is one line naming it, exactly as
+        # `python -m app` does (the runtime hands the engine the validated values).
         try:
             settings = load_settings()
-            configure_engine(settings)
         except StartupError as exc:
             return _refuse(err, exc)
     try:
@@ -298,7 +297,7 @@ async def run(
         base_url=_base_url(settings),
         reply_model=settings.model,
         evidence_model=settings.ess_model,
-        engine=_engine(),
+        engine=_engine(engine_config(settings)),
         suites=list(selected),
         limit=args.limit,
         rubric_version=RUBRIC_VERSION,
@@ -424,11 +423,12 @@ def _base_url(settings: Settings) -> str:
     return settings.anthropic_base_url or ANTHROPIC_API_URL
 
 
-def _engine() -> EngineSettings:
+def _engine(engine: EngineConfig) -> EngineSettings:
+    """The tunables the report's numbers depend on, as the runtime's agents get them."""
     return EngineSettings(
-        ess_threshold=config.ESS_THRESHOLD,
-        opinion_cooling_period=config.OPINION_COOLING_PERIOD,
-        bootstrap_dampening_until=config.BOOTSTRAP_DAMPENING_UNTIL,
+        ess_threshold=engine.ess_threshold,
+        opinion_cooling_period=engine.opinion_cooling_period,
+        bootstrap_dampening_until=engine.bootstrap_dampening_until,
     )
 
 

@@ -259,7 +259,8 @@ class DriftResult(BaseModel):
 
 
 class EngineSettings(BaseModel):
-    """The engine constants the numbers depend on (`sonality.config`)."""
+    """The engine tunables the numbers depend on (the `sonality.config.EngineConfig`
+    the runtime's agents follow)."""
 
     ess_threshold: float
     opinion_cooling_period: int

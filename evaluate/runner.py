@@ -22,6 +22,7 @@ from itertools import cycle
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
+from app.startup import engine_config
 from app.wiring import open_runtime
 from bot.messages import Community, IncomingMessage, ReplyKind, User
 from bot.runtime import Runtime
@@ -71,8 +72,8 @@ from evaluate.suites import (
     SuiteName,
     Suites,
 )
-from sonality import config
 from sonality.agent import SonalityAgent
+from sonality.config import EngineConfig
 from sonality.ess import ESSResult, classify
 from sonality.llm import LLMError
 from sonality.opinions import views_for_ess
@@ -129,8 +130,8 @@ def _message(settings: Settings, *, learns: bool) -> list[PlannedCall]:
     return calls
 
 
-def _cooling(settings: Settings) -> list[PlannedCall]:
-    return _message(settings, learns=False) * config.OPINION_COOLING_PERIOD
+def _cooling(settings: Settings, engine: EngineConfig) -> list[PlannedCall]:
+    return _message(settings, learns=False) * engine.opinion_cooling_period
 
 
 def plan_calls(
@@ -139,6 +140,7 @@ def plan_calls(
     """The calls each selected suite is expected to make, for the estimate shown before
     anything runs. Retries and the occasional reflection can add a few."""
     judge: PlannedCall = ("judge", settings.ess_model)
+    engine = engine_config(settings)  # what the runtime's agents will follow
     plan: dict[SuiteName, list[PlannedCall]] = {}
     for name in selected:
         calls: list[PlannedCall] = []
@@ -148,19 +150,19 @@ def plan_calls(
         elif name == "pressure":
             for p in suites.pressure.scenarios:
                 calls += _message(settings, learns=True) * len(p.formation)
-                calls += _cooling(settings)
+                calls += _cooling(settings, engine)
                 calls += [*_message(settings, learns=False), judge] * len(p.pressure)
         elif name == "evidence":
             for e in suites.evidence.scenarios:
                 # Misleading counter-evidence (a right position) should teach nothing.
                 arm = _message(settings, learns=True) * len(e.formation)
                 arm += _message(settings, learns=not e.position_correct)
-                calls += (arm + _cooling(settings) * 2) * 2
+                calls += (arm + _cooling(settings, engine) * 2) * 2
         elif name == "arguments":
             for a in suites.arguments.scenarios:
                 for kind in ARGUMENT_KINDS:
                     calls += _message(settings, learns=True) * len(a.formation)
-                    calls += _cooling(settings)
+                    calls += _cooling(settings, engine)
                     # A sound argument teaches something; a bad one should not.
                     calls += _message(settings, learns=kind == "good")
         elif name == "memory":
@@ -168,7 +170,9 @@ def plan_calls(
                 calls += _message(settings, learns=False) * (len(m.assertions) + 1) + [judge]
         elif name == "drift":
             for d in suites.drift.scenarios:
-                calls += _message(settings, learns=True) * len(d.formation) + _cooling(settings)
+                calls += _message(settings, learns=True) * len(d.formation) + _cooling(
+                    settings, engine
+                )
                 calls += _message(settings, learns=False) * (len(d.pressure) + 1) + [judge]
         plan[name] = calls
     return plan
@@ -263,6 +267,8 @@ class Evaluation:
         on_suite: Callable[[str], None] | None = None,
     ) -> None:
         self.settings = settings
+        # The values the throwaway runtime's agents follow (its wiring builds the same).
+        self.engine = engine_config(settings)
         self.meter = meter
         self.suites = suites
         self.selected = list(selected)
@@ -364,7 +370,7 @@ class Evaluation:
     async def _cool(self, community: Community) -> SonalityAgent | None:
         """Bystander chatter until everything staged so far has been committed."""
         agent = self.runtime.registry.get(community.id)
-        for _ in range(config.OPINION_COOLING_PERIOD):
+        for _ in range(self.engine.opinion_cooling_period):
             _, _, agent = await self._say(community, BYSTANDER, next(self._chatter), learns=False)
         return agent
 
@@ -392,7 +398,7 @@ class Evaluation:
     # ------------------------------------------------------------------ calibration
     async def _calibration(self) -> None:
         result = CalibrationResult(
-            threshold=config.ESS_THRESHOLD,
+            threshold=self.engine.ess_threshold,
             tiers=[
                 TierMean(tier=t.tier, tier_name=t.name, label=t.label, mean_score=None, items=0)
                 for t in self.suites.calibration.tiers

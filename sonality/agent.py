@@ -16,7 +16,6 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Collection, Sequence
 from typing import Any
 
-from sonality import config
 from sonality.changes import (
     decay_step,
     describe_interaction,
@@ -24,6 +23,12 @@ from sonality.changes import (
     ess_event,
     message_step,
     reflection_event,
+)
+from sonality.config import (
+    BELIEF_DECAY_RATE,
+    RESPONSE_MAX_TOKENS,
+    EngineConfig,
+    or_environment,
 )
 from sonality.ess import ESSResult, classify, wordless_ess
 from sonality.evidence import ROLLBACK, EvidenceStep
@@ -99,18 +104,24 @@ class SonalityAgent:
         model: str | None = None,
         ess_model: str | None = None,
         label: str = "",
+        config: EngineConfig | None = None,
     ) -> None:
+        """`config`: this agent's tunables for its whole life (the environment's when
+        none is given); `model` and `ess_model`, when given, win over its models."""
+        self.config = or_environment(config)
         self.label = label or "community"
         self.client = client
         self.store = store
         # A plain store is written after each commit; a host may bring its own AgentMemory.
         self.memory: AgentMemory = (
-            episodes if isinstance(episodes, AgentMemory) else DirectMemory(episodes, self.label)
+            episodes
+            if isinstance(episodes, AgentMemory)
+            else DirectMemory(episodes, self.label, config=self.config)
         )
         self.episodes = self.memory.episodes
         self.sponge = sponge
-        self.model = model or config.MODEL
-        self.ess_model = ess_model or config.ESS_MODEL
+        self.model = model or self.config.model
+        self.ess_model = ess_model or self.config.ess_model
         # The latest exchange (seed attribute); per-user history is the host's.
         self.conversation: list[dict[str, str]] = []
         self.last_ess: ESSResult | None = None
@@ -148,6 +159,7 @@ class SonalityAgent:
         model: str | None = None,
         ess_model: str | None = None,
         label: str = "",
+        config: EngineConfig | None = None,
     ) -> SonalityAgent:
         """Open a community at its latest version (the seed if new) and queue the
         interactions a crash left unlearned, before anything new."""
@@ -171,6 +183,7 @@ class SonalityAgent:
             model=model,
             ess_model=ess_model,
             label=label,
+            config=config,
         )
         await agent.memory.start(await store.pending_episodes(), store.mark_episodes_written)
         pending = await store.pending_interactions()
@@ -298,7 +311,7 @@ class SonalityAgent:
         result = await self.client.reply(
             system=build_system_blocks(self.sponge.snapshot),
             messages=build_messages(history, turn, images),
-            max_tokens=config.RESPONSE_MAX_TOKENS,
+            max_tokens=RESPONSE_MAX_TOKENS,
             model=self.model,
             purpose="reply",
             on_text=on_text,
@@ -359,11 +372,16 @@ class SonalityAgent:
                 version=version,
             )
         ]
-        update_topics(state, ess)
+        update_topics(state, ess, config=self.config)
         disagreed = disagrees(state, ess)
         committed = apply_due(state)
         staged = update_opinions(
-            state, ess, interaction_id=record.id, member=record.speaker.id, version=version
+            state,
+            ess,
+            interaction_id=record.id,
+            member=record.speaker.id,
+            version=version,
+            config=self.config,
         )
         state.track_disagreement(disagreed)
         insight = await self._extract_insight(ess, record, usage)
@@ -412,7 +430,7 @@ class SonalityAgent:
     async def _extract_insight(
         self, ess: ESSResult, record: InteractionRecord, usage: list[UsageRecord]
     ) -> str | None:
-        if ess.score <= config.ESS_THRESHOLD:
+        if ess.score <= self.config.ess_threshold:
             return None
         return await extract_insight(
             self.client, ess, record.message, record.reply, model=self.ess_model, usage_sink=usage
@@ -442,7 +460,7 @@ class SonalityAgent:
         events: list[AuditEvent],
         episodes: list[Episode],
     ) -> ReflectionOutcome | None:
-        reason = trigger(state)
+        reason = trigger(state, config=self.config)
         if reason is None:
             return None
         return await self._reflect(state, usage, events, reason, episodes)
@@ -456,7 +474,7 @@ class SonalityAgent:
         episodes: list[Episode],
     ) -> ReflectionOutcome:
         """Decay, then rewrite the narrative; new insight memories go into `episodes`."""
-        dropped = tuple(state.decay_beliefs(config.BELIEF_DECAY_RATE))
+        dropped = tuple(state.decay_beliefs(BELIEF_DECAY_RATE))
         await self.memory.flush()
         recent = await asyncio.to_thread(
             self.episodes.recent_summaries,
@@ -642,6 +660,7 @@ class SonalityAgent:
             drop_insights,
             drop_topics,
             without_interactions=without_interactions,
+            config=self.config,
         )
         change += f"; changed: {', '.join(moved)}" if moved else "; no opinion changed"
         await self._commit(

@@ -1,9 +1,11 @@
-"""Engine constants, read from the environment once at import (seed names).
+"""Engine constants, read from the environment once at import (seed names), and
+`EngineConfig`, the frozen set of tunables a host hands to each agent.
 
 Reading never fails: an unusable value falls back to the seed default, so a typo in
 `.env` cannot break every import. Reporting bad values is the host's job; it then
-installs its validated values with `configure()`. The engine reads `config.NAME` at
-call time.
+builds an `EngineConfig` from its validated values and passes it in. Nothing rewrites
+these constants at run time: the engine reads tunables from the `EngineConfig` it was
+given, and only code that passes none gets `ENVIRONMENT`, the one built from them.
 """
 
 from __future__ import annotations
@@ -11,9 +13,10 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from dotenv import find_dotenv, load_dotenv
+from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 
 # The working directory's .env, like the bot's settings (not one found next to this file).
 load_dotenv(find_dotenv(usecwd=True))
@@ -104,37 +107,77 @@ RESPONSE_MAX_TOKENS = 2048
 MIN_EPISODE_RELEVANCE = 0.3
 
 
-def configure(
-    *,
-    model: str | None = None,
-    ess_model: str | None = None,
-    log_level: str | None = None,
-    ess_threshold: float | None = None,
-    bootstrap_dampening_until: int | None = None,
-    opinion_cooling_period: int | None = None,
-    semantic_retrieval_count: int | None = None,
-    episodic_retrieval_count: int | None = None,
-    reflection_every: int | None = None,
-) -> None:
-    """Install values the host validated (None keeps the current one); anything the
-    engine cannot work with raises ValueError before anything changes."""
-    numbers: dict[str, float | None] = {
-        "ESS_THRESHOLD": ess_threshold,
-        "BOOTSTRAP_DAMPENING_UNTIL": bootstrap_dampening_until,
-        "OPINION_COOLING_PERIOD": opinion_cooling_period,
-        "SEMANTIC_RETRIEVAL_COUNT": semantic_retrieval_count,
-        "EPISODIC_RETRIEVAL_COUNT": episodic_retrieval_count,
-        "REFLECTION_EVERY": reflection_every,
-    }
-    for name, value in numbers.items():
+#: The `EngineConfig` fields checked against `LIMITS` (each the lower-case name).
+TUNABLES = tuple(name.lower() for name in DEFAULTS)
+
+
+class EngineConfig(BaseModel):
+    """The tunables of one agent, fixed for its life.
+
+    Why an object passed in rather than module globals: two agents in one process (a
+    test, an evaluation beside the bot) can each follow their own values, and nothing
+    can change a running agent's rules behind its back. The defaults are the seed's;
+    `from_environment()` gives the values this process read from SONALITY_*. A value
+    outside `LIMITS` is refused here (pydantic's ValidationError, a ValueError), so an
+    agent never starts with numbers the engine cannot work with. Strict types: a
+    setting's text or a bool is not silently taken for a number.
+    """
+
+    model_config = ConfigDict(frozen=True, strict=True, extra="forbid", allow_inf_nan=False)
+
+    model: str = DEFAULT_MODEL
+    ess_model: str = DEFAULT_ESS_MODEL
+    ess_threshold: float = DEFAULTS["ESS_THRESHOLD"]
+    bootstrap_dampening_until: int = int(DEFAULTS["BOOTSTRAP_DAMPENING_UNTIL"])
+    opinion_cooling_period: int = int(DEFAULTS["OPINION_COOLING_PERIOD"])
+    semantic_retrieval_count: int = int(DEFAULTS["SEMANTIC_RETRIEVAL_COUNT"])
+    episodic_retrieval_count: int = int(DEFAULTS["EPISODIC_RETRIEVAL_COUNT"])
+    reflection_every: int = int(DEFAULTS["REFLECTION_EVERY"])
+
+    @field_validator("model", "ess_model", mode="before")
+    @classmethod
+    def _blank_is_default(cls, value: Any, info: ValidationInfo) -> Any:
+        """A blank model (an empty `SONALITY_MODEL=` line) means the default, as
+        reading the environment treats it."""
+        if isinstance(value, str):
+            return value.strip() or cls.model_fields[str(info.field_name)].default
+        return value
+
+    @field_validator(*TUNABLES, mode="after")
+    @classmethod
+    def _within_limits(cls, value: float, info: ValidationInfo) -> float:
+        name = str(info.field_name).upper()
         low, high = LIMITS[name]
-        if value is not None and not (math.isfinite(value) and low <= value <= high):
+        if not low <= value <= high:
             raise ValueError(f"{name} must be between {low} and {high}, not {value}")
-    if log_level is not None and log_level.upper() not in LOG_LEVELS:
-        raise ValueError(f"LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, not {log_level}")
-    # A blank model keeps the current one; a blank log level was refused above.
-    texts = {"MODEL": model, "ESS_MODEL": ess_model, "LOG_LEVEL": (log_level or "").upper()}
-    globals().update({n: v for n, v in numbers.items() if v is not None})
-    globals().update({n: v for n, v in texts.items() if v})
-    global EPISODE_RETRIEVAL_COUNT
-    EPISODE_RETRIEVAL_COUNT = SEMANTIC_RETRIEVAL_COUNT + EPISODIC_RETRIEVAL_COUNT
+        return value
+
+    @property
+    def episode_retrieval_count(self) -> int:
+        """Memories per reply, both kinds together (the seed's EPISODE_RETRIEVAL_COUNT)."""
+        return self.semantic_retrieval_count + self.episodic_retrieval_count
+
+    @classmethod
+    def from_environment(cls) -> EngineConfig:
+        """The values this process read at import (SONALITY_* and `.env`; the seed
+        default wherever a value was missing or unusable)."""
+        return cls(
+            model=MODEL,
+            ess_model=ESS_MODEL,
+            ess_threshold=ESS_THRESHOLD,
+            bootstrap_dampening_until=BOOTSTRAP_DAMPENING_UNTIL,
+            opinion_cooling_period=OPINION_COOLING_PERIOD,
+            semantic_retrieval_count=SEMANTIC_RETRIEVAL_COUNT,
+            episodic_retrieval_count=EPISODIC_RETRIEVAL_COUNT,
+            reflection_every=REFLECTION_EVERY,
+        )
+
+
+#: What the engine follows when the caller passes no config (seed-API calls).
+ENVIRONMENT = EngineConfig.from_environment()
+
+
+def or_environment(config: EngineConfig | None) -> EngineConfig:
+    """`config`, or `ENVIRONMENT` when the caller gave none (looked up at the call, so
+    a test can stand in a fresh environment's values)."""
+    return ENVIRONMENT if config is None else config

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sonality import config
+from sonality.config import EngineConfig, or_environment
 from sonality.ess import ESSResult
 from sonality.memory.updater import compute_magnitude
 from sonality.prompts import prompt_label
@@ -21,10 +21,12 @@ def views_for_ess(state: SpongeState) -> str:
     return state.belief_summary(limit=VIEWS_FOR_ESS) or "No settled views yet."
 
 
-def update_topics(state: SpongeState, ess: ESSResult) -> None:
+def update_topics(
+    state: SpongeState, ess: ESSResult, *, config: EngineConfig | None = None
+) -> None:
     """Count the message's topics in the topic engagement, only if the engine learns
-    from the message: its ESS is above ESS_THRESHOLD, the bar that also gates opinion
-    updates and insights.
+    from the message: its ESS is above `config.ess_threshold` (the environment's when
+    none is given), the bar that also gates opinion updates and insights.
 
     Why not every message, as the seed's pipeline does: the engagement is shown to
     the model in every member's prompt ("Top topics") and in reflection, and the
@@ -34,7 +36,7 @@ def update_topics(state: SpongeState, ess: ESSResult) -> None:
     against the seed's rule that only evidence shapes the personality. A forget-me
     replay calls this too, so both count alike.
     """
-    if ess.score <= config.ESS_THRESHOLD:
+    if ess.score <= or_environment(config).ess_threshold:
         return
     for topic in ess.topics:
         state.track_topic(topic)
@@ -72,13 +74,16 @@ def update_opinions(
     interaction_id: str = "",
     member: str = "",
     version: int = 0,
+    config: EngineConfig | None = None,
 ) -> list[dict[str, Any]]:
-    """Stage `resisted` moves for strong, directional evidence; each keeps its source
-    for credit and forget-me."""
+    """Stage `resisted` moves for strong, directional evidence, by `config`'s rules
+    (the environment's when none is given); each keeps its source for credit and
+    forget-me."""
+    config = or_environment(config)
     sign = ess.opinion_direction.sign
-    if not (ess.score > config.ESS_THRESHOLD and ess.topics and sign != 0):
+    if not (ess.score > config.ess_threshold and ess.topics and sign != 0):
         return []
-    magnitude = compute_magnitude(ess, state)
+    magnitude = compute_magnitude(ess, state, config=config)
     staged: list[dict[str, Any]] = []
     for topic in ess.topics:
         old = state.opinion_vectors.get(topic, 0.0)
@@ -89,7 +94,7 @@ def update_opinions(
             topic,
             sign,
             effective,
-            config.OPINION_COOLING_PERIOD,
+            config.opinion_cooling_period,
             provenance=f"ESS {ess.score:.2f}: {ess.summary[:160]}",
             interaction_id=interaction_id,
             member=member,

@@ -11,7 +11,12 @@ import logging
 
 from pydantic import BaseModel, ConfigDict
 
-from sonality import config
+from sonality.config import (
+    REFLECTION_SHIFT_THRESHOLD,
+    SPONGE_MAX_TOKENS,
+    EngineConfig,
+    or_environment,
+)
 from sonality.llm import ChatTurn, LLMClient, LLMError, SystemBlock
 from sonality.memory.updater import SNAPSHOT_CHAR_LIMIT, validate_snapshot
 from sonality.opinions import structured_traits
@@ -42,15 +47,16 @@ def cumulative_shift(state: SpongeState) -> float:
     return sum(s.magnitude for s in state.recent_shifts if s.interaction > state.last_reflection_at)
 
 
-def trigger(state: SpongeState) -> str | None:
-    """Why a reflection is due (periodic or shift), or None; never before half the
-    periodic interval."""
+def trigger(state: SpongeState, *, config: EngineConfig | None = None) -> str | None:
+    """Why a reflection is due (periodic, every `config.reflection_every`; or shift),
+    or None; never before half the periodic interval. No config: the environment's."""
+    every = or_environment(config).reflection_every
     since = state.interaction_count - state.last_reflection_at
     shift = cumulative_shift(state)
-    periodic = since >= config.REFLECTION_EVERY
-    if not (periodic or shift > config.REFLECTION_SHIFT_THRESHOLD):
+    periodic = since >= every
+    if not (periodic or shift > REFLECTION_SHIFT_THRESHOLD):
         return None
-    if since < config.REFLECTION_EVERY // 2:
+    if since < every // 2:
         return None
     return "periodic" if periodic else f"shift {shift:.3f}"
 
@@ -78,7 +84,7 @@ def prompt(state: SpongeState, recent: list[str]) -> str:
         episode_count=len(recent),
         episode_summaries=_bullets(recent),
         recent_shifts=_bullets([f"#{s.interaction}: {s.description}" for s in state.recent_shifts]),
-        max_tokens=config.SPONGE_MAX_TOKENS,
+        max_tokens=SPONGE_MAX_TOKENS,
     )
 
 

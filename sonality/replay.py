@@ -2,8 +2,8 @@
 
 A forget-me must undo a member's influence, and a deleted message its own. The rules
 are deterministic, so replaying the log from the seed through the agent's own steps,
-without those messages, gives the opinions as if they had never been sent. Tunables
-are read from `sonality.config` at replay time (each decay keeps its rate). Everything
+without those messages, gives the opinions as if they had never been sent. The tunables
+are the replaying agent's `EngineConfig` (each decay keeps its recorded rate). Everything
 the messages derive is recomputed: opinions and their bookkeeping, the topic counts and the
 disagreement rate (`behavioral_signature`), and the recent shifts; no LLM, no store.
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Iterable
 
+from sonality.config import EngineConfig, or_environment
 from sonality.ess import ESSResult
 from sonality.evidence import DECAY, MESSAGE, ROLLBACK, EvidenceStep, RecordedESS
 from sonality.opinions import apply_due, disagrees, update_opinions, update_topics
@@ -35,19 +36,27 @@ def ess_of(recorded: RecordedESS) -> ESSResult:
     return ESSResult(**recorded.model_dump())
 
 
-def apply_message(state: SpongeState, step: EvidenceStep) -> None:
-    """One learned message, in `SonalityAgent._post_process`'s order."""
+def apply_message(
+    state: SpongeState, step: EvidenceStep, config: EngineConfig | None = None
+) -> None:
+    """One learned message, in `SonalityAgent._post_process`'s order, under `config`
+    (the environment's when none is given)."""
     if step.ess is None:
         raise ReplayError(f"message step {step.interaction_id!r} has no ESS result")
     ess = ess_of(step.ess)
     state.interaction_count += 1
-    update_topics(state, ess)
+    update_topics(state, ess, config=config)
     disagreed = disagrees(state, ess)
     # Skipped when nothing is due: no effect, and most of the cost on a long log.
     if any(u.due_interaction <= state.interaction_count for u in state.staged_opinion_updates):
         apply_due(state)
     update_opinions(
-        state, ess, interaction_id=step.interaction_id, member=step.member, version=step.version
+        state,
+        ess,
+        interaction_id=step.interaction_id,
+        member=step.member,
+        version=step.version,
+        config=config,
     )
     state.track_disagreement(disagreed)
 
@@ -58,10 +67,13 @@ def replay(
     without_members: Collection[str] = (),
     without_interactions: Collection[str] = (),
     seed: SpongeState | None = None,
+    config: EngineConfig | None = None,
 ) -> SpongeState:
-    """The opinions after `steps` from `seed`, without the given members' messages and
-    interactions. A rollback step restores the replayed state of its target version,
-    so evidence a moderator undid stays undone."""
+    """The opinions after `steps` from `seed` under `config` (the environment's when
+    none is given), without the given members' messages and interactions. A rollback
+    step restores the replayed state of its target version, so evidence a moderator
+    undid stays undone."""
+    config = or_environment(config)  # one config for the whole log
     members = set(without_members)
     interactions = set(without_interactions)
     ordered = list(steps)
@@ -75,7 +87,7 @@ def replay(
         if step.kind == MESSAGE:
             if step.member in members or step.interaction_id in interactions:
                 continue
-            apply_message(state, step)
+            apply_message(state, step, config)
         elif step.kind == DECAY:
             state.decay_beliefs(step.rate)
         elif step.kind == ROLLBACK:
@@ -116,6 +128,8 @@ def forgotten(
     drop_insights: Collection[str],
     drop_topics: Collection[str] = (),
     without_interactions: Collection[str] = (),
+    *,
+    config: EngineConfig | None = None,
 ) -> tuple[SpongeState, list[str]]:
     """The version after `current` with everything the log derives replayed without
     `without_members` and the messages `without_interactions`, and the topics that
@@ -127,7 +141,7 @@ def forgotten(
     interactions = set(without_interactions)
     labels = set(drop_topics) | own_topics(ordered, members, interactions)
     replayed = rebase(
-        replay(ordered, without_members=members, without_interactions=interactions),
+        replay(ordered, without_members=members, without_interactions=interactions, config=config),
         current.interaction_count,
     )
     state = current.model_copy(deep=True)

@@ -10,7 +10,7 @@ import logging
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import Protocol, runtime_checkable
 
-from sonality import config
+from sonality.config import MIN_EPISODE_RELEVANCE, EngineConfig, or_environment
 from sonality.memory.episodes import EpisodeMemory
 from sonality.store import Episode, HiddenRange
 
@@ -19,12 +19,14 @@ log = logging.getLogger(__name__)
 Written = Callable[[list[str]], Awaitable[None]]
 
 
-def recall_budget() -> tuple[int, int, float]:
-    """Episodic and semantic memories per reply, and the relevance floor."""
+def recall_budget(config: EngineConfig | None = None) -> tuple[int, int, float]:
+    """Episodic and semantic memories per reply under `config` (the environment's when
+    none is given), and the relevance floor."""
+    config = or_environment(config)
     return (
-        config.EPISODIC_RETRIEVAL_COUNT,
-        config.SEMANTIC_RETRIEVAL_COUNT,
-        config.MIN_EPISODE_RELEVANCE,
+        config.episodic_retrieval_count,
+        config.semantic_retrieval_count,
+        MIN_EPISODE_RELEVANCE,
     )
 
 
@@ -56,11 +58,19 @@ class AgentMemory(Protocol):
 
 
 class DirectMemory:
-    """Episodes stored right after their commit; a failed write is retried at start."""
+    """Episodes stored right after their commit; a failed write is retried at start.
+    Recall asks for `config`'s budget (the environment's when none is given)."""
 
-    def __init__(self, episodes: EpisodeMemory, label: str = "community") -> None:
+    def __init__(
+        self,
+        episodes: EpisodeMemory,
+        label: str = "community",
+        *,
+        config: EngineConfig | None = None,
+    ) -> None:
         self.episodes = episodes
         self.label = label
+        self.config = or_environment(config)
         self._written: Written | None = None
 
     async def start(self, pending: Sequence[Episode], written: Written) -> None:
@@ -70,7 +80,7 @@ class DirectMemory:
     async def recall(self, query: str, hidden: Sequence[HiddenRange]) -> list[str]:
         try:
             return await asyncio.to_thread(
-                self.episodes.retrieve_typed, query, *recall_budget(), hidden=hidden
+                self.episodes.retrieve_typed, query, *recall_budget(self.config), hidden=hidden
             )
         except Exception:
             log.exception("%s: memory retrieval failed; answering without memories", self.label)

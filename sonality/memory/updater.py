@@ -3,8 +3,7 @@ validation, and one-sentence insights that wait for reflection."""
 
 from __future__ import annotations
 
-from sonality import config
-from sonality.config import OPINION_BASE_RATE, SPONGE_MAX_TOKENS
+from sonality.config import OPINION_BASE_RATE, SPONGE_MAX_TOKENS, EngineConfig, or_environment
 from sonality.ess import ESSResult
 from sonality.llm import ChatTurn, LLMClient, SystemBlock
 from sonality.prompts import INSIGHT_PROMPT, INSIGHT_SYSTEM_PROMPT, escape_prompt_text
@@ -23,11 +22,14 @@ INSIGHT_MAX_TOKENS = 200
 INSIGHT_MAX_CHARS = 500
 
 
-def compute_magnitude(ess: ESSResult, sponge: SpongeState) -> float:
+def compute_magnitude(
+    ess: ESSResult, sponge: SpongeState, *, config: EngineConfig | None = None
+) -> float:
     """The step an interaction earns before resistance: small, larger for better and
-    newer arguments, halved while the personality is young so early speakers do not
-    shape it too much."""
-    young = sponge.interaction_count < config.BOOTSTRAP_DAMPENING_UNTIL
+    newer arguments, halved while the personality is young (its first
+    `config.bootstrap_dampening_until` interactions; the environment's count when no
+    config is given) so early speakers do not shape it too much."""
+    young = sponge.interaction_count < or_environment(config).bootstrap_dampening_until
     dampening = BOOTSTRAP_DAMPENING if young else 1.0
     return OPINION_BASE_RATE * ess.score * max(ess.novelty, NOVELTY_FLOOR) * dampening
 

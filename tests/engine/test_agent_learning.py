@@ -22,8 +22,8 @@ import numpy as np
 import pytest
 from chromadb.api.types import Embeddings
 
-from sonality import config
 from sonality.agent import SonalityAgent
+from sonality.config import EngineConfig
 from sonality.llm import ChatTurn, LLMError, SystemBlock, TextResult, TextSink, ToolResult
 from sonality.memory.episodes import document_of
 from sonality.state import SEED_SNAPSHOT, BeliefMeta, Shift, SpongeState
@@ -139,13 +139,12 @@ class RecordingMemory:
         )
 
 
-@pytest.fixture(autouse=True)
-def seed_tunables(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The seed's values, whatever the environment running the tests configured."""
-    monkeypatch.setattr(config, "ESS_THRESHOLD", 0.3)
-    monkeypatch.setattr(config, "BOOTSTRAP_DAMPENING_UNTIL", 10)
-    monkeypatch.setattr(config, "OPINION_COOLING_PERIOD", 3)
-    monkeypatch.setattr(config, "REFLECTION_EVERY", 20)
+@pytest.fixture
+def tunables() -> EngineConfig:
+    """The agent's config: the seed's values (threshold 0.3, dampening until 10, cooling
+    3, reflection every 20), whatever the environment running the tests configured. A
+    test parametrizing `tunables` gives its agent other values."""
+    return EngineConfig()
 
 
 @pytest.fixture
@@ -169,10 +168,15 @@ async def db(tmp_path: Path) -> AsyncIterator[Database]:
 
 @pytest.fixture
 async def agent(
-    db: Database, llm: ScriptedLLM, memory: RecordingMemory
+    db: Database, llm: ScriptedLLM, memory: RecordingMemory, tunables: EngineConfig
 ) -> AsyncIterator[SonalityAgent]:
     loaded = await SonalityAgent.load(
-        client=llm, store=db.community(COMMUNITY), episodes=memory, model="m", ess_model="m"
+        client=llm,
+        store=db.community(COMMUNITY),
+        episodes=memory,
+        model="m",
+        ess_model="m",
+        config=tunables,
     )
     try:
         yield loaded
@@ -198,39 +202,41 @@ def shift(interaction: int, magnitude: float) -> Shift:
 # --- when reflection runs -------------------------------------------------------------------
 
 LAST = 100  # the last reflection happened at interaction 100
+# The agent's config (the `tunables` fixture, overridden by the parameter).
+EVERY_20 = EngineConfig(reflection_every=20)
+EVERY_7 = EngineConfig(reflection_every=7)
 
 
 @pytest.mark.parametrize(
-    ("every", "since", "shifts", "trigger"),
+    ("tunables", "since", "shifts", "trigger"),
     [
         # A big cumulative shift, but fewer than half the interval since the last one.
-        pytest.param(20, 9, [(101, 0.06), (109, 0.06)], None, id="shift-before-half"),
+        pytest.param(EVERY_20, 9, [(101, 0.06), (109, 0.06)], None, id="shift-before-half"),
         # Exactly half the interval: the shift triggers it. Two moves of 0.06 each are
         # under the threshold alone; their sum is over it.
-        pytest.param(20, 10, [(101, 0.06), (110, 0.06)], "shift 0.120", id="shift-at-half"),
+        pytest.param(EVERY_20, 10, [(101, 0.06), (110, 0.06)], "shift 0.120", id="shift-at-half"),
         # Only shifts after the last reflection count.
-        pytest.param(20, 10, [(LAST, 0.5), (110, 0.06)], None, id="old-shift-ignored"),
+        pytest.param(EVERY_20, 10, [(LAST, 0.5), (110, 0.06)], None, id="old-shift-ignored"),
         # The threshold is strict: 0.1 is not more than 0.1.
-        pytest.param(20, 10, [(105, 0.05), (110, 0.05)], None, id="shift-at-threshold"),
-        pytest.param(20, 19, [], None, id="quiet-before-period"),
-        pytest.param(20, 20, [], "periodic", id="periodic"),
-        pytest.param(20, 20, [(110, 0.5)], "periodic", id="periodic-with-shift"),
+        pytest.param(EVERY_20, 10, [(105, 0.05), (110, 0.05)], None, id="shift-at-threshold"),
+        pytest.param(EVERY_20, 19, [], None, id="quiet-before-period"),
+        pytest.param(EVERY_20, 20, [], "periodic", id="periodic"),
+        pytest.param(EVERY_20, 20, [(110, 0.5)], "periodic", id="periodic-with-shift"),
         # An odd interval: half is rounded down (7 // 2 == 3).
-        pytest.param(7, 2, [(102, 0.5)], None, id="odd-interval-before-half"),
-        pytest.param(7, 3, [(103, 0.5)], "shift 0.500", id="odd-interval-at-half"),
-        pytest.param(7, 7, [], "periodic", id="odd-interval-periodic"),
+        pytest.param(EVERY_7, 2, [(102, 0.5)], None, id="odd-interval-before-half"),
+        pytest.param(EVERY_7, 3, [(103, 0.5)], "shift 0.500", id="odd-interval-at-half"),
+        pytest.param(EVERY_7, 7, [], "periodic", id="odd-interval-periodic"),
     ],
 )
 async def test_reflection_triggers_and_the_half_interval_guard(
     agent: SonalityAgent,
     llm: ScriptedLLM,
-    monkeypatch: pytest.MonkeyPatch,
-    every: int,
+    tunables: EngineConfig,
     since: int,
     shifts: list[tuple[int, float]],
     trigger: str | None,
 ) -> None:
-    monkeypatch.setattr(config, "REFLECTION_EVERY", every)
+    assert agent.config is tunables  # the agent follows the interval given to it
     state = SpongeState(
         interaction_count=LAST + since,
         last_reflection_at=LAST,

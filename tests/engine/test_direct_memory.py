@@ -9,10 +9,12 @@ and an in-process memory that records what it is given.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
 from sonality.agent import SonalityAgent
+from sonality.config import MIN_EPISODE_RELEVANCE, EngineConfig
 from sonality.memory.access import AgentMemory, DirectMemory
 from sonality.memory.episodes import EpisodeMemory
 from sonality.store import Episode
@@ -22,7 +24,6 @@ from tests.engine.test_agent_learning import COMMUNITY, RecordingMemory, Scripte
 
 # Fixtures used here by name.
 db = harness.db
-seed_tunables = harness.seed_tunables
 
 
 class FailingOnceMemory(RecordingMemory):
@@ -39,9 +40,30 @@ class FailingOnceMemory(RecordingMemory):
         super().store_many(episodes)
 
 
-async def load(db: Database, memory: EpisodeMemory | AgentMemory) -> SonalityAgent:
+class BudgetMemory(RecordingMemory):
+    """Records the budget each recall asks for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: list[tuple[Any, ...]] = []
+
+    def retrieve_typed(self, *args: Any, **kwargs: Any) -> list[str]:
+        self.asked.append(args[1:])  # after the query: episodic, semantic, relevance
+        return []
+
+
+async def load(
+    db: Database,
+    memory: EpisodeMemory | AgentMemory,
+    config: EngineConfig | None = None,
+    community: str = COMMUNITY,
+) -> SonalityAgent:
     return await SonalityAgent.load(
-        client=ScriptedLLM(), store=db.community(COMMUNITY), episodes=memory, model="m"
+        client=ScriptedLLM(),
+        store=db.community(community),
+        episodes=memory,
+        model="m",
+        config=config or EngineConfig(),
     )
 
 
@@ -88,3 +110,20 @@ async def test_a_host_memory_is_used_as_given(db: Database) -> None:
         assert isinstance(given, AgentMemory) and agent.memory is given
     finally:
         await agent.close(grace_seconds=5)
+
+
+async def test_a_plain_store_is_asked_for_the_agents_own_recall_budget(db: Database) -> None:
+    """Two agents in one process, each with its budget: each recall asks for its own."""
+    small, large = BudgetMemory(), BudgetMemory()
+    a = await load(db, small, EngineConfig(episodic_retrieval_count=1, semantic_retrieval_count=0))
+    b = await load(
+        db, large, EngineConfig(episodic_retrieval_count=7, semantic_retrieval_count=4), "test:b"
+    )
+    try:
+        await a.respond("hello")
+        await b.respond("hello")
+    finally:
+        await a.close(grace_seconds=5)
+        await b.close(grace_seconds=5)
+    assert small.asked == [(1, 0, MIN_EPISODE_RELEVANCE)]
+    assert large.asked == [(7, 4, MIN_EPISODE_RELEVANCE)]

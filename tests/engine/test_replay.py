@@ -18,19 +18,14 @@ from typing import Any
 
 import pytest
 
-from sonality import config
 from sonality.agent import SonalityAgent
+from sonality.config import EngineConfig
 from sonality.replay import ReplayError, replay
 from sonality.rollback import rebase
 from sonality.state import SpongeState
 from sonality.store import Speaker
 from storage import Database
-from tests.engine.test_agent_learning import (
-    NO_ARGUMENT,
-    RecordingMemory,
-    ScriptedLLM,
-    seed_tunables,  # noqa: F401 (an autouse fixture: the seed's tunables)
-)
+from tests.engine.test_agent_learning import NO_ARGUMENT, RecordingMemory, ScriptedLLM
 
 ALICE = Speaker(id="u-alice", name="Alice")
 BOB = Speaker(id="u-bob", name="Bob")
@@ -47,10 +42,11 @@ async def db(tmp_path: Path) -> AsyncIterator[Database]:
         await database.close()
 
 
-@pytest.fixture(autouse=True)
-def no_automatic_reflection(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(config, "REFLECTION_EVERY", 100_000)
-    monkeypatch.setattr(config, "REFLECTION_SHIFT_THRESHOLD", 1e9)
+#: The seed's tunables, except that no reflection is triggered by count or shift (its
+#: half-interval guard holds one back for 50,000 messages): decays come only from the
+#: moderator reflections the script places, so both communities decay alike. Every
+#: agent and replay here gets it, whatever the environment running the tests sets.
+TUNABLES = EngineConfig(reflection_every=100_000)
 
 
 def argument(
@@ -109,6 +105,7 @@ async def agents(db: Database) -> AsyncIterator[dict[str, tuple[SonalityAgent, S
                 episodes=RecordingMemory(),
                 model="m",
                 ess_model="m",
+                config=TUNABLES,
             ),
             llm,
         )
@@ -153,8 +150,8 @@ async def test_replaying_without_a_member_equals_a_community_that_never_heard_th
 
     log = await db.community("test:whole").evidence()
     # Replaying everyone reproduces the community exactly: the log is complete.
-    assert_same_opinions(replay(log), whole.sponge)
-    without_alice = replay(log, without_members={ALICE.id})
+    assert_same_opinions(replay(log, config=TUNABLES), whole.sponge)
+    without_alice = replay(log, without_members={ALICE.id}, config=TUNABLES)
     assert_same_opinions(without_alice, fresh.sponge)
     # The scenario is one where leaving Alice out matters (so the check above can fail).
     assert any(
@@ -219,7 +216,7 @@ async def test_a_rollback_in_the_log_keeps_the_undone_evidence_undone(
     await run(whole, whole_llm, steps[25:])
 
     log = await db.community("test:whole").evidence()
-    assert_same_opinions(replay(log), whole.sponge)
+    assert_same_opinions(replay(log, config=TUNABLES), whole.sponge)
 
 
 def test_a_rollback_to_a_state_the_log_never_reached_is_refused() -> None:
@@ -227,7 +224,7 @@ def test_a_rollback_to_a_state_the_log_never_reached_is_refused() -> None:
 
     bad = [EvidenceStep(kind="rollback", interaction=0, version=1, target_version=5)]
     with pytest.raises(ReplayError):
-        replay(bad)
+        replay(bad, config=TUNABLES)
 
 
 async def test_a_forget_me_recomputes_every_derived_field_and_drops_their_own_topics(

@@ -18,8 +18,8 @@ import math
 
 import pytest
 
-from sonality import config
 from sonality.agent import SonalityAgent
+from sonality.config import EngineConfig
 from sonality.ess import ESSResult, OpinionDirection, ReasoningType, SourceReliability
 from sonality.opinions import disagrees as _disagrees
 from sonality.state import BeliefMeta, SpongeState
@@ -52,12 +52,9 @@ def ess(
     )
 
 
-@pytest.fixture(autouse=True)
-def seed_tunables(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The seed's values, whatever the environment running the tests configured."""
-    monkeypatch.setattr(config, "ESS_THRESHOLD", 0.3)
-    monkeypatch.setattr(config, "BOOTSTRAP_DAMPENING_UNTIL", 10)
-    monkeypatch.setattr(config, "OPINION_COOLING_PERIOD", 3)
+#: The seed's values (threshold 0.3, dampening until 10, cooling 3), whatever the
+#: environment running the tests configured.
+SEED = EngineConfig()
 
 
 # --- Bayesian resistance ------------------------------------------------------------------
@@ -90,7 +87,7 @@ def test_staged_move_is_resisted_by_confidence_and_opposed_position(
         opinion_vectors={"tutoring": position},
         belief_meta={"tutoring": BeliefMeta(confidence=confidence, evidence_count=4)},
     )
-    staged = SonalityAgent._update_opinions(state, ess(direction, "tutoring"))
+    staged = SonalityAgent._update_opinions(state, ess(direction, "tutoring"), config=SEED)
 
     (update,) = state.staged_opinion_updates
     assert update.topic == "tutoring"
@@ -113,7 +110,7 @@ def test_resistance_is_per_topic_and_uses_the_stored_confidence() -> None:
             "decayed": BeliefMeta(confidence=0.1, evidence_count=9),
         },
     )
-    SonalityAgent._update_opinions(state, ess(OPPOSES, "held", "decayed", "new"))
+    SonalityAgent._update_opinions(state, ess(OPPOSES, "held", "decayed", "new"), config=SEED)
     moves = {u.topic: u.signed_magnitude for u in state.staged_opinion_updates}
     assert moves.keys() == {"held", "decayed", "new"}
     assert close(moves["held"], -0.04 / (0.8 + 0.6 + 1))  # against +0.6
@@ -128,7 +125,7 @@ def test_resistance_applies_on_top_of_bootstrap_dampening() -> None:
         opinion_vectors={"tutoring": 0.4},
         belief_meta={"tutoring": BeliefMeta(confidence=0.5)},
     )
-    SonalityAgent._update_opinions(state, ess(OPPOSES, "tutoring"))
+    SonalityAgent._update_opinions(state, ess(OPPOSES, "tutoring"), config=SEED)
     (update,) = state.staged_opinion_updates
     assert close(update.signed_magnitude, -0.02 / 1.9)
 
@@ -145,7 +142,9 @@ def test_nothing_is_staged_without_strong_directional_evidence(
     score: float, direction: OpinionDirection, topics: tuple[str, ...]
 ) -> None:
     state = SpongeState(interaction_count=MATURE)
-    assert SonalityAgent._update_opinions(state, ess(direction, *topics, score=score)) == []
+    strong = ess(direction, *topics, score=score)
+    staged = SonalityAgent._update_opinions(state, strong, config=SEED)
+    assert staged == []
     assert state.staged_opinion_updates == []
 
 

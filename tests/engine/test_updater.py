@@ -8,7 +8,7 @@ import math
 import pytest
 
 from providers.anthropic import AnthropicLLM
-from sonality import config
+from sonality.config import EngineConfig
 from sonality.ess import ESSResult, OpinionDirection, ReasoningType, SourceReliability
 from sonality.llm import LLMError
 from sonality.memory.updater import (
@@ -50,29 +50,25 @@ def make_ess(score: float = 0.7, novelty: float = 0.4) -> ESSResult:
         (50, 0.0, 1.0, 0.0),
     ],
 )
-def test_compute_magnitude(
-    count: int, score: float, novelty: float, expected: float, monkeypatch: pytest.MonkeyPatch
-):
-    monkeypatch.setattr(config, "BOOTSTRAP_DAMPENING_UNTIL", 10)
+def test_compute_magnitude(count: int, score: float, novelty: float, expected: float):
+    seed = EngineConfig(bootstrap_dampening_until=10)
     sponge = SpongeState(interaction_count=count)
     assert math.isclose(
-        compute_magnitude(make_ess(score, novelty), sponge), expected, rel_tol=1e-12
+        compute_magnitude(make_ess(score, novelty), sponge, config=seed), expected, rel_tol=1e-12
     )
 
 
 @pytest.mark.parametrize("until", [0, 1, 10, 37])
-def test_bootstrap_dampening_ends_exactly_at_the_configured_count(
-    until: int, monkeypatch: pytest.MonkeyPatch
-):
-    """The count is read when the magnitude is computed (the host configures it after
-    import), and the step is halved up to, not including, that interaction."""
-    monkeypatch.setattr(config, "BOOTSTRAP_DAMPENING_UNTIL", until)
+def test_bootstrap_dampening_ends_exactly_at_the_configured_count(until: int):
+    """The count is the given config's, and the step is halved up to, not including,
+    that interaction."""
+    given = EngineConfig(bootstrap_dampening_until=until)
     ess = make_ess(score=0.8, novelty=0.5)  # 0.1 * 0.8 * 0.5 = 0.04 undampened
     if until > 0:
-        before = compute_magnitude(ess, SpongeState(interaction_count=until - 1))
+        before = compute_magnitude(ess, SpongeState(interaction_count=until - 1), config=given)
         assert math.isclose(before, 0.02, rel_tol=1e-12)
-    at = compute_magnitude(ess, SpongeState(interaction_count=until))
-    after = compute_magnitude(ess, SpongeState(interaction_count=until + 1))
+    at = compute_magnitude(ess, SpongeState(interaction_count=until), config=given)
+    after = compute_magnitude(ess, SpongeState(interaction_count=until + 1), config=given)
     assert math.isclose(at, 0.04, rel_tol=1e-12) and math.isclose(after, 0.04, rel_tol=1e-12)
 
 

@@ -27,7 +27,6 @@ import pytest
 
 from bot.messages import Community, IncomingMessage, Reply, User
 from bot.runtime import Runtime
-from sonality import config
 from sonality.agent import SonalityAgent
 from sonality.state import SpongeState
 from storage import Database
@@ -96,9 +95,10 @@ def teach(brain: Brain, rounds: int = 4) -> None:
 @pytest.fixture
 def no_automatic_reflection(monkeypatch: pytest.MonkeyPatch) -> None:
     """No reflection triggered by count or accumulated shift: decay would otherwise
-    happen at different points in the two communities (their counts differ)."""
-    monkeypatch.setattr(config, "REFLECTION_EVERY", 100_000)
-    monkeypatch.setattr(config, "REFLECTION_SHIFT_THRESHOLD", 1e9)
+    happen at different points in the two communities (their counts differ). Set as an
+    operator would, so the settings the test builds afterwards hand it to every agent
+    (the half-interval guard then also holds back a shift-triggered one)."""
+    monkeypatch.setenv("SONALITY_REFLECTION_EVERY", "100000")
 
 
 # ------------------------------------------------------------------------------ scans

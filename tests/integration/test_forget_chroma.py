@@ -36,8 +36,6 @@ from tests.memory import conftest as memory
 
 # Fixtures used here by name.
 db = harness.db
-no_automatic_reflection = harness.no_automatic_reflection
-seed_tunables = harness.seed_tunables
 model_cache_dir = memory.model_cache_dir
 embedding_function = memory.embedding_function
 persist_dir = memory.persist_dir
@@ -56,9 +54,10 @@ async def chroma_agent(
     agent = await SonalityAgent.load(
         client=llm,
         store=db.community(COMMUNITY),
-        episodes=WriteBehindMemory(episodes),  # as the bot composes it
+        episodes=WriteBehindMemory(episodes, config=harness.TUNABLES),  # as the bot does
         model="m",
         ess_model="m",
+        config=harness.TUNABLES,
     )
     try:
         yield agent, llm, episodes
@@ -167,7 +166,12 @@ async def test_forget_me_deletes_the_members_insights_from_the_seeds_store(
     episodes = EpisodeStore(tmp_path / "seed", embedding_function=embedding_function)
     llm = ScriptedLLM()
     agent = await SonalityAgent.load(
-        client=llm, store=db.community(COMMUNITY), episodes=episodes, model="m", ess_model="m"
+        client=llm,
+        store=db.community(COMMUNITY),
+        episodes=episodes,
+        model="m",
+        ess_model="m",
+        config=harness.TUNABLES,
     )
     try:
         await reflected(agent, llm)
@@ -203,9 +207,10 @@ async def test_forget_me_drops_the_members_insights_still_waiting_to_be_written(
     agent = await SonalityAgent.load(
         client=llm,
         store=db.community(COMMUNITY),
-        episodes=WriteBehindMemory(episodes, flush_delay=3600),
+        episodes=WriteBehindMemory(episodes, flush_delay=3600, config=harness.TUNABLES),
         model="m",
         ess_model="m",
+        config=harness.TUNABLES,
     )
     try:
         await reflected(agent, llm)
@@ -233,9 +238,10 @@ async def test_forget_me_deletes_the_members_insights_from_a_chroma_server(
     agent = await SonalityAgent.load(
         client=llm,
         store=db.community(COMMUNITY),
-        episodes=WriteBehindMemory(store),
+        episodes=WriteBehindMemory(store, config=harness.TUNABLES),
         model="m",
         ess_model="m",
+        config=harness.TUNABLES,
     )
     try:
         await reflected(agent, llm)

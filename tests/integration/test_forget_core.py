@@ -24,8 +24,6 @@ from tests.integration.forget_scenario import TOKEN, assert_same_opinions_rebase
 # The harness's fixtures, used here by name.
 agents = harness.agents
 db = harness.db
-no_automatic_reflection = harness.no_automatic_reflection
-seed_tunables = harness.seed_tunables
 
 
 def with_token(steps: list[tuple[Speaker, dict[str, Any] | None]]) -> list[tuple[Speaker, Any]]:

@@ -22,8 +22,6 @@ from tests.engine.test_agent_learning import RecordingMemory, ScriptedLLM
 from tests.engine.test_replay import ALICE, BOB, script
 from tests.integration.test_forget_core import TOKEN, file_bytes, run, with_token
 
-no_automatic_reflection = harness.no_automatic_reflection
-seed_tunables = harness.seed_tunables
 COMMUNITY = "test:crash"
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,12 +31,13 @@ from bot.forget_me import forget_member
 from sonality.agent import SonalityAgent
 from storage import Database
 from tests.engine.test_agent_learning import RecordingMemory, ScriptedLLM
+from tests.engine.test_replay import TUNABLES
 
 async def main(path):
     db = await Database.open(path)
     agent = await SonalityAgent.load(
         client=ScriptedLLM(), store=db.community(%(community)r), episodes=RecordingMemory(),
-        model="m", ess_model="m",
+        model="m", ess_model="m", config=TUNABLES,
     )
     await forget_member(db, agent, %(community)r, %(member)r, requested_by="self")
 
@@ -53,6 +52,7 @@ async def load(db: Database) -> SonalityAgent:
         episodes=RecordingMemory(),
         model="m",
         ess_model="m",
+        config=harness.TUNABLES,
     )
 
 
@@ -65,7 +65,7 @@ async def test_a_forget_me_killed_mid_way_completes_on_the_next_start(tmp_path: 
     assert isinstance(llm, ScriptedLLM)
     await run(agent, llm, with_token(script(6, 30)))
     log = await db.community(COMMUNITY).evidence()
-    expected = replay(log, without_members={ALICE.id})
+    expected = replay(log, without_members={ALICE.id}, config=harness.TUNABLES)
     versions_before = agent.sponge.version
     bob_rows = await db.member_interaction_ids(COMMUNITY, BOB.id)
     await agent.close(grace_seconds=5)

@@ -13,7 +13,8 @@ What happens, by interaction (cooling period 3 unless said otherwise):
 - A moderator reflects, then rolls back to the version where Tom's argument about
   waste storage and Maria's about the four-day week were still cooling: both are
   restored and commit later, still theirs.
-- The cooling period drops to 1 (an operator's setting change) while Maria's argument
+- The cooling period drops to 1 (an operator's setting change, which reaches the
+  community when its agent is next loaded: `operator_sets`) while Maria's argument
   still cools, so Tom's counter-argument becomes due at the same interaction and the
   two are netted into one commit, credited to the larger step (Maria's).
 """
@@ -25,7 +26,8 @@ from typing import Any
 
 from bot.messages import Community, User
 from bot.runtime import Runtime
-from sonality import config
+from sonality.agent import SonalityAgent
+from sonality.config import EngineConfig
 from tests.integration.conftest import command, say
 
 COMMUNITY = Community(id="test:riverside", name="Riverside Makers")
@@ -134,6 +136,22 @@ def teach(brain: Any) -> None:
         brain.ess_rule(**rule)
 
 
+async def operator_sets(runtime: Runtime, community: Community, **changes: Any) -> None:
+    """An operator's change of engine settings for one community, as a restart applies
+    it: the community's agent finishes its learning and is unloaded, and from its next
+    load on it follows the runtime's config with `changes` (checked like any config)."""
+    await runtime.registry.unload(community.id)
+    load = runtime.registry.factory
+
+    async def changed(loading: Community) -> SonalityAgent:
+        agent = await load(loading)
+        if loading.id == community.id:
+            agent.config = EngineConfig(**{**agent.config.model_dump(), **changes})
+        return agent
+
+    runtime.registry.factory = changed
+
+
 async def play(runtime: Runtime, brain: Any, community: Community = COMMUNITY) -> Played:
     """Run the script; returns what the tests expect to find in the timeline."""
     teach(brain)
@@ -151,8 +169,9 @@ async def play(runtime: Runtime, brain: Any, community: Community = COMMUNITY) -
         assert agent is not None
         return agent.sponge.version
 
-    cooling = config.OPINION_COOLING_PERIOD
-    config.OPINION_COOLING_PERIOD = 3
+    factory = runtime.registry.factory
+    # The script counts on a cooling period of 3, whatever the environment sets.
+    await operator_sets(runtime, community, opinion_cooling_period=3)
     try:
         await talk(MARIA, "A meta-analysis of reactor safety records says it is the safest.")  # 1
         await talk(SAM, "Morning all, who brought the coffee?")  # 2
@@ -191,7 +210,8 @@ async def play(runtime: Runtime, brain: Any, community: Community = COMMUNITY) -
         played.expected_moves.append(("nuclear_energy", 14, TOM.id))
         await talk(MARIA, "Office collaboration sparks ideas you never get on video.")  # 15
         await talk(MARIA, "Again: its capacity factor is unmatched.")  # 16, due 19
-        config.OPINION_COOLING_PERIOD = 1
+        runtime.registry.factory = factory
+        await operator_sets(runtime, community, opinion_cooling_period=1)
         await talk(SAM, "Who borrowed my calipers?")  # 17
         played.expected_moves.append(("remote_work", 18, MARIA.id))
         await talk(TOM, "I doubt small modular reactors will ever be cheap.")  # 18, due 19
@@ -200,5 +220,5 @@ async def play(runtime: Runtime, brain: Any, community: Community = COMMUNITY) -
         played.netted_at = 19
         await talk(SAM, "Good night everyone.")  # 20
     finally:
-        config.OPINION_COOLING_PERIOD = cooling
+        runtime.registry.factory = factory  # the agent loaded now keeps its config
     return played

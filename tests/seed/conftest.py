@@ -2,8 +2,9 @@
 API contract, 003 the memory model, 004 the evidence score) must keep working.
 
 Every expectation here comes from what those documents say, not from the code under
-test. The engine's tunables are read from the environment at import, so each test
-runs with the documents' values whatever the developer's shell sets; what the
+test. Seed-shaped code passes no `EngineConfig`, so the engine follows the one built
+from the environment at import (`config.ENVIRONMENT`); each test here gets the
+documents' values in its place, whatever the developer's shell sets. What the
 configuration gives on its own is checked in a clean process (test_seed_config.py).
 Nothing here reaches the network: the LLM is the loopback Anthropic fake through the
 real SDK, and memories use the bundled embedding model.
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from sonality import config
+from sonality.config import EngineConfig
 from sonality.memory.embedding import ensure_minilm_onnx
 from tests.fakes.anthropic_fixtures import anthropic_server, llm  # noqa: F401
 
@@ -23,21 +25,20 @@ from tests.fakes.anthropic_fixtures import anthropic_server, llm  # noqa: F401
 MODEL_CACHE = Path(__file__).resolve().parents[2] / ".cache" / "test-models"
 
 #: 002's configuration table: the values a fresh install runs with.
-SEED_TUNABLES = {
-    "ESS_THRESHOLD": 0.3,
-    "BOOTSTRAP_DAMPENING_UNTIL": 10,
-    "OPINION_COOLING_PERIOD": 3,
-    "SEMANTIC_RETRIEVAL_COUNT": 2,
-    "EPISODIC_RETRIEVAL_COUNT": 3,
-    "EPISODE_RETRIEVAL_COUNT": 5,
-    "REFLECTION_EVERY": 20,
-}
+SEED_TUNABLES = EngineConfig(
+    ess_threshold=0.3,
+    bootstrap_dampening_until=10,
+    opinion_cooling_period=3,
+    semantic_retrieval_count=2,
+    episodic_retrieval_count=3,
+    reflection_every=20,
+)
 
 
 @pytest.fixture(autouse=True)
 def seed_configuration(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name, value in SEED_TUNABLES.items():
-        monkeypatch.setattr(config, name, value)
+    """The seed's values in place of the environment's, for code that passes none."""
+    monkeypatch.setattr(config, "ENVIRONMENT", SEED_TUNABLES)
 
 
 @pytest.fixture

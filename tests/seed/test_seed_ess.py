@@ -159,7 +159,6 @@ async def test_an_incomplete_answer_is_retried_twice_then_safe_defaults(
     assert result.reasoning_type is ReasoningType.NO_ARGUMENT
     assert result.opinion_direction is OpinionDirection.NEUTRAL
     assert result.topics == ()
-    assert result.score < config.ESS_THRESHOLD  # defaults can never move an opinion
 
 
 async def test_a_retry_that_completes_the_answer_is_used(
