@@ -5,7 +5,8 @@ Why this exists (chromadb 1.5.9, embedded, measured on the bot's 2-core machines
 * The embedded client keeps every HNSW index it has opened in memory until the process
   ends: about 2.6 MB apiece even for a collection of five vectors. A bot that has talked
   with 100 communities carried 260 MB of indexes; one that talks with thousands over a
-  week would grow without bound.
+  week would grow without bound. The 2.6 MB is hnswlib's fixed table of 65,536 locks
+  per index; no collection setting (``hnsw`` or ``spann``) makes it smaller.
 * Chroma's own bound is a cache of ``RLIMIT_NOFILE // 5`` indexes, and it cannot safely
   be made small: an index evicted from that cache and opened again failed every later
   query with "Error creating hnsw segment reader: Nothing found on disk" (cache of 4,
