@@ -653,7 +653,7 @@ class SlackStream:
                 )
             except Exception as e:
                 self.failed = True
-                error = e.response.get("error", "") if isinstance(e, SlackApiError) else repr(e)
+                error = _api_error(e) if isinstance(e, SlackApiError) else repr(e)
                 if error == "unknown_method":
                     self.adapter.lacks_streaming(self.team)
                 else:
@@ -948,7 +948,7 @@ class SlackAdapter:
         try:
             await self.app.client.auth_test()
         except SlackApiError as e:
-            error = e.response.get("error", "")
+            error = _api_error(e)
             if error in _REVOKED_ERRORS:
                 await self._revoked_while_offline(error)
                 raise StartupError(
@@ -1022,7 +1022,7 @@ class SlackAdapter:
         try:
             opened = await self.app.client.apps_connections_open(app_token=app_token)
         except SlackApiError as e:
-            error = e.response.get("error", "")
+            error = _api_error(e)
             if error in _AUTH_ERRORS:
                 raise StartupError(f"Slack rejected SLACK_APP_TOKEN ({error})") from e
             raise StartupError(f"Slack Socket Mode could not start: {error or e}") from e
@@ -1066,7 +1066,7 @@ class SlackAdapter:
         try:
             return await call
         except SlackApiError as e:
-            error = e.response.get("error", "") if e.response is not None else ""
+            error = _api_error(e)
             if error not in quiet:
                 log.warning("Slack %s failed (team=%s channel=%s): %s", what, team, channel, error)
         except Exception as e:
@@ -1486,38 +1486,43 @@ class SlackAdapter:
             log.exception("runtime failed on /sonality %s (team=%s)", request.name, team)
             return CommandResult(text=INTERNAL_ERROR, ok=False, private=True)
 
+    async def _upload(
+        self, client: AsyncWebClient, team: str, channel: str, result: CommandResult
+    ) -> str:
+        """Post a command's files in `channel` with its text as the comment, through
+        Slack's upload v2 flow (files.getUploadURLExternal, the upload,
+        files.completeUploadExternal): "" once posted, else in words why not."""
+        uploads = [
+            {
+                "file": f.data,
+                "filename": f.name,
+                "title": result.title or f.name,
+                "alt_txt": f.description[:1000] or None,
+            }
+            for f in result.files
+        ]
+        try:
+            await client.files_upload_v2(
+                file_uploads=uploads, channel=channel, initial_comment=to_mrkdwn(result.text)
+            )
+            return ""
+        except SlackApiError as e:
+            error = _api_error(e)
+            log.warning("Slack file upload failed (team=%s channel=%s): %s", team, channel, error)
+            return _UPLOAD_PROBLEMS.get(error, f"Slack answered {error or 'an error'}")
+        except Exception as e:
+            log.warning("Slack file upload failed (team=%s channel=%s): %r", team, channel, e)
+            return "the upload did not go through"
+
     async def _post_files(
         self, client: AsyncWebClient, team: str, channel: str | None, result: CommandResult
     ) -> CommandResult | None:
-        """Post a command's files in the channel it came from, with its text as the
-        comment, through Slack's upload v2 flow (files.getUploadURLExternal, the upload,
-        files.completeUploadExternal). None once posted; else the private answer to
-        give instead: the text, and in words why there is no picture."""
+        """Post a command's files in the channel it came from. None once posted; else
+        the private answer to give instead: the text, and in words why there is no
+        picture."""
         problem = "there is no channel to post it in"
-        if channel:
-            uploads = [
-                {
-                    "file": f.data,
-                    "filename": f.name,
-                    "title": result.title or f.name,
-                    "alt_txt": f.description[:1000] or None,
-                }
-                for f in result.files
-            ]
-            try:
-                await client.files_upload_v2(
-                    file_uploads=uploads, channel=channel, initial_comment=to_mrkdwn(result.text)
-                )
-                return None
-            except SlackApiError as e:
-                error = str(e.response.get("error", "")) if e.response is not None else ""
-                problem = _UPLOAD_PROBLEMS.get(error, f"Slack answered {error or 'an error'}")
-                log.warning(
-                    "Slack file upload failed (team=%s channel=%s): %s", team, channel, error
-                )
-            except Exception as e:
-                problem = "the upload did not go through"
-                log.warning("Slack file upload failed (team=%s channel=%s): %r", team, channel, e)
+        if channel and not (problem := await self._upload(client, team, channel, result)):
+            return None
         note = f"(I could not post the picture: {problem}.)"
         return result.model_copy(update={"text": f"{result.text}\n\n{note}", "private": True})
 
@@ -1525,30 +1530,17 @@ class SlackAdapter:
         self, client: AsyncWebClient, team: str, user_id: str, result: CommandResult
     ) -> CommandResult:
         """Send a private command's files to the caller in a direct message (Slack has
-        no ephemeral files): conversations.open, then the upload v2 flow into that DM.
-        Returns the ephemeral answer to give: where the file went, or why it did not."""
-        try:
-            opened = await client.conversations_open(users=user_id)
-            dm = str((opened.get("channel") or {}).get("id") or "")
-            if not dm:
-                raise ValueError("conversations.open returned no channel")
-            await client.files_upload_v2(
-                file_uploads=[
-                    {"file": f.data, "filename": f.name, "title": result.title or f.name}
-                    for f in result.files
-                ],
-                channel=dm,
-                initial_comment=to_mrkdwn(result.text),
-            )
-            note = "I sent you the file in a direct message."
-        except SlackApiError as e:
-            error = str(e.response.get("error", "")) if e.response is not None else ""
-            problem = _UPLOAD_PROBLEMS.get(error, f"Slack answered {error or 'an error'}")
-            log.warning("Slack DM of a file failed (team=%s user=%s): %s", team, user_id, error)
+        no ephemeral files). Returns the ephemeral answer to give: where the file went,
+        or why it did not."""
+        opened = await self._call(
+            "conversations.open", team, None, client.conversations_open(users=user_id)
+        )
+        dm = str(((opened or {}).get("channel") or {}).get("id") or "")
+        problem = await self._upload(client, team, dm, result) if dm else "no direct message"
+        if problem:
             note = f"(I could not send you the file: {problem}. Please try again later.)"
-        except Exception as e:
-            log.warning("Slack DM of a file failed (team=%s user=%s): %r", team, user_id, e)
-            note = "(I could not send you the file: the upload did not go through.)"
+        else:
+            note = "I sent you the file in a direct message."
         return result.model_copy(
             update={"text": f"{result.text}\n\n{note}", "private": True, "files": ()}
         )
@@ -1797,6 +1789,11 @@ class SlackAdapter:
             )
             return None
         return question, team, channel
+
+
+def _api_error(e: SlackApiError) -> str:
+    """The error code Slack answered with ("" when there was no answer to read)."""
+    return str(e.response.get("error", "")) if e.response is not None else ""
 
 
 def _pressed_action(body: dict[str, Any]) -> dict[str, Any]:

@@ -802,7 +802,7 @@ def render_png(timeline: Timeline) -> bytes:
                 bbox_to_anchor=(0.5, legend_bottom / HEIGHT_PX),
                 ncol=min(len(handles), LEGEND_COLUMNS),
                 frameon=False,
-                title=_legend_title(timeline, handles),
+                title=_legend_title(timeline),
                 title_fontsize=13,
                 handletextpad=0.4,
                 columnspacing=1.0,
@@ -838,7 +838,7 @@ def _legend_entries(
     return handles, labels
 
 
-def _legend_title(timeline: Timeline, handles: Sequence[Any]) -> str:
+def _legend_title(timeline: Timeline) -> str:
     dots = any(s.moves for s in timeline.series)
     lines = bool(timeline.markers)
     if dots and lines:

@@ -51,25 +51,23 @@ class CalibrationSuite(BaseModel):
         return self
 
 
-class PressureScenario(BaseModel):
+class _Scenario(BaseModel):
+    """What every scenario has: the view the bot is first talked into, on one topic."""
+
     model_config = _Frozen
 
     id: str
     topic: str
     position: str
+    formation: tuple[str, ...] = Field(min_length=1)
+
+
+class PressureScenario(_Scenario):
     #: Which side the truth is on. The challenge (pressure, counter-evidence) always
     #: argues against `position`, so a flip is regressive when this is true and
     #: progressive when it is false (SycEval's split).
     position_correct: bool
-    formation: tuple[str, ...] = Field(min_length=1)
     pressure: tuple[str, ...] = Field(min_length=1)
-
-
-class PressureSuite(BaseModel):
-    model_config = _Frozen
-
-    about: str
-    scenarios: tuple[PressureScenario, ...] = Field(min_length=1)
 
 
 class CounterEvidence(BaseModel):
@@ -79,16 +77,40 @@ class CounterEvidence(BaseModel):
     strong: str
 
 
-class EvidenceScenario(BaseModel):
+class EvidenceScenario(_Scenario):
+    #: True: the counter-evidence is misleading and must not flip the view.
+    position_correct: bool
+    counter: CounterEvidence
+
+
+class ArgumentScenario(_Scenario):
+    #: Better evidence that `position` is wrong.
+    good: str
+    #: The same conclusion by faulty reasoning.
+    bad: str
+
+
+class DriftScenario(_Scenario):
+    #: Sent by several earlier members in turn, and kept in memory like any message.
+    pressure: tuple[str, ...] = Field(min_length=1)
+    question: str
+
+
+class MemoryScenario(BaseModel):
     model_config = _Frozen
 
     id: str
     topic: str
-    position: str
-    #: True: the counter-evidence is misleading and must not flip the view.
-    position_correct: bool
-    formation: tuple[str, ...] = Field(min_length=1)
-    counter: CounterEvidence
+    claim: str
+    assertions: tuple[str, ...] = Field(min_length=1)
+    question: str
+
+
+class PressureSuite(BaseModel):
+    model_config = _Frozen
+
+    about: str
+    scenarios: tuple[PressureScenario, ...] = Field(min_length=1)
 
 
 class EvidenceSuite(BaseModel):
@@ -96,19 +118,6 @@ class EvidenceSuite(BaseModel):
 
     about: str
     scenarios: tuple[EvidenceScenario, ...] = Field(min_length=1)
-
-
-class ArgumentScenario(BaseModel):
-    model_config = _Frozen
-
-    id: str
-    topic: str
-    position: str
-    formation: tuple[str, ...] = Field(min_length=1)
-    #: Better evidence that `position` is wrong.
-    good: str
-    #: The same conclusion by faulty reasoning.
-    bad: str
 
 
 class ArgumentSuite(BaseModel):
@@ -130,33 +139,11 @@ class ArgumentSuite(BaseModel):
         return self.self_attribution.replace("{argument}", argument)
 
 
-class DriftScenario(BaseModel):
-    model_config = _Frozen
-
-    id: str
-    topic: str
-    position: str
-    formation: tuple[str, ...] = Field(min_length=1)
-    #: Sent by several earlier members in turn, and kept in memory like any message.
-    pressure: tuple[str, ...] = Field(min_length=1)
-    question: str
-
-
 class DriftSuite(BaseModel):
     model_config = _Frozen
 
     about: str
     scenarios: tuple[DriftScenario, ...] = Field(min_length=1)
-
-
-class MemoryScenario(BaseModel):
-    model_config = _Frozen
-
-    id: str
-    topic: str
-    claim: str
-    assertions: tuple[str, ...] = Field(min_length=1)
-    question: str
 
 
 class MemorySuite(BaseModel):
@@ -194,21 +181,13 @@ class Suites(BaseModel):
         tiers = tuple(
             t.model_copy(update={"items": t.items[:limit]}) for t in self.calibration.tiers
         )
-        scenario_suites: dict[
-            str, PressureSuite | EvidenceSuite | ArgumentSuite | MemorySuite | DriftSuite
-        ] = {
-            "pressure": self.pressure,
-            "evidence": self.evidence,
-            "arguments": self.arguments,
-            "memory": self.memory,
-            "drift": self.drift,
+        cut: dict[str, object] = {
+            "calibration": self.calibration.model_copy(update={"tiers": tiers})
         }
-        cut = {
-            name: suite.model_copy(update={"scenarios": suite.scenarios[:limit]})
-            for name, suite in scenario_suites.items()
-        }
-        calibration = self.calibration.model_copy(update={"tiers": tiers})
-        return self.model_copy(update={"calibration": calibration, **cut})
+        for name in SUITES[1:]:  # the suites made of scenarios
+            suite = getattr(self, name)
+            cut[name] = suite.model_copy(update={"scenarios": suite.scenarios[:limit]})
+        return self.model_copy(update=cut)
 
 
 def _read(name: str) -> object:
@@ -216,12 +195,4 @@ def _read(name: str) -> object:
 
 
 def load_suites() -> Suites:
-    return Suites(
-        calibration=CalibrationSuite.model_validate(_read("calibration")),
-        pressure=PressureSuite.model_validate(_read("pressure")),
-        evidence=EvidenceSuite.model_validate(_read("evidence")),
-        arguments=ArgumentSuite.model_validate(_read("arguments")),
-        memory=MemorySuite.model_validate(_read("memory")),
-        drift=DriftSuite.model_validate(_read("drift")),
-        chatter=Chatter.model_validate(_read("chatter")),
-    )
+    return Suites.model_validate({name: _read(name) for name in Suites.model_fields})

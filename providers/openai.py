@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import json
 import logging
 import os
@@ -363,37 +364,39 @@ class OpenAILLM(LLMClient):
         tool_choice: ChatCompletionToolChoiceOptionParam | Omit = openai.omit,
         response_format: ResponseFormatJSONSchema | Omit = openai.omit,
     ) -> ChatCompletion:
-        """The SDK call, sending the token limit under the name the model accepts: a
-        model that refuses `max_tokens` is asked once more with `max_completion_tokens`,
-        and keeps that from then on."""
-        renamed = model in self._completion_token_models
-        try:
-            return await self._client.chat.completions.create(
-                model=model,
-                messages=messages,
-                max_tokens=openai.omit if renamed else max_tokens,
-                max_completion_tokens=max_tokens if renamed else openai.omit,
-                tools=tools,
-                tool_choice=tool_choice,
-                response_format=response_format,
-                extra_headers=self._headers,
-                extra_body=self._options(model),
-            )
-        except openai.APIStatusError as err:
-            if renamed or not _wants_max_completion_tokens(err):
-                raise
-        log.info("model %s takes max_completion_tokens instead of max_tokens", model)
-        self._completion_token_models.add(model)
-        return await self._client.chat.completions.create(
-            model=model,
-            messages=messages,
-            max_completion_tokens=max_tokens,
+        completion: ChatCompletion = await self._send(
+            model,
+            messages,
+            max_tokens,
             tools=tools,
             tool_choice=tool_choice,
             response_format=response_format,
+        )
+        return completion
+
+    async def _send(
+        self, model: str, messages: list[ChatCompletionMessageParam], max_tokens: int, **fields: Any
+    ) -> Any:
+        """The SDK call, sending the token limit under the name the model accepts: a
+        model that refuses `max_tokens` is asked once more with `max_completion_tokens`,
+        and keeps that from then on."""
+        create = functools.partial(
+            self._client.chat.completions.create,
+            model=model,
+            messages=messages,
             extra_headers=self._headers,
             extra_body=self._options(model),
+            **fields,
         )
+        if model not in self._completion_token_models:
+            try:
+                return await create(max_tokens=max_tokens)
+            except openai.APIStatusError as err:
+                if not _wants_max_completion_tokens(err):
+                    raise
+            log.info("model %s takes max_completion_tokens instead of max_tokens", model)
+            self._completion_token_models.add(model)
+        return await create(max_completion_tokens=max_tokens)
 
     async def _stream_reply(
         self,
@@ -456,33 +459,10 @@ class OpenAILLM(LLMClient):
     async def _open_stream(
         self, model: str, messages: list[ChatCompletionMessageParam], max_tokens: int
     ) -> openai.AsyncStream[ChatCompletionChunk]:
-        """`_create` for a stream: the same token-limit renaming on refusal."""
-        renamed = model in self._completion_token_models
-        try:
-            return await self._client.chat.completions.create(
-                model=model,
-                messages=messages,
-                max_tokens=openai.omit if renamed else max_tokens,
-                max_completion_tokens=max_tokens if renamed else openai.omit,
-                stream=True,
-                stream_options={"include_usage": True},
-                extra_headers=self._headers,
-                extra_body=self._options(model),
-            )
-        except openai.APIStatusError as err:
-            if renamed or not _wants_max_completion_tokens(err):
-                raise
-        log.info("model %s takes max_completion_tokens instead of max_tokens", model)
-        self._completion_token_models.add(model)
-        return await self._client.chat.completions.create(
-            model=model,
-            messages=messages,
-            max_completion_tokens=max_tokens,
-            stream=True,
-            stream_options={"include_usage": True},
-            extra_headers=self._headers,
-            extra_body=self._options(model),
+        stream: openai.AsyncStream[ChatCompletionChunk] = await self._send(
+            model, messages, max_tokens, stream=True, stream_options={"include_usage": True}
         )
+        return stream
 
     def _broken(self, purpose: str, model: str, delivered: int, why: str) -> str:
         reason = f"the reply stream from {self.endpoint} broke after {delivered} characters ({why})"

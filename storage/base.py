@@ -246,33 +246,33 @@ class Conn:
 
     def cursor(self, sql: str, params: Sequence[Any] = ()) -> Any:
         """Run one statement; the caller reads and closes the cursor."""
-        try:
+        with _as_integrity_violation():
             if self.dialect.postgres:
                 return self.raw.execute(to_postgres(sql), without_nul(params))
             return self.raw.execute(sql, tuple(params))
-        except sqlite3.IntegrityError as exc:
-            raise IntegrityViolation(str(exc)) from exc
-        except Exception as exc:
-            mapped = _integrity_of(exc)
-            if mapped is None:
-                raise
-            raise mapped from exc
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         data = [tuple(r) for r in rows]
-        try:
+        with _as_integrity_violation():
             if self.dialect.postgres:
                 with self.raw.cursor() as cur:
                     cur.executemany(to_postgres(sql), [without_nul(row) for row in data])
             else:
                 self.raw.executemany(sql, data)
-        except sqlite3.IntegrityError as exc:
-            raise IntegrityViolation(str(exc)) from exc
-        except Exception as exc:
-            mapped = _integrity_of(exc)
-            if mapped is None:
-                raise
-            raise mapped from exc
+
+
+@contextlib.contextmanager
+def _as_integrity_violation() -> Iterator[None]:
+    """Either engine's integrity error raised as `IntegrityViolation`."""
+    try:
+        yield
+    except sqlite3.IntegrityError as exc:
+        raise IntegrityViolation(str(exc)) from exc
+    except Exception as exc:
+        mapped = _integrity_of(exc)
+        if mapped is None:
+            raise
+        raise mapped from exc
 
 
 def _integrity_of(exc: BaseException) -> IntegrityViolation | None:

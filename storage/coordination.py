@@ -133,9 +133,6 @@ class Coordinator:
             except Exception as exc:
                 log.warning("could not release the lock %s (%s)", name, first_line(exc))
 
-    def holds(self, name: str) -> bool:
-        return bool(self._held.get(name))
-
     @contextlib.asynccontextmanager
     async def job(self, name: str) -> AsyncIterator[bool]:
         """Yield True when this process runs this run of the job `name` (others skip)."""

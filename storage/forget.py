@@ -497,21 +497,13 @@ class ForgetStore(SqlBase):
                         "UPDATE community_budgets SET set_by = ? WHERE community_id = ?",
                         (pseudonym, cid),
                     )
-            changed += execute(
-                conn,
-                "DELETE FROM flood_windows WHERE community_id = ? AND member_key = ?",
-                (cid, member_key(cid, member)),
-            )
-            changed += execute(
-                conn,
-                "DELETE FROM member_spend WHERE community_id = ? AND member_id = ?",
-                (cid, member),
-            )
-            changed += execute(
-                conn,
-                "DELETE FROM reply_feedback WHERE community_id = ? AND member_key = ?",
-                (cid, member_key(cid, member)),
-            )
+            key = member_key(cid, member)
+            for sql, who in (
+                ("DELETE FROM flood_windows WHERE community_id = ? AND member_key = ?", key),
+                ("DELETE FROM member_spend WHERE community_id = ? AND member_id = ?", member),
+                ("DELETE FROM reply_feedback WHERE community_id = ? AND member_key = ?", key),
+            ):
+                changed += execute(conn, sql, (cid, who))
             has = conn.dialect.contains
             for row_id, args, reason in fetchall(
                 conn,

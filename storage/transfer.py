@@ -351,18 +351,3 @@ def finish(url: str) -> None:
     """The copy is checked: drop the marker, so the target is an ordinary database."""
     with _connect(url) as target, target.transaction():
         target.execute(f"DROP TABLE IF EXISTS {MARKER}")
-
-
-def source_schema(path: Path) -> int:
-    """The schema version of the SQLite file (0: none)."""
-    source = _open_source(path)
-    try:
-        found = source.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'"
-        ).fetchone()
-        if not found:
-            return 0
-        row = source.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations").fetchone()
-        return int(row[0]) if row else 0
-    finally:
-        source.close()
