@@ -119,13 +119,12 @@ class Settings(BaseSettings):
     # vectors within cosine 0.98 of the float model's); false: the float model.
     embedding_int8: bool = Field(default=True, alias="SONALITY_EMBEDDING_INT8")
     # Memory indexes (a community's episodes, its insights) Chroma may hold before it is
-    # reopened to free them. Sized by the memory budget: each open index holds about
-    # 3 MB whatever its size (2.6 MB of it fixed inside hnswlib), so 100 keep the bot
-    # under 500 MB with 100 communities active (bench figure 4) while a message no
-    # longer opens its index again (figure 3a: 12-13 ms of CPU instead of 17-18).
-    # Fewer active communities than this: nothing is reopened; more: each recall
-    # opens its index again. Raise it only with the memory to match.
-    chroma_max_open: int = Field(default=100, ge=1, alias="SONALITY_CHROMA_MAX_OPEN")
+    # reopened to free them: a memory bound. Each open index holds about 3 MB whatever
+    # its size (2.6 MB of it fixed inside hnswlib). 32 keeps bench figure 4 (100
+    # communities active) near 300 MB; 100 would spare each message reopening its index
+    # there (figure 3a: 12 ms of CPU instead of 17-18) but takes the process past 500 MB.
+    # Set it above the communities chatting at once if the memory is there.
+    chroma_max_open: int = Field(default=32, ge=1, alias="SONALITY_CHROMA_MAX_OPEN")
     # A Chroma server (`chroma run`) for episodes instead of the local directory, so
     # several bot processes can share them: http://host:port (https:// for TLS).
     chroma_url: str | None = Field(default=None, alias="CHROMA_URL")
