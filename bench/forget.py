@@ -26,15 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from bot.forget_me import forget_member
-from sonality import config
 from sonality.agent import SonalityAgent
-from sonality.changes import recorded_ess
-from sonality.config import EngineConfig
+from sonality.changes import decay_step, ess_event, message_step
+from sonality.config import BELIEF_DECAY_RATE, EngineConfig
 from sonality.ess import ESSResult, OpinionDirection, ReasoningType, SourceReliability
-from sonality.evidence import DECAY, MESSAGE, EvidenceStep
 from sonality.opinions import apply_due, disagrees, update_opinions, update_topics
 from sonality.state import SpongeState
-from sonality.store import AuditEvent, InteractionRecord, Speaker, StateCommit
+from sonality.store import InteractionRecord, Speaker, StateCommit
 from storage import Database
 
 COMMUNITY = "bench:forget"
@@ -136,42 +134,17 @@ async def build(db: Database, messages: int, engine: EngineConfig) -> None:
             config=engine,
         )
         state.track_disagreement(disagreed)
-        evidence = [
-            EvidenceStep(
-                kind=MESSAGE,
-                interaction=state.interaction_count,
-                interaction_id=record.id,
-                member=speaker.id,
-                ess=recorded_ess(ess),
-            )
-        ]
+        evidence = [message_step(state, record, ess)]
         if state.interaction_count % DECAY_EVERY == 0:
-            state.decay_beliefs(config.BELIEF_DECAY_RATE)
-            evidence.append(
-                EvidenceStep(
-                    kind=DECAY, interaction=state.interaction_count, rate=config.BELIEF_DECAY_RATE
-                )
-            )
+            state.decay_beliefs(BELIEF_DECAY_RATE)
+            evidence.append(decay_step(state))
         state.version += 1
         await store.commit(
             StateCommit(
                 state=state,
                 cause="interaction",
                 change=f"ESS {ess.score:.2f}",
-                events=[
-                    AuditEvent(
-                        kind="ess",
-                        interaction=state.interaction_count,
-                        payload={
-                            "interaction_id": record.id,
-                            "speaker": speaker.id,
-                            "score": ess.score,
-                            "summary": ess.summary,
-                            "topics": list(ess.topics),
-                            "insight": None,
-                        },
-                    )
-                ],
+                events=[ess_event(state, record, ess, insight=None)],
                 interaction_id=record.id,
                 evidence=evidence,
             )

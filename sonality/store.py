@@ -157,10 +157,6 @@ class LocalLease:
         self._key = key
         self._count = 0
 
-    @property
-    def held(self) -> bool:
-        return self._count > 0
-
     async def acquire(self) -> bool:
         if self._holders.setdefault(self._key, self) is not self:
             return False

@@ -10,7 +10,7 @@ learned alone, and no version check.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from sonality.llm import LLMError, ToolResult
 from sonality.store import InteractionRecord, LocalLease, Speaker
 from storage import Database
 from tests.engine.test_agent_learning import RecordingMemory, ScriptedLLM
+from tests.integration.conftest import eventually
 
 COMMUNITY = "test:lease"
 ANN = Speaker(id="U1", name="Ann")
@@ -50,16 +51,6 @@ async def learned_ids(db: Database) -> list[str]:
         for s in await db.community(COMMUNITY).evidence()
         if s.kind == MESSAGE
     ]
-
-
-async def eventually(condition: Callable[[], bool], seconds: float = 5.0) -> bool:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + seconds
-    while loop.time() < deadline:
-        if condition():
-            return True
-        await asyncio.sleep(0.01)
-    return condition()
 
 
 async def test_the_sqlite_lease_has_one_holder_at_a_time(db: Database) -> None:
@@ -176,13 +167,15 @@ async def test_a_moderator_change_goes_through_while_learning_waits_for_the_mode
     agent = await load(db, llm)
     try:
         await agent.respond("hello", ANN)
-        assert await eventually(lambda: agent.learning_held)
+        assert await eventually(lambda: agent.learning_held, 5.0)
         assert agent.backlog == 1
         restored = await asyncio.wait_for(agent.rollback(0, actor="mod"), 5)
         assert restored.version == 1
         llm.up = True
         agent.resume_learning()
-        assert await eventually(lambda: agent.backlog == 0 and agent.sponge.interaction_count == 1)
+        assert await eventually(
+            lambda: agent.backlog == 0 and agent.sponge.interaction_count == 1, 5.0
+        )
         assert agent.sponge.version == 2
     finally:
         await agent.close(grace_seconds=5)
