@@ -31,7 +31,9 @@ import io
 import logging
 import os
 import re
+import shutil
 import sys
+import textwrap
 import threading
 import unicodedata
 from pathlib import Path
@@ -304,7 +306,10 @@ class TerminalAdapter:
     def _answer(self, text: str, speaker: str = "") -> None:
         """One answer: as it is at a terminal, as exactly one line when scripted."""
         if self.interactive:
-            self._print(speaker + text)
+            shown = speaker + text
+            if self.editing:  # a terminal on stdout: fit its width
+                shown = fit_to_width(shown, shutil.get_terminal_size().columns - 1)
+            self._print(shown)
         else:  # newlines become a literal backslash-n (and backslashes are doubled)
             self._print(text.replace("\\", "\\\\").replace("\r", "").replace("\n", "\\n"))
 
@@ -350,3 +355,21 @@ def _private_file(path: Path) -> Path:
 
 def _user_id(name: str) -> str:
     return "terminal-" + "-".join(name.lower().split())
+
+
+def fit_to_width(text: str, width: int) -> str:
+    """Lines longer than `width` broken between words, each continuation indented two
+    spaces past its line's own indent: a terminal would cut them mid-word (a history
+    line's topic, a status line's date)."""
+    if width < 20:
+        return text  # too narrow to wrap usefully
+    lines: list[str] = []
+    for line in text.split("\n"):
+        if len(line) <= width:
+            lines.append(line)
+            continue
+        indent = line[: len(line) - len(line.lstrip())]
+        lines.extend(
+            textwrap.wrap(line, width, subsequent_indent=indent + "  ", break_on_hyphens=False)
+        )
+    return "\n".join(lines)

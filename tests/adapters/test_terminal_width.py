@@ -1,0 +1,35 @@
+"""Command answers at an interactive terminal fit its width, broken between words."""
+
+from __future__ import annotations
+
+from adapters.terminal import fit_to_width
+
+HISTORY = (
+    "[History]\n"
+    "v2  2026-11-28 04:42 UTC  [interaction] committed remote_work +0.020 (1 update), "
+    "argued by you (v1, ESS 0.80) | during: ESS 0.02 no_argument\n"
+    "  · an indented line that is long enough to need a second line at this width, too\n"
+    "v0  2026-11-28 04:42 UTC  [seed] seed personality"
+)
+
+
+def test_long_lines_break_between_words_and_keep_every_word() -> None:
+    shown = fit_to_width(HISTORY, 79)
+    lines = shown.split("\n")
+    assert all(len(line) <= 79 for line in lines), lines
+    assert shown.split() == HISTORY.split(), "no word cut, lost or added"
+    assert "remote_work" in shown.split()  # the topic the terminal used to cut in two
+    assert lines[0] == "[History]" and lines[-1] == HISTORY.split("\n")[-1]  # short: as is
+
+
+def test_a_continuation_is_indented_past_its_lines_own_indent() -> None:
+    lines = fit_to_width(HISTORY, 60).split("\n")
+    first = next(i for i, line in enumerate(lines) if line.startswith("v2"))
+    assert lines[first + 1].startswith("  ") and not lines[first + 1].startswith("   ")
+    bullet = next(i for i, line in enumerate(lines) if line.startswith("  · "))
+    assert lines[bullet + 1].startswith("    ") and lines[bullet + 1][4] != " "
+
+
+def test_a_text_that_fits_or_a_tiny_terminal_is_left_alone() -> None:
+    assert fit_to_width(HISTORY, 500) == HISTORY
+    assert fit_to_width(HISTORY, 10) == HISTORY
