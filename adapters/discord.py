@@ -53,7 +53,7 @@ from bot.messages import (
     dm_community_id,
 )
 from bot.settings import Settings
-from providers.openai import connection_failure
+from providers import connection_failure
 
 __all__ = ["FREE_NEEDS_INTENT", "INTENTS_HELP", "MESSAGE_LIMIT", "TOKEN_HELP", "DiscordAdapter"]
 

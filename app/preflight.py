@@ -21,14 +21,14 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import anthropic
-import openai
 
 from bot.interface import StartupError
 from bot.settings import Settings
-from providers import is_local_endpoint
-from providers.openai import OPENAI_API_URL, OpenAILLM, connection_failure
+from providers import connection_failure, is_local_endpoint
 from storage.migrations import SCHEMA_VERSION
 from storage.models import SchemaTooNewError, StorageError
 from storage.postgres import check_postgres, describe_url
@@ -40,10 +40,6 @@ CHECK_TIMEOUT_SECONDS = 10.0
 CHECK_RETRIES = 1
 ANTHROPIC_API_URL = "https://api.anthropic.com"
 CHROMA_FILE = "chroma.sqlite3"
-
-APIStatusError = anthropic.APIStatusError | openai.APIStatusError
-APIConnectionError = anthropic.APIConnectionError | openai.APIConnectionError
-APITimeoutError = anthropic.APITimeoutError | openai.APITimeoutError
 
 
 @dataclass(frozen=True)
@@ -113,10 +109,14 @@ async def _check_anthropic(settings: Settings, models: dict[str, list[str]]) -> 
             try:
                 await client.models.retrieve(model)
             except anthropic.AnthropicError as err:
-                _judge(err, endpoint, model, names)
+                _judge(anthropic, err, endpoint, model, names)
 
 
 async def _check_openai(settings: Settings, models: dict[str, list[str]]) -> None:
+    import openai
+
+    from providers.openai import OPENAI_API_URL, OpenAILLM
+
     key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else ""
     client = OpenAILLM(
         api_key=key,
@@ -138,21 +138,25 @@ async def _check_openai(settings: Settings, models: dict[str, list[str]]) -> Non
             try:
                 await client.check_model(model)
             except openai.OpenAIError as err:
-                _judge(err, endpoint, model, names)
+                _judge(openai, err, endpoint, model, names)
     finally:
         await client.aclose()
 
 
-def _judge(err: Exception, endpoint: _Endpoint, model: str, names: list[str]) -> None:
-    """Raise `StartupError` for what the operator must fix; warn about the rest."""
+def _judge(
+    sdk: ModuleType, err: Exception, endpoint: _Endpoint, model: str, names: list[str]
+) -> None:
+    """Raise `StartupError` for what the operator must fix; warn about the rest. `sdk`
+    is the vendor's SDK module: both name their error classes alike, and the OpenAI one
+    is imported only when it is the provider (about 13 MB an Anthropic bot never needs)."""
     setting = f"{names[0]}={model}" + (f" (also {', '.join(names[1:])})" if names[1:] else "")
     refused = connection_failure(err)
     if refused is not None or (
-        isinstance(err, APIConnectionError) and not isinstance(err, APITimeoutError)
+        isinstance(err, sdk.APIConnectionError) and not isinstance(err, sdk.APITimeoutError)
     ):
         why = refused or "connection error"
         raise StartupError(f"could not reach {endpoint.url_named} ({why})")
-    if isinstance(err, APIStatusError):
+    if isinstance(err, sdk.APIStatusError):
         status = err.status_code
         if status in (401, 403):
             if not endpoint.has_key:
@@ -169,11 +173,11 @@ def _judge(err: Exception, endpoint: _Endpoint, model: str, names: list[str]) ->
         "could not check model %s at %s (%s); starting anyway",
         model,
         endpoint.where,
-        _short(err),
+        _short(sdk, err),
     )
 
 
-def _about_model(err: APIStatusError, model: str) -> bool:
+def _about_model(err: Any, model: str) -> bool:
     """A 404 that names the model, not one for a path a proxy does not serve."""
     body = err.body
     if isinstance(body, dict) and isinstance(body.get("error"), dict):
@@ -185,10 +189,10 @@ def _about_model(err: APIStatusError, model: str) -> bool:
     return False
 
 
-def _short(err: Exception) -> str:
-    if isinstance(err, APITimeoutError):
+def _short(sdk: ModuleType, err: Exception) -> str:
+    if isinstance(err, sdk.APITimeoutError):
         return f"no answer within {CHECK_TIMEOUT_SECONDS:g}s"
-    if isinstance(err, APIStatusError):
+    if isinstance(err, sdk.APIStatusError):
         return f"status {err.status_code}"
     return f"{type(err).__name__}: {str(err)[:120]}"
 

@@ -13,7 +13,7 @@ import signal
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.health import LLMHealth, RecordingLLM, health_endpoint
 from app.preflight import check_models
@@ -36,13 +36,15 @@ from chroma_memory.server import ServerMemory, ServerUnreachable
 from chroma_memory.write_behind import WriteBehindMemory
 from providers.anthropic import AnthropicLLM
 from providers.levels import LEVELS_FILE
-from providers.openai import OpenAILLM
 from sonality.agent import SonalityAgent
 from sonality.llm import LLMClient
 from sonality.store import InteractionRecord
 from storage import Database, StorageError, open_database
 from storage.models import usage_role
 from storage.platform import KEY_HOWTO
+
+if TYPE_CHECKING:
+    from providers.openai import OpenAILLM
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +62,9 @@ def build_llm(settings: Settings, *, levels_file: Path | None = None) -> Anthrop
         return caps[usage_role(purpose)]
 
     if settings.llm_provider == "openai":
+        # Imported here: the OpenAI SDK costs the Anthropic-only bot about 13 MB.
+        from providers.openai import OpenAILLM
+
         key = settings.openai_api_key
         return OpenAILLM(
             api_key=key.get_secret_value() if key is not None else "",

@@ -19,18 +19,20 @@ import contextlib
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.wiring import open_runtime
 from bot.messages import Community, IncomingMessage, User
 from bot.settings import Settings
 from providers.anthropic import AnthropicLLM
 from providers.forwarding import ForwardingLLM
-from providers.openai import OpenAILLM
 from providers.pricing import cost_usd, price_for
 from sonality.llm import LLMClient, TextResult, ToolResult, Usage
 from tests.fakes.anthropic_server import AnthropicFake
 from tests.fakes.openai_server import OpenAIFake
+
+if TYPE_CHECKING:
+    from providers.openai import OpenAILLM
 
 KEY = "sk-bench"
 MODEL_CACHE = Path(__file__).resolve().parent.parent / ".cache" / "test-models"
@@ -195,6 +197,8 @@ async def _runtime(
         **extra,
     }
     settings = Settings(_env_file=None, **values)  # type: ignore[call-arg]
+    from providers.openai import OpenAILLM  # only when used: the SDK is 13 MB
+
     inner: AnthropicLLM | OpenAILLM = (
         OpenAILLM(
             api_key=KEY, base_url=server.base_url, max_retries=0, default_model=settings.model

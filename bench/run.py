@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequen
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.wiring import open_runtime
 from bench.cost import describe, measure_cost
@@ -38,12 +38,14 @@ from chroma_memory.server import ServerChroma
 from providers import DEFAULT_MODELS
 from providers.anthropic import AnthropicLLM
 from providers.forwarding import ForwardingLLM
-from providers.openai import OpenAILLM
 from sonality.llm import ChatTurn, LLMClient, R
 from sonality.memory.episodes import Episode
 from sonality.prompts import build_message_turn, build_system_blocks
 from sonality.state import SEED_SNAPSHOT, SpongeState
 from sonality.store import StateCommit
+
+if TYPE_CHECKING:
+    from providers.openai import OpenAILLM
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / ".cache"
@@ -153,6 +155,8 @@ def make_llm(base_url: str, cap: int, vendor: str = "anthropic") -> AnthropicLLM
         "max_concurrency": cap,
     }
     if vendor == "openai":
+        from providers.openai import OpenAILLM  # only when used: the SDK is 13 MB
+
         return OpenAILLM(default_model=DEFAULT_MODELS["openai"][0], **options)
     return AnthropicLLM(**options)
 

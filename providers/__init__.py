@@ -7,6 +7,8 @@ only the `sonality.llm.LLMClient` protocol.
 from __future__ import annotations
 
 import ipaddress
+import socket
+import ssl
 from collections.abc import Callable
 from typing import Literal
 from urllib.parse import urlsplit
@@ -60,3 +62,24 @@ def is_local_endpoint(base_url: str | None) -> bool:
     except ValueError:
         return host == "localhost" or host.endswith(_LOCAL_SUFFIXES) or "." not in host
     return address.is_loopback or address.is_private or address.is_link_local
+
+
+def connection_failure(err: BaseException) -> str | None:
+    """Why no connection could be made, if that is what happened ("connection refused").
+
+    Why not just an SDK's error class: the OpenAI SDK's aiohttp transport reports a refused
+    connection as a connect *timeout*, which would send an operator looking for a slow
+    server instead of a wrong URL. The cause chain still holds the socket's own error.
+    """
+    seen: set[int] = set()
+    cause: BaseException | None = err
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(cause, socket.gaierror):
+            return "host name not found"
+        if isinstance(cause, ssl.SSLError):
+            return f"TLS error: {cause.reason or cause}"
+        cause = cause.__cause__ or cause.__context__
+    return None

@@ -38,8 +38,6 @@ import functools
 import json
 import logging
 import os
-import socket
-import ssl
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -63,7 +61,7 @@ from openai.types.chat import (
 from openai.types.chat.chat_completion_message import ChatCompletionMessage
 from openai.types.shared_params import FunctionDefinition, ResponseFormatJSONSchema
 
-from providers import DEFAULT_MODELS, HOSTED_TIMEOUT_SECONDS, OutputCap, capped
+from providers import DEFAULT_MODELS, HOSTED_TIMEOUT_SECONDS, OutputCap, capped, connection_failure
 from providers.levels import LevelMemory
 from sonality.llm import (
     ChatTurn,
@@ -706,27 +704,6 @@ def _wants_max_completion_tokens(err: openai.APIStatusError) -> bool:
 def _is_unknown_model(err: openai.NotFoundError, model: str) -> bool:
     """A 404 about the model, not about the path (a server without `GET /models/{id}`)."""
     return _error_field(err, "code") == "model_not_found" or model in _api_message(err)
-
-
-def connection_failure(err: BaseException) -> str | None:
-    """Why no connection could be made, if that is what happened ("connection refused").
-
-    Why not just the SDK's error class: its aiohttp transport reports a refused
-    connection as a connect *timeout*, which would send an operator looking for a slow
-    server instead of a wrong URL. The cause chain still holds the socket's own error.
-    """
-    seen: set[int] = set()
-    cause: BaseException | None = err
-    while cause is not None and id(cause) not in seen:
-        seen.add(id(cause))
-        if isinstance(cause, ConnectionRefusedError):
-            return "connection refused"
-        if isinstance(cause, socket.gaierror):
-            return "host name not found"
-        if isinstance(cause, ssl.SSLError):
-            return f"TLS error: {cause.reason or cause}"
-        cause = cause.__cause__ or cause.__context__
-    return None
 
 
 class _SinkFailed(Exception):

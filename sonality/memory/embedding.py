@@ -25,15 +25,16 @@ import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
-import onnx
 from chromadb.utils.embedding_functions.onnx_mini_lm_l6_v2 import ONNXMiniLM_L6_V2
-from onnx import TensorProto, helper, numpy_helper
 
 from sonality import config
+
+if TYPE_CHECKING:
+    import onnx
 
 log = logging.getLogger(__name__)
 
@@ -118,17 +119,21 @@ class _GraphBuilder:
 
     def __init__(self) -> None:
         self.nodes: list[onnx.NodeProto] = []
-        self.initializers: list[TensorProto] = []
+        self.initializers: list[onnx.TensorProto] = []
         self._n = 0
 
     def const(self, name: str, value: npt.ArrayLike, dtype: Any = np.float32) -> str:
         arr = np.ascontiguousarray(np.asarray(value, dtype=dtype))
+        from onnx import numpy_helper
+
         self.initializers.append(numpy_helper.from_array(arr, name))
         return name
 
     def op(self, op_type: str, inputs: Sequence[str], **attrs: Any) -> str:
         self._n += 1
         out = f"{op_type.lower()}_{self._n}"
+        from onnx import helper
+
         self.nodes.append(helper.make_node(op_type, list(inputs), [out], **attrs))
         return out
 
@@ -152,7 +157,12 @@ def build_bert_onnx(weights: dict[str, npt.NDArray[Any]]) -> onnx.ModelProto:
     ``ONNXMiniLM_L6_V2._forward`` feeds and mean-pools. Padding is neutralised the way
     Hugging Face does it: masked keys get the most negative float added to their scores,
     so their softmax weight is exactly zero and padding length cannot change a result.
+
+    onnx is imported here, not at the top: only a first start builds the graph, and the
+    package costs every later process about 5 MB of memory.
     """
+    from onnx import TensorProto, helper
+
     weights = {k.removeprefix("bert."): v for k, v in weights.items()}
     g = _GraphBuilder()
     dyn = ["batch", "sequence"]
