@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from chroma_memory.embed_lane import EmbeddingLane
-from chroma_memory.embedding import FastMiniLML6V2, similar_length_runs
+from chroma_memory.embedding import PASS_TOKENS, FastMiniLML6V2, similar_length_runs
 
 TEXTS = [
     "Nuclear power is safer per terawatt-hour than coal.",
@@ -122,6 +122,23 @@ def test_a_long_text_gets_a_run_of_its_own() -> None:
     assert runs == [[9, 10, 11, 12, 25], [300]]
     sized = [len(run) for run in similar_length_runs(order, lengths, size=2)]
     assert sized == [2, 2, 1, 1]
+
+
+def test_long_texts_are_embedded_a_few_at_a_time_and_chat_sized_ones_together() -> None:
+    """A pass's memory grows with texts × length², so a burst of long messages is split
+    into passes of at most PASS_TOKENS padded tokens; chat-sized texts still go 32 at once.
+    """
+    long_burst = np.array([256] * 32)
+    order = np.argsort(long_burst, kind="stable")
+    runs = list(similar_length_runs(order, long_burst, size=32))
+    assert [len(run) for run in runs] == [PASS_TOKENS // 256] * (32 * 256 // PASS_TOKENS)
+    assert sorted(int(i) for run in runs for i in run) == list(range(32))  # none lost
+    chat = np.array([40] * 32)
+    assert [len(run) for run in similar_length_runs(order, chat, size=32)] == [32]
+    rising = np.array([100, 150, 190, 200, 210, 220, 230, 240, 250, 256])
+    order = np.argsort(rising, kind="stable")
+    for run in similar_length_runs(order, rising, size=32):
+        assert len(run) == 1 or len(run) * int(rising[run].max()) <= PASS_TOKENS
 
 
 def test_batched_vectors_match_single_ones(embedding_function: FastMiniLML6V2) -> None:
