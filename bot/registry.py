@@ -78,8 +78,7 @@ class CommunityRegistry:
                 and now - entry.last_used < 2 * self._idle_seconds
             ):
                 continue  # give idle-time reflection a chance first
-            del self._entries[cid]
-            await entry.agent.close()
+            await self._close(cid, entry)
             evicted.append(cid)
         if evicted:
             log.info("evicted %d idle community agent(s)", len(evicted))
@@ -100,11 +99,24 @@ class CommunityRegistry:
         if lock is not None:
             async with lock:  # a load in progress finishes, then is closed here
                 pass
-        entry = self._entries.pop(community_id, None)
+        entry = self._entries.get(community_id)
         if entry is None:
             return False
-        await entry.agent.close()
+        await self._close(community_id, entry)
         return True
+
+    async def _close(self, community_id: str, entry: _Entry) -> None:
+        """Take the agent out and close it under the community's load lock, so a message
+        arriving meanwhile loads a new agent only after the old one's last commit (a
+        close finishes queued learning); loaded earlier, it would answer from the state
+        before that commit and, on SQLite, write its next version over it."""
+        lock = self._loading.setdefault(community_id, asyncio.Lock())
+        async with lock:
+            if self._entries.get(community_id) is entry:
+                del self._entries[community_id]
+            await entry.agent.close()
+        if self._loading.get(community_id) is lock and not lock.locked():
+            del self._loading[community_id]
 
     async def close_all(self) -> None:
         entries = list(self._entries.values())

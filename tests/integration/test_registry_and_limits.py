@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
+from bot.messages import IncomingMessage
 from bot.ratelimit import RateLimiter, Verdict
 from bot.registry import CommunityRegistry
-from tests.integration.conftest import A, B, say
+from tests.integration.conftest import ALICE, A, B, say
 
 
 async def test_idle_agents_are_evicted_and_reload_with_their_state(runtime, anthropic_server):
@@ -61,3 +62,38 @@ def test_rate_limiter_warns_once_then_drops_then_recovers():
     now[0] = 100.0
     limiter.forget_idle()
     assert limiter._hits == {} and limiter._warned == {}  # memory stays bounded
+
+
+async def test_a_message_during_an_unload_gets_an_agent_with_the_unloaded_ones_learning(
+    runtime, anthropic_server
+):
+    """An unload finishes the old agent's queued learning. A message arriving meanwhile
+    must wait for it: an agent loaded from the state before that commit would answer
+    from stale state and, on SQLite, write its next version over the learned one."""
+    anthropic_server.brain.ess_rule(
+        contains="cohort study", score=0.7, direction="supports", topics=["cycling"]
+    )
+    await say(runtime, "hello", community=A)  # loaded, one learned message
+    anthropic_server.latency = 0.3  # the next message's learning is still running below
+    await runtime.handle(
+        IncomingMessage(
+            community=A,
+            channel_id="c1",
+            user=ALICE,
+            text="A cohort study shows protected lanes cut cycling injuries.",
+        )
+    )
+    old = runtime.registry.get(A.id)
+    assert old is not None and old.backlog  # learning queued or in flight
+    unloading = asyncio.create_task(runtime.registry.unload(A.id))
+    await asyncio.sleep(0.05)  # the unload has taken the agent out and is closing it
+    assert runtime.registry.get(A.id) is None
+    anthropic_server.latency = 0.0
+    new = await runtime.registry.agent_for(A)
+    assert await unloading
+    assert new is not old
+    stored = await runtime.db.community(A.id).latest_state()
+    assert stored is not None and stored.interaction_count == 2  # both messages learned
+    assert new.sponge.version == await runtime.db.community(A.id).latest_version()
+    assert new.sponge.interaction_count == 2
+    assert new.sponge.staged_opinion_updates == stored.staged_opinion_updates != []
