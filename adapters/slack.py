@@ -1644,8 +1644,10 @@ class SlackAdapter:
                 dm_community_id(workspace, user_id) if channel.startswith("D") else workspace
             )
             try:
+                # A ts names a message only within its channel: "channel:ts" keeps two
+                # replies of one workspace that share a ts from sharing their votes.
                 recorded = await self._store.record_feedback(
-                    community, reply_id, user_id, value == POSITIVE, utcnow()
+                    community, f"{channel}:{reply_id}", user_id, value == POSITIVE, utcnow()
                 )
             except Exception:
                 log.exception("could not record Slack feedback (team=%s channel=%s)", team, channel)

@@ -99,7 +99,21 @@ async def test_a_feedback_press_is_counted_for_moderators_and_forgotten_with_its
     assert "Version:" in for_member["text"] and "feedback" not in for_member["text"]
 
     [mine] = (await export(bot, "U2"))["reply_feedback"]
-    assert (mine["reply_id"], mine["positive"]) == (reply, True)
+    assert (mine["reply_id"], mine["positive"]) == (
+        f"{fake.streams[reply]['channel']}:{reply}",
+        True,
+    )
+
+    # A ts is unique only within its channel: a reply elsewhere with the same ts is
+    # another reply, and U2's vote on it does not replace the one above.
+    elsewhere = fake.press_feedback(reply, user="U2", team="T1", positive=False)
+    elsewhere["container"]["channel_id"] = elsewhere["channel"]["id"] = "C0OTHER"
+    await press(bot, elsewhere)
+    await eventually(
+        lambda: _counts_are(db, FeedbackCounts(positive=1, negative=2, replies=2)),
+        "a vote on a reply with the same ts in another channel",
+    )
+    assert len((await export(bot, "U2"))["reply_feedback"]) == 2
 
     done = await bot.command("forget-me confirm", user="U2")
     assert "Forgotten" in done["text"], done
