@@ -208,6 +208,11 @@ async def _streamed_reply(
     return ts
 
 
+def _reply(fake: FakeSlack, ts: str) -> str:
+    """How a vote names the reply it is on: a ts names a message only in its channel."""
+    return f"{fake.streams[ts]['channel']}:{ts}"
+
+
 async def _press(
     http: aiohttp.ClientSession, adapter: Any, payload: dict[str, Any]
 ) -> tuple[int, float]:
@@ -234,15 +239,15 @@ async def test_a_streamed_reply_ends_with_feedback_buttons_and_each_press_counts
         status, took = await _press(http, adapter, fake.press_feedback(ts, user="U2"))
         assert status == 200 and took < 3.0
         await fake.wait_for(lambda: store.feedback, what="the vote")
-        assert store.feedback == {("slack:T0001", ts, "U2"): True}
+        assert store.feedback == {("slack:T0001", _reply(fake, ts), "U2"): True}
         # Changing their mind replaces the vote; another member's is their own.
         await _press(http, adapter, fake.press_feedback(ts, user="U2", positive=False))
         await _press(http, adapter, fake.press_feedback(ts, user="U1"))
         await fake.wait_for(lambda: len(store.feedback) == 2, what="the second vote")
         await fake.settle()
     assert store.feedback == {
-        ("slack:T0001", ts, "U2"): False,
-        ("slack:T0001", ts, "U1"): True,
+        ("slack:T0001", _reply(fake, ts), "U2"): False,
+        ("slack:T0001", _reply(fake, ts), "U1"): True,
     }
 
 
@@ -258,7 +263,7 @@ async def test_feedback_in_a_dm_counts_for_the_members_own_personality(
         ts = await _streamed_reply(fake, http, adapter, body)
         await _press(http, adapter, fake.press_feedback(ts, user="U1"))
         await fake.wait_for(lambda: store.feedback, what="the vote")
-    assert store.feedback == {(dm_personality, ts, "U1"): True}
+    assert store.feedback == {(dm_personality, _reply(fake, ts), "U1"): True}
 
 
 async def test_no_buttons_on_a_broken_reply_or_from_an_old_manifest_app(
@@ -353,7 +358,7 @@ async def test_over_socket_mode_a_press_arrives_as_an_interactive_envelope(
         env = await fake.push_envelope("interactive", fake.press_feedback(ts, user="U2"))
         assert (await fake.wait_for_ack(env))["envelope_id"] == env
         await fake.wait_for(lambda: store.feedback, what="the vote")
-    assert store.feedback == {("slack:T0001", ts, "U2"): True}
+    assert store.feedback == {("slack:T0001", _reply(fake, ts), "U2"): True}
 
 
 # --------------------------------------------------------------------------- Confirm / Cancel
