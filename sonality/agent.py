@@ -652,8 +652,11 @@ class SonalityAgent:
         drop_insights: Collection[str] = (),
         drop_topics: Collection[str] = (),
     ) -> SpongeState:
-        """Commit the version `sonality.replay.forgotten` gives (under `_changing`)."""
-        state, moved = forgotten(
+        """Commit the version `sonality.replay.forgotten` gives (under `_changing`). The
+        replay runs in a worker thread: on a long log it takes seconds of CPU, which on
+        the event loop would hold up every reply the process is writing."""
+        state, moved = await asyncio.to_thread(
+            forgotten,
             steps,
             self.sponge,
             without_members,

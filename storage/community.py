@@ -40,6 +40,7 @@ from storage.base import (
     advance_time,
     ensure_community,
     execute,
+    fetchall,
     fetchone,
     from_db_time,
     from_json,
@@ -493,16 +494,24 @@ class CommunityStore:
         await self._db._run_write(work, scope=cid)
 
     async def evidence(self) -> list[EvidenceStep]:
-        """The evidence log in commit order (what `sonality.replay` replays)."""
-        rows = await self._db._fetchall(
-            "SELECT version, kind, interaction_id, member, step_json FROM evidence_log "
-            "WHERE community_id = ? ORDER BY seq",
-            [self.community_id],
-        )
-        return [
-            step_from_row(int(version), str(kind), str(interaction_id), str(member), str(text))
-            for version, kind, interaction_id, member, text in rows
-        ]
+        """The evidence log in commit order (what `sonality.replay` replays). Parsed in
+        the database's thread, not on the event loop: a long log takes seconds, and
+        every community's replies would wait for them."""
+        cid = self.community_id
+
+        def work(conn: Conn) -> list[EvidenceStep]:
+            rows = fetchall(
+                conn,
+                "SELECT version, kind, interaction_id, member, step_json FROM evidence_log "
+                "WHERE community_id = ? ORDER BY seq",
+                (cid,),
+            )
+            return [
+                step_from_row(int(version), str(kind), str(interaction_id), str(member), str(t))
+                for version, kind, interaction_id, member, t in rows
+            ]
+
+        return await self._db._run_read(work)
 
     # --- outbox --------------------------------------------------------------------------
 

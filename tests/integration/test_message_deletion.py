@@ -18,6 +18,7 @@ the per-platform tests (test_deletion_discord.py, test_deletion_slack.py) do not
 from __future__ import annotations
 
 import asyncio
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -312,3 +313,36 @@ async def test_a_forget_me_while_a_message_of_theirs_is_learned_leaves_no_word(
         assert_same_opinions_rebased(sponge(runtime, A), sponge(runtime, B))
         assert OWN_TOPIC not in sponge(runtime, A).opinion_vectors
         assert await tables_holding(runtime.db, [WORD, USERS[ARGUER].id]) == []
+
+
+async def test_the_log_is_read_and_replayed_off_the_event_loop(
+    tmp_path: Path, llm: Any, anthropic_server: AnthropicFake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A deletion (and a forget-me) parses and replays the whole evidence log: seconds of
+    CPU on a long one (bench figure 7b), during which every community's replies would
+    wait if it ran on the event loop's thread."""
+    import sonality.agent
+    import storage.community
+
+    threads: dict[str, set[bool]] = {"parse": set(), "replay": set()}
+
+    def watched(name: str, real: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            threads[name].add(threading.current_thread() is threading.main_thread())
+            return real(*args, **kwargs)
+
+        return call
+
+    teach(anthropic_server.brain)
+    async with open_runtime(make_settings(tmp_path / "data"), llm=llm) as runtime:
+        assert threading.current_thread() is threading.main_thread()  # the loop's thread
+        chat = Chat(runtime)
+        played = await play(chat.say, A.id, B.id)
+        monkeypatch.setattr(
+            storage.community, "step_from_row", watched("parse", storage.community.step_from_row)
+        )
+        monkeypatch.setattr(
+            sonality.agent, "forgotten", watched("replay", sonality.agent.forgotten)
+        )
+        assert await runtime.message_deleted(PLATFORM, played.deleted) == 1
+    assert threads == {"parse": {False}, "replay": {False}}
