@@ -36,7 +36,6 @@ import asyncio
 import contextlib
 import os
 import shutil
-import sqlite3
 import subprocess
 import sys
 import time
@@ -71,6 +70,7 @@ from sonality.store import (
     UsageRecord,
 )
 from storage import CommunityStore, Database
+from storage.maintenance import table_bytes
 from tests.fakes.anthropic_server import AnthropicFake
 
 KEY = "sk-bench"
@@ -188,16 +188,7 @@ GROUPS = {
 def measure(database: Path, chroma: Path) -> Sizes:
     """Checkpoint the WAL (from a second connection, as a backup tool would), then sum
     the database file, its WAL and the Chroma directory."""
-    conn = sqlite3.connect(database)
-    try:
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        owners = dict(conn.execute("SELECT name, tbl_name FROM sqlite_master").fetchall())
-        tables: dict[str, int] = {}
-        for name, size in conn.execute("SELECT name, SUM(pgsize) FROM dbstat GROUP BY name"):
-            table = owners.get(name, name)
-            tables[table] = tables.get(table, 0) + int(size)
-    finally:
-        conn.close()
+    tables = table_bytes(database)
     wal = database.with_name(database.name + "-wal")
     sqlite = database.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
     on_disk = sum(f.stat().st_size for f in chroma.rglob("*") if f.is_file())

@@ -19,7 +19,14 @@ from pathlib import Path
 from storage.db import Database
 from storage.migrations import SCHEMA_VERSION
 
-__all__ = ["SCHEMA_VERSION", "DatabaseFacts", "backup_database", "describe_database", "ping"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "DatabaseFacts",
+    "backup_database",
+    "describe_database",
+    "ping",
+    "table_bytes",
+]
 
 
 @dataclass(frozen=True)
@@ -85,5 +92,22 @@ def describe_database(path: Path) -> DatabaseFacts:
             )
             communities = {str(r[0]): int(r[1]) for r in rows}
         return DatabaseFacts(schema_version=version, integrity=integrity, communities=communities)
+    finally:
+        conn.close()
+
+
+def table_bytes(path: Path) -> dict[str, int]:
+    """Bytes each table of the database file holds, its indexes included (SQLite's
+    `dbstat`), after the WAL is checkpointed from this second connection, as a backup
+    tool would (what the disk-use benchmark reports)."""
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        owners = dict(conn.execute("SELECT name, tbl_name FROM sqlite_master").fetchall())
+        tables: dict[str, int] = {}
+        for name, size in conn.execute("SELECT name, SUM(pgsize) FROM dbstat GROUP BY name"):
+            table = owners.get(name, name)
+            tables[table] = tables.get(table, 0) + int(size)
+        return tables
     finally:
         conn.close()
