@@ -152,6 +152,13 @@ class EngineConfig(BaseModel):
             raise ValueError(f"{name} must be between {low} and {high}, not {value}")
         return value
 
+    def model_copy(self, *, update: Any = None, deep: bool = False) -> EngineConfig:
+        """A copy with `update` applied, validated like a new config: pydantic's own
+        `model_copy` takes the values as given, so a threshold of 2 would slip in."""
+        if not update:
+            return super().model_copy(deep=deep)
+        return type(self)(**{**self.model_dump(), **dict(update)})
+
     @property
     def episode_retrieval_count(self) -> int:
         """Memories per reply, both kinds together (the seed's EPISODE_RETRIEVAL_COUNT)."""

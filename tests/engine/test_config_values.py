@@ -150,6 +150,19 @@ def test_a_config_cannot_be_changed_once_built() -> None:
     assert not hasattr(config, "configure")  # nor rewritten through the module
 
 
+def test_a_copy_with_changes_is_checked_like_a_new_config() -> None:
+    given = EngineConfig(reflection_every=7)
+    changed = given.model_copy(update={"ess_threshold": 0.5})
+    assert (changed.ess_threshold, changed.reflection_every) == (0.5, 7)
+    with pytest.raises(ValidationError, match="ESS_THRESHOLD must be between"):
+        given.model_copy(update={"ess_threshold": 2.0})
+    with pytest.raises(ValidationError, match="valid integer"):
+        given.model_copy(update={"reflection_every": "20"})
+    with pytest.raises(ValidationError, match="Extra inputs"):
+        given.model_copy(update={"reflection_evry": 5})
+    assert given.model_copy() == given
+
+
 def test_code_passing_no_config_gets_the_environments() -> None:
     assert config.or_environment(None) is config.ENVIRONMENT
     given = EngineConfig()
