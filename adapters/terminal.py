@@ -36,6 +36,7 @@ import sys
 import textwrap
 import threading
 import unicodedata
+from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
@@ -231,14 +232,15 @@ class TerminalAdapter:
             reply = await self.runtime.handle(message)
         else:
             shown: list[str] = []
+            screen = WrappedStream(self._write, self._columns())
 
             async def show(piece: str) -> None:
-                self._write(("" if shown else "sonality> ") + piece)
+                screen.feed(("" if shown else "sonality> ") + piece)
                 shown.append(piece)
 
             reply = await self.runtime.handle(message, on_text=show)
             if reply is not None and reply.streamed:
-                self._finish_stream("".join(shown), reply)
+                self._finish_stream("".join(shown), reply, screen)
                 if reply.kind is ReplyKind.ANSWER:
                     await self._status()
                 return
@@ -290,25 +292,34 @@ class TerminalAdapter:
             return
         line = "  · " + status
         if self.interactive:
-            self._print(line)
+            width = self._columns()
+            self._print(line if width is None else fit_to_width(line, width))
         else:
             print(line, file=self.stderr, flush=True)
 
-    def _finish_stream(self, shown: str, reply: Reply) -> None:
+    def _finish_stream(self, shown: str, reply: Reply, screen: WrappedStream) -> None:
         """End a streamed answer: what the reply adds after the shown text (a note on a
         long message, or that the reply was cut off), then the line's end."""
         if reply.kind is ReplyKind.ANSWER:
             rest = reply.text[len(shown.strip()) :] if reply.text.startswith(shown.strip()) else ""
-            self._print(rest)
+            screen.feed(rest)
         else:
-            self._print("\n(notice) " + reply.text)
+            screen.feed("\n(notice) " + reply.text)
+        screen.close()
+        self._print("")
+
+    def _columns(self) -> int | None:
+        """The width to fit text to: the terminal's less one (its last column would
+        wrap on its own), or None when stdout is not a terminal."""
+        return shutil.get_terminal_size().columns - 1 if self.editing else None
 
     def _answer(self, text: str, speaker: str = "") -> None:
         """One answer: as it is at a terminal, as exactly one line when scripted."""
         if self.interactive:
             shown = speaker + text
-            if self.editing:  # a terminal on stdout: fit its width
-                shown = fit_to_width(shown, shutil.get_terminal_size().columns - 1)
+            width = self._columns()
+            if width is not None:  # a terminal on stdout: fit its width
+                shown = fit_to_width(shown, width)
             self._print(shown)
         else:  # newlines become a literal backslash-n (and backslashes are doubled)
             self._print(text.replace("\\", "\\\\").replace("\r", "").replace("\n", "\\n"))
@@ -355,6 +366,53 @@ def _private_file(path: Path) -> Path:
 
 def _user_id(name: str) -> str:
     return "terminal-" + "-".join(name.lower().split())
+
+
+class WrappedStream:
+    """Streamed text written as it comes, broken between words at `width` columns: a
+    terminal would cut a word in two at its edge. A word is held back until the space
+    after it arrives (a chunk may end inside it), so the text on screen is the text
+    streamed, with a line break in place of the space before each word that would not
+    fit. `width=None` writes it unchanged."""
+
+    def __init__(self, write: Callable[[str], None], width: int | None) -> None:
+        self._write = write
+        self._width = width if width is not None and width >= 20 else None
+        self._column = 0
+        self._space = ""
+        self._word = ""
+
+    def feed(self, text: str) -> None:
+        if self._width is None:
+            self._write(text)
+            return
+        for char in text:
+            if char == "\n":
+                self._emit()
+                self._write("\n")
+                self._column, self._space = 0, ""
+            elif char.isspace():
+                self._emit()
+                self._space += char
+            else:
+                self._word += char
+
+    def close(self) -> None:
+        """Write the last word (trailing spaces are dropped)."""
+        if self._width is not None:
+            self._emit()
+            self._space = ""
+
+    def _emit(self) -> None:
+        if not self._word:
+            return
+        assert self._width is not None
+        if self._column and self._column + len(self._space) + len(self._word) > self._width:
+            self._write("\n")
+            self._column, self._space = 0, ""
+        self._write(self._space + self._word)
+        self._column += len(self._space) + len(self._word)
+        self._space = self._word = ""
 
 
 def fit_to_width(text: str, width: int) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from adapters.terminal import fit_to_width
+from adapters.terminal import WrappedStream, fit_to_width
 
 HISTORY = (
     "[History]\n"
@@ -33,3 +33,35 @@ def test_a_continuation_is_indented_past_its_lines_own_indent() -> None:
 def test_a_text_that_fits_or_a_tiny_terminal_is_left_alone() -> None:
     assert fit_to_width(HISTORY, 500) == HISTORY
     assert fit_to_width(HISTORY, 10) == HISTORY
+
+
+REPLY = (
+    "sonality> Protected bike lanes are one of the better-studied safety measures, and "
+    "the cohort studies you mention point the same way: fewer injuries per trip.\n"
+    "Still, I would want to see how the counts were taken before I moved much."
+)
+
+
+def streamed(text: str, chunk: int, width: int | None) -> str:
+    out: list[str] = []
+    screen = WrappedStream(out.append, width)
+    for start in range(0, len(text), chunk):
+        screen.feed(text[start : start + chunk])  # chunks end inside words
+    screen.close()
+    return "".join(out)
+
+
+def test_a_streamed_reply_breaks_between_words_however_the_chunks_fall() -> None:
+    for chunk in (1, 3, 7, 50):
+        shown = streamed(REPLY, chunk, 40)
+        lines = shown.split("\n")
+        assert all(len(line) <= 40 for line in lines), (chunk, lines)
+        assert shown.split() == REPLY.split(), "no word cut, lost or added"
+        assert len(lines) > REPLY.count("\n") + 1  # it did break lines
+        assert "Still," in [line.split(" ")[0] for line in lines]  # the reply's own newline
+        assert shown == streamed(REPLY, 1, 40)  # the same screen whatever the chunks
+
+
+def test_off_a_terminal_or_too_narrow_the_stream_is_written_as_it_comes() -> None:
+    assert streamed(REPLY, 7, None) == REPLY
+    assert streamed(REPLY, 7, 10) == REPLY
