@@ -23,10 +23,11 @@ database, so a mistyped directory cannot destroy the memory you meant to keep. I
 checks every checksum first and refuses a backup made by a newer release (its schema
 would be unknown here); an older one is migrated forward when the bot next starts.
 
-A backup made before a forget-me must not bring the member back. The database's own
-journal of forget-me requests is restored with it, from before; the data directory's
-`forget-journal.json` (bot/forget_journal.py) is not part of any backup and lists
-every forget-me. Restore journals again, in the restored database, each one it lacks,
+A backup made before a forget-me must not bring the member back, nor one made before
+a member deleted a message bring the message back. The database's own journals of
+both are restored with it, from before; the data directory's `forget-journal.json`
+(bot/forget_journal.py) is not part of any backup and lists every forget-me and every
+message taken back. Restore journals again, in the restored database, each one it lacks,
 and the bot finishes them when it starts, before anything is learned. A data directory
 without that file (a new one) is refused unless the file of the directory the backup
 came from is named (`--forget-journal`), or its loss is acknowledged
@@ -59,6 +60,7 @@ from bot.forget_journal import ForgetJournal, ForgetJournalError
 from bot.interface import StartupError
 from bot.settings import Settings
 from storage import open_database
+from storage.deletion import DeletionEntry
 from storage.forget import JournalEntry
 from storage.maintenance import SCHEMA_VERSION, DatabaseFacts, backup_database, describe_database
 
@@ -101,13 +103,14 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         metavar="FILE",
         type=Path,
         help=f"the {JOURNAL_FILE} of the data directory the backup was made from, when "
-        "restoring into a new one (forget-me requests made after the backup are re-applied)",
+        "restoring into a new one (forget-me requests and message deletions made after the "
+        "backup are re-applied)",
     )
     journal.add_argument(
         "--without-forget-journal",
         action="store_true",
         help=f"restore into a new data directory although the old {JOURNAL_FILE} is lost "
-        "(members who ran forget-me after the backup would come back)",
+        "(members who ran forget-me, and messages deleted, after the backup would come back)",
     )
 
 
@@ -290,9 +293,9 @@ def restore(
     without_journal: bool = False,
 ) -> dict[str, Any]:
     """Check the backup at `source`, then copy it into the empty data directory and
-    journal again the forget-me requests it lacks (`journal`: the forget journal of the
-    directory it came from, when the data directory has none of its own). The manifest
-    returned notes them under ``reapplied``."""
+    journal again the forget-me requests and message deletions it lacks (`journal`: the
+    forget journal of the directory it came from, when the data directory has none of
+    its own). The manifest returned notes them under ``reapplied`` and ``taken_back``."""
     _sqlite_only(settings, "restore")
     source = Path(source).absolute()
     manifest = read_manifest(source)
@@ -319,7 +322,7 @@ def restore(
                 f"error: {chroma} already holds memories: restore into an empty data directory "
                 f"(set SONALITY_DATA_DIR to a new one, or move this one aside)"
             )
-        forgotten = _forget_entries(here, journal, without_journal)
+        forgotten, deleted = _forget_entries(here, journal, without_journal)
         tag = uuid.uuid4().hex[:8]
         database.parent.mkdir(parents=True, exist_ok=True)
         partial_db = database.with_name(f".{database.name}.restore-{tag}")
@@ -333,7 +336,7 @@ def restore(
             restored = describe_database(partial_db)
             if restored.communities != manifest["database"]["communities"]:
                 raise BackupError("error: the restored database differs from the manifest")
-            reapplied = _rejournal(partial_db, forgotten)
+            reapplied, taken_back = _rejournal(partial_db, forgotten, deleted)
             if partial_chroma.exists():
                 if chroma.exists():
                     chroma.rmdir()  # empty, checked above
@@ -348,24 +351,28 @@ def restore(
             for leftover in ("", "-wal", "-shm"):
                 partial_db.with_name(partial_db.name + leftover).unlink(missing_ok=True)
             shutil.rmtree(partial_chroma, ignore_errors=True)
-    return {**manifest, "reapplied": reapplied}
+    return {**manifest, "reapplied": reapplied, "taken_back": taken_back}
 
 
 def describe_reapplied(manifest: dict[str, Any]) -> str:
     count = len(manifest.get("reapplied") or [])
-    if not count:
-        return "forget journal: every forget-me is in the restored database"
+    deleted = len(manifest.get("taken_back") or [])
+    if not count and not deleted:
+        return "forget journal: every forget-me and deleted message is in the restored database"
+    parts = [f"{count} forget-me request(s)"] if count else []
+    parts += [f"{deleted} deleted message(s)"] if deleted else []
     return (
-        f"forget journal: {count} forget-me request(s) made after this backup were "
-        "journaled again; the bot finishes them when it starts, before learning anything"
+        f"forget journal: {' and '.join(parts)} made after this backup were journaled "
+        "again; the bot finishes them when it starts, before learning anything"
     )
 
 
 def _forget_entries(
     here: ForgetJournal, given: ForgetJournal | None, without: bool
-) -> list[JournalEntry]:
-    """The forget-me requests to keep in force: the data directory's journal file and
-    the one named; refused when there is neither and their loss was not acknowledged."""
+) -> tuple[list[JournalEntry], list[DeletionEntry]]:
+    """The forget-me requests and message deletions to keep in force: the data
+    directory's journal file and the one named; refused when there is neither and their
+    loss was not acknowledged."""
     if given is not None and not given.exists():
         raise BackupError(f"error: --forget-journal {given.path}: no such file")
     if given is None and not here.exists() and not without:
@@ -375,23 +382,30 @@ def _forget_entries(
             f"{JOURNAL_FILE} of the data directory the backup was made from (or "
             "--without-forget-journal if it is lost)"
         )
+    journals = [here] if given is None else [here, given]
     try:
-        entries = here.entries() + ([] if given is None else given.entries())
+        return (
+            [e for j in journals for e in j.entries()],
+            [d for j in journals for d in j.deletions()],
+        )
     except ForgetJournalError as exc:
         raise BackupError(f"error: {exc}") from None
-    return entries
 
 
-def _rejournal(database: Path, entries: list[JournalEntry]) -> list[str]:
-    """Journal again, in the database file being restored, the forget-me requests it
-    lacks; their pseudonyms. (In a thread: the command may run inside an event loop.)"""
-    if not entries:
-        return []
+def _rejournal(
+    database: Path, entries: list[JournalEntry], deletions: list[DeletionEntry]
+) -> tuple[list[str], list[str]]:
+    """Journal again, in the database file being restored, the forget-me requests and
+    message deletions it lacks; their pseudonyms and labels. (In a thread: the command
+    may run inside an event loop.)"""
+    if not entries and not deletions:
+        return [], []
 
-    async def run() -> list[str]:
+    async def run() -> tuple[list[str], list[str]]:
         db = await open_database(url=None, path=database)
         try:
-            return await db.rejournal(entries, datetime.now(UTC))
+            forgets = await db.rejournal(entries, datetime.now(UTC)) if entries else []
+            return forgets, await db.rejournal_deletions(deletions) if deletions else []
         finally:
             await db.close()
 

@@ -19,7 +19,7 @@ from app.health import LLMHealth, RecordingLLM, health_endpoint
 from app.preflight import check_models
 from app.startup import engine_config, require_llm_key
 from bot.budget import BudgetLedger, MeteredLLM, Spender
-from bot.deletion import resume_deletions
+from bot.deletion import reapply_deletions, resume_deletions
 from bot.forget_journal import ForgetJournalError
 from bot.forget_me import reapply_journal, resume_forgets
 from bot.interface import Adapter, StartupError
@@ -160,12 +160,13 @@ async def open_runtime(
         stack.push_async_callback(runtime.close)
         runtime.removals.forget_memory = _memory_eraser(memory)
         await runtime.removals.load()
-        # A forget-me a crash interrupted, or one a restored database lacks (the journal
-        # file outside it has it), and a message deletion a crash interrupted, are
-        # finished before anything else is learned.
+        # A forget-me or a message deletion a crash interrupted, or one a restored
+        # database lacks (the journal file outside it has it), is finished before
+        # anything else is learned.
         try:
             await asyncio.to_thread(runtime.forget_journal.ensure)
             await reapply_journal(db, runtime.forget_journal)
+            await reapply_deletions(db, runtime.forget_journal)
         except (OSError, ForgetJournalError) as exc:
             raise StartupError(f"forget journal: {exc}") from None
         await resume_forgets(db, registry.agent_by_id, runtime.forget_journal)

@@ -5,7 +5,9 @@ whose opinions are replayed without the message, `SonalityAgent.withdraw_message
 the store (the journal, deleting and redacting rows, `storage.deletion`), with the same
 steps, each safe to run again: 1. the journal row (from then on no answer to the message
 that was asked before is recorded, not even one being written now:
-`storage.forgotten.deleted_since`); 2. the replayed version, recorded as "deleted by its
+`storage.forgotten.deleted_since`), copied to the journal file outside the database
+(`bot.forget_journal`), so a backup restored from before it takes it back again
+(`reapply_deletions`); 2. the replayed version, recorded as "deleted by its
 author" or "edited by its author" without any of its words (none when nothing was
 learned from the message yet: it never will be, and a message nothing was kept of gets
 no version at all); 3. its episode and the insights drawn from it leave Chroma and the
@@ -26,14 +28,16 @@ one's place, so the replay stays that of a community that heard the new text las
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
+from bot.forget_journal import ForgetJournal, ForgetJournalError
 from bot.forget_me import committed_before_a_crash, semantic_ids
 from sonality.agent import SonalityAgent
 from storage import Database
-from storage.deletion import DeletionCause, MessageDeletion
+from storage.deletion import DeletionCause, DeletionEntry, MessageDeletion
 
 log = logging.getLogger(__name__)
 
@@ -59,19 +63,60 @@ async def take_back(
     cause: DeletionCause,
     *,
     community_id: str | None = None,
+    journal: ForgetJournal | None = None,
 ) -> list[MessageDeletion]:
     """Take back every answer kept to the message `ref` (deleted or edited), in every
     community that kept one; `community_id` (where the platform says it was) is
     journaled even when nothing of it is kept yet, so an answer being written now is
-    not recorded. Returns the deletions finished (none: nothing was kept)."""
+    not recorded. Each one taken back is also noted in `journal`, the file outside the
+    database, so a restored backup from before it takes it back again. Returns the
+    deletions finished (none: nothing was kept)."""
     communities = set(await db.communities_holding(ref))
     if community_id is not None:
         communities.add(community_id)
     done = []
     for cid in sorted(communities):
-        for deletion in await db.begin_deletion(cid, ref, cause, datetime.now(UTC)):
+        deletions = await db.begin_deletion(cid, ref, cause, datetime.now(UTC))
+        if journal is not None and deletions:
+            await _copy_to_journal(journal, deletions)
+        for deletion in deletions:
             done.append(await finish_deletion(db, await agent_for(cid), deletion))
     return done
+
+
+async def _copy_to_journal(journal: ForgetJournal, deletions: list[MessageDeletion]) -> None:
+    """A file that cannot be written does not stop the deletion (the database's journal
+    has it), but is logged: a backup restored later would bring the message back."""
+    entries = [
+        DeletionEntry(label=d.label, key=d.message_key, cause=d.cause, at=d.started_at)
+        for d in deletions
+    ]
+    try:
+        await asyncio.to_thread(journal.add_deletions, entries)
+    except (OSError, ForgetJournalError) as exc:
+        log.error(
+            "could not add %s to the forget journal %s (%s): a backup restored later "
+            "would bring this message back",
+            ", ".join(e.label for e in entries),
+            journal.path,
+            exc,
+        )
+
+
+async def reapply_deletions(db: Database, journal: ForgetJournal) -> list[str]:
+    """Journal again (unfinished) every message taken back that the file lists and a
+    restored database lacks; `resume_deletions` then finishes them. Their labels."""
+    entries = await asyncio.to_thread(journal.deletions)
+    if not entries:
+        return []
+    matched = await db.rejournal_deletions(entries)
+    for label in matched:
+        log.warning(
+            "the database lacked the deletion %s (restored from before it): taking that "
+            "message back again",
+            label,
+        )
+    return matched
 
 
 async def finish_deletion(

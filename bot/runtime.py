@@ -409,7 +409,12 @@ class Runtime:
         answering = self._answering.get(ref)
         where = community_id or (answering[0].community_id if answering else None)
         done = await take_back(
-            self.db, self.registry.agent_by_id, ref, "deleted", community_id=where
+            self.db,
+            self.registry.agent_by_id,
+            ref,
+            "deleted",
+            community_id=where,
+            journal=self.forget_journal,
         )
         return len(done)
 
@@ -424,7 +429,14 @@ class Runtime:
         if new is not None and all(old == new for old in olds):
             return False  # the same words (a link preview, an embed): nothing to do
         where = answering[0].community_id if answering else None
-        await take_back(self.db, self.registry.agent_by_id, ref, "edited", community_id=where)
+        await take_back(
+            self.db,
+            self.registry.agent_by_id,
+            ref,
+            "edited",
+            community_id=where,
+            journal=self.forget_journal,
+        )
         return bool(new)
 
     # ------------------------------------------------------------------ commands

@@ -24,6 +24,7 @@ topics (labels no other message produced).
 from __future__ import annotations
 
 import secrets
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Literal
 
@@ -49,9 +50,15 @@ from storage.forget import (
     used_by_others,
     versions_to_redact,
 )
-from storage.forgotten import forget_key
+from storage.forgotten import forget_key, key_matches
 
-__all__ = ["DELETION_TABLES", "DeletionCause", "DeletionStore", "MessageDeletion"]
+__all__ = [
+    "DELETION_TABLES",
+    "DeletionCause",
+    "DeletionEntry",
+    "DeletionStore",
+    "MessageDeletion",
+]
 
 DeletionCause = Literal["deleted", "edited"]
 
@@ -82,9 +89,24 @@ class MessageDeletion(BaseModel):
     cause: DeletionCause
     version: int | None
     started_at: datetime
+    #: The salted key of community and message (`forget_key`), never the message's id.
+    message_key: str = ""
 
 
-_COLUMNS = "id, community_id, interaction_id, label, cause, version, started_at"
+class DeletionEntry(BaseModel):
+    """One taken-back message as the journal file outside the database keeps it
+    (`bot.forget_journal`): its row's label and the salted key of community and
+    message, so a restored backup from before it can take the message back again."""
+
+    model_config = ConfigDict(frozen=True)
+
+    label: str
+    key: str
+    cause: DeletionCause
+    at: datetime
+
+
+_COLUMNS = "id, community_id, interaction_id, label, cause, version, started_at, message_key"
 
 
 def _deletion(row: tuple[object, ...]) -> MessageDeletion:
@@ -96,6 +118,7 @@ def _deletion(row: tuple[object, ...]) -> MessageDeletion:
         cause="edited" if row[4] == "edited" else "deleted",
         version=None if row[5] is None else int(str(row[5])),
         started_at=from_db_time(str(row[6])),
+        message_key=str(row[7]),
     )
 
 
@@ -169,6 +192,62 @@ class DeletionStore(SqlBase):
             return rows
 
         return await self._run_write(work, scope=community_id)
+
+    async def rejournal_deletions(self, entries: Sequence[DeletionEntry]) -> list[str]:
+        """Journal again the deletions of `entries` this database lacks (it was restored
+        from before them): each is matched by its key against the messages the kept
+        answers name, and journaled unfinished for each answer it matches, to be
+        finished on start (`bot.deletion.resume_deletions`). Returns the labels of
+        those that matched. One that matches nothing is left out: its message is not
+        here (or its row, which took back a message nothing had been learned from yet,
+        was pruned a day after, see `storage.retention`)."""
+
+        def work(conn: Conn) -> list[str]:
+            known = {str(r[0]) for r in fetchall(conn, "SELECT label FROM message_deletions")}
+            missing = [e for e in entries if e.label not in known]
+            if not missing:
+                return []
+            kept = fetchall(
+                conn,
+                "SELECT id, community_id, message_ref FROM interactions "
+                "WHERE message_ref != '' ORDER BY seq",
+            )
+            buffered = fetchall(
+                conn,
+                "SELECT DISTINCT community_id, message_ref FROM conversation_turns "
+                "WHERE message_ref IS NOT NULL AND message_ref != ''",
+            )
+            matched: list[str] = []
+            for entry in missing:
+                for community_id, ref in buffered:  # as `begin_deletion` empties the buffer
+                    if key_matches(entry.key, str(community_id), str(ref)):
+                        execute(
+                            conn,
+                            "DELETE FROM conversation_turns WHERE community_id = ? "
+                            "AND message_ref = ?",
+                            (str(community_id), str(ref)),
+                        )
+                for interaction_id, community_id, ref in kept:
+                    if not key_matches(entry.key, str(community_id), str(ref)):
+                        continue
+                    execute(
+                        conn,
+                        "INSERT INTO message_deletions (community_id, message_key, "
+                        "interaction_id, label, cause, started_at) VALUES (?, ?, ?, ?, ?, ?)",
+                        (
+                            str(community_id),
+                            entry.key,
+                            str(interaction_id),
+                            entry.label,
+                            entry.cause,
+                            to_db_time(entry.at),
+                        ),
+                    )
+                    if entry.label not in matched:
+                        matched.append(entry.label)
+            return matched
+
+        return await self._run_write(work)
 
     async def open_deletions(self) -> list[MessageDeletion]:
         """Unfinished deletions, oldest first (finished on start)."""

@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from app.wiring import open_runtime
+from bot.forget_journal import FILE_NAME, ForgetJournal
 from bot.forget_me import forget_member
 from bot.messages import Community, IncomingMessage, Reply, ReplyKind, User
 from bot.runtime import Runtime
@@ -51,6 +52,7 @@ from tests.integration.forget_scenario import (
     differs_somewhere,
     no_automatic_reflection,  # noqa: F401 (fixture)
 )
+from tests.integration.test_backup import bot_command
 from tests.stack import on_every_stack
 
 pytestmark = pytest.mark.usefixtures("no_automatic_reflection")
@@ -346,3 +348,56 @@ async def test_the_log_is_read_and_replayed_off_the_event_loop(
         )
         assert await runtime.message_deleted(PLATFORM, played.deleted) == 1
     assert threads == {"parse": {False}, "replay": {False}}
+
+
+async def test_a_backup_from_before_a_deletion_restored_takes_the_message_back_again(
+    tmp_path: Path, llm: Any, anthropic_server: AnthropicFake
+) -> None:
+    """The database's journal of deletions is restored with it, from before: the journal
+    file outside it (`forget-journal.json`) has the deletion, `restore` journals it again
+    and the bot takes the message back when it starts, before learning anything."""
+    teach(anthropic_server.brain)
+    settings = make_settings(tmp_path / "data")
+    async with open_runtime(settings, llm=llm) as runtime:
+        played = await play(Chat(runtime).say, A.id, B.id)
+        interaction_id = await interaction_of(runtime.db, f"{PLATFORM}:{played.deleted}")
+    made = await asyncio.to_thread(
+        bot_command, tmp_path, settings.data_dir, "backup", str(tmp_path / "backup")
+    )
+    assert made.returncode == 0, made.stderr
+    needles = [WORD, played.deleted, interaction_id]
+
+    async with open_runtime(settings, llm=llm) as runtime:
+        assert await runtime.message_deleted(PLATFORM, played.deleted) == 1
+        after_deletion = sponge(runtime, A).model_copy(deep=True)
+        assert await tables_holding(runtime.db, needles) == []
+    [entry] = ForgetJournal.in_data_dir(settings.data_dir).deletions()
+    assert played.deleted not in entry.model_dump_json()  # a salted key, not the id
+
+    put_back = await asyncio.to_thread(
+        bot_command,
+        tmp_path,
+        tmp_path / "restored",
+        "restore",
+        str(tmp_path / "backup"),
+        "--forget-journal",
+        str(settings.data_dir / FILE_NAME),
+    )
+    assert put_back.returncode == 0, put_back.stderr
+    assert "1 deleted message(s)" in put_back.stdout
+    restored = make_settings(tmp_path / "restored")
+    async with open_runtime(restored, llm=llm) as runtime:
+        await runtime.drain()
+        assert await tables_holding(runtime.db, needles) == []
+        [latest] = await runtime.db.community(A.id).versions(limit=1)
+        assert latest.cause == "message-deleted"
+        assert_same_opinions_rebased(sponge(runtime, A), after_deletion)
+        assert [d for d in await runtime.db.open_deletions()] == []
+        agent = runtime.registry.get(A.id)
+        assert agent is not None
+        await agent.flush_episodes()
+        assert agent.episodes.stored([interaction_id]) == []  # its memory left Chroma too
+    # Started again: nothing is taken back twice.
+    async with open_runtime(restored, llm=llm) as runtime:
+        [again] = await runtime.db.community(A.id).versions(limit=1)
+        assert again.version == latest.version

@@ -15,6 +15,8 @@ from sonality.evidence import EvidenceStep, RecordedESS
 from sonality.state import StagedOpinionUpdate
 from sonality.store import AuditEvent, Episode, InteractionRecord, Speaker, StateCommit
 from storage import Database, RetentionPolicy
+from storage.base import execute
+from storage.deletion import DeletionEntry
 from storage.forget import MemberWords
 
 from .conftest import Backend, at, state
@@ -214,3 +216,42 @@ async def test_rows_that_took_nothing_back_are_pruned_after_a_day(
     report = await db.apply_retention(at(0) + timedelta(hours=25), policy)
     assert report.message_deletions == 1
     assert backend.sql("SELECT version FROM message_deletions") == [(1,)]
+
+
+async def test_a_deletion_a_restored_database_lacks_is_journaled_again_from_its_entry(
+    db: Database,
+) -> None:
+    """What `restore` and a start do with the journal file's entry of a deletion made
+    after the backup: the answers it names, and only those, get an open row (finished
+    on start), the buffered exchange goes, and an entry already known changes nothing."""
+    store = db.community(CID)
+    await store.record_interaction(answered("i-del", 1))
+    await store.record_interaction(answered("i-keep", 2, ref="discord:77"))
+    assert await db.append_exchange(CID, "u1", "hi", "hello", at(3), message_ref=REF)
+    assert await db.append_exchange(CID, "u1", "yo", "hey", at(3), message_ref="discord:77")
+    # The entry as the journal file keeps it: another database's row, copied out.
+    elsewhere = await db.begin_deletion("discord:other", REF, "deleted", at(4))
+    assert elsewhere == []  # (nothing kept there: only its key and label are used)
+    [(key,)] = await db._fetchall(
+        "SELECT message_key FROM message_deletions WHERE community_id = 'discord:other'"
+    )
+    entry = DeletionEntry(label="message-abc123", key=str(key), cause="deleted", at=at(4))
+    assert await db.rejournal_deletions([entry]) == []  # that key names another community
+
+    [row] = await db.begin_deletion(CID, REF, "edited", at(5))
+    mine = DeletionEntry(label="message-def456", key=row.message_key, cause="edited", at=at(5))
+    await db._run_write(lambda conn: execute(conn, "DELETE FROM message_deletions", ()))
+    await db.append_exchange(CID, "u1", "hi", "hello", at(6), message_ref=REF)  # as restored
+
+    assert await db.rejournal_deletions([entry, mine]) == ["message-def456"]
+    [open_row] = await db.open_deletions()
+    assert (open_row.interaction_id, open_row.label, open_row.cause) == (
+        "i-del",
+        "message-def456",
+        "edited",
+    )
+    assert open_row.started_at == at(5)
+    turns = await db._fetchall("SELECT message_ref FROM conversation_turns")
+    assert {str(r[0]) for r in turns} == {"discord:77"}  # the deleted one's exchange went
+    assert await db.rejournal_deletions([entry, mine]) == []  # known now: nothing twice
+    assert len(await db.open_deletions()) == 1
