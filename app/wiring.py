@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 import sys
@@ -258,6 +259,18 @@ def _adapters(settings: Settings, runtime: Runtime) -> list[Adapter]:
     return adapters
 
 
+def settle_heap() -> None:
+    """Take what start-up made (modules, classes, settings: about 250,000 objects that
+    live as long as the process) out of the garbage collector's sight, once the
+    program is loaded. Every full collection walked them all, holding every thread
+    meanwhile: a forget-me or a deleted message in a community of 20,000 interactions,
+    whose parse sets off several, stalled every community's replies for 146-155 ms;
+    17-25 ms after this (bench figure 7b). Garbage is collected first, so nothing frozen
+    is already garbage; objects made later are collected as before."""
+    gc.collect()
+    gc.freeze()
+
+
 async def run_bot(settings: Settings) -> int:
     """Run until SIGINT/SIGTERM (or end of input in the terminal); returns an exit code."""
     require_secret_key(settings)
@@ -275,6 +288,7 @@ async def run_bot(settings: Settings) -> int:
         scheduler = ReflectionScheduler(runtime)
         scheduler.start()
         adapters = _adapters(settings, runtime)
+        settle_heap()
         tasks: dict[asyncio.Task[Any], Adapter] = {
             asyncio.create_task(a.start(), name=f"adapter:{a.name}"): a for a in adapters
         }
