@@ -19,13 +19,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime, timedelta
-from typing import Any
-
-from cryptography.fernet import Fernet, InvalidToken
+from typing import TYPE_CHECKING, Any
 
 from sonality.store import utcnow
 from storage.base import Conn, SqlBase, execute, fetchall, from_json, to_db_time, to_json
 from storage.models import IntegrityViolation, StorageError
+
+if TYPE_CHECKING:
+    from cryptography.fernet import Fernet
 
 
 def _installation_key(
@@ -63,7 +64,13 @@ KEY_HOWTO = f"make one with: {KEY_COMMAND}"
 
 
 def make_cipher(key: str) -> Fernet:
-    """A Fernet for SONALITY_SECRET_KEY, or a one-line `StorageError` if it is no key."""
+    """A Fernet for SONALITY_SECRET_KEY, or a one-line `StorageError` if it is no key.
+
+    `cryptography` is imported here, not at the top: its OpenSSL bindings stay resident
+    (about 7 MB) and only a bot with Slack installations and a secret key uses them.
+    """
+    from cryptography.fernet import Fernet
+
     try:
         return Fernet(key.strip().encode("ascii"))
     except (ValueError, UnicodeEncodeError):
@@ -107,6 +114,8 @@ class PlatformStore(SqlBase):
             plain = [(i, d) for i, d in rows if not d.startswith(ENCRYPTED_PREFIX)]
             sealed = [d for _, d in rows if d.startswith(ENCRYPTED_PREFIX)]
             if sealed:
+                from cryptography.fernet import InvalidToken  # loaded by make_cipher
+
                 try:
                     cipher.decrypt(sealed[0][len(ENCRYPTED_PREFIX) :].encode("ascii"))
                 except InvalidToken:
@@ -131,6 +140,8 @@ class PlatformStore(SqlBase):
                 "the stored Slack installations are encrypted: set SONALITY_SECRET_KEY "
                 "to the key they were saved with"
             )
+        from cryptography.fernet import InvalidToken  # loaded by make_cipher
+
         try:
             raw = self._cipher.decrypt(stored[len(ENCRYPTED_PREFIX) :].encode("ascii"))
         except InvalidToken:
