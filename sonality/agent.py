@@ -60,7 +60,7 @@ from sonality.reflection import (
     rewrite,
     trigger,
 )
-from sonality.replay import forgotten
+from sonality.replay import collection_paused, forgotten, release_in_slices
 from sonality.rollback import RollbackError, restore
 from sonality.state import SpongeState
 from sonality.store import (
@@ -602,9 +602,7 @@ class SonalityAgent:
         without = () if member is None else (member,)
         self._forgotten.update(without)
         async with self._changing():
-            steps = await self.store.evidence()
-            return await self._replayed(
-                steps,
+            state = await self._replayed(
                 cause="forget-me",
                 actor=actor,
                 change=change,
@@ -612,6 +610,8 @@ class SonalityAgent:
                 drop_insights=drop_insights,
                 drop_topics=drop_topics,
             )
+            assert state is not None  # no `learned_from`: the log replays as it stands
+            return state
 
     async def withdraw_message(
         self,
@@ -627,11 +627,8 @@ class SonalityAgent:
         (no version) when nothing was learned from it; it never will be now."""
         self._withdrawn.add(interaction_id)
         async with self._changing():
-            steps = await self.store.evidence()
-            if not any(s.interaction_id == interaction_id for s in steps):
-                return None
             return await self._replayed(
-                steps,
+                learned_from=interaction_id,
                 cause="message-deleted",
                 actor=actor,
                 change=change,
@@ -642,8 +639,8 @@ class SonalityAgent:
 
     async def _replayed(
         self,
-        steps: Sequence[EvidenceStep],
         *,
+        learned_from: str | None = None,
         cause: str,
         actor: str,
         change: str,
@@ -651,20 +648,35 @@ class SonalityAgent:
         without_interactions: Collection[str] = (),
         drop_insights: Collection[str] = (),
         drop_topics: Collection[str] = (),
-    ) -> SpongeState:
-        """Commit the version `sonality.replay.forgotten` gives (under `_changing`). The
-        replay runs in a worker thread: on a long log it takes seconds of CPU, which on
-        the event loop would hold up every reply the process is writing."""
-        state, moved = await asyncio.to_thread(
-            forgotten,
-            steps,
-            self.sponge,
-            without_members,
-            drop_insights,
-            drop_topics,
-            without_interactions=without_interactions,
-            config=self.config,
-        )
+    ) -> SpongeState | None:
+        """Commit the version `sonality.replay.forgotten` gives from the evidence log
+        (under `_changing`); None, and no version, when `learned_from` is given and no
+        step of the log comes from that interaction.
+
+        The log is parsed in the store's thread and replayed in a worker thread: on a
+        long log that takes seconds of CPU, which on the event loop would hold up every
+        reply the process is writing. The garbage collector is paused meanwhile
+        (`collection_paused`), so its full collections do not hold them up either, and
+        the parsed log is freed a slice at a time (`release_in_slices`)."""
+        with collection_paused():
+            steps = await self.store.evidence()
+            try:
+                if learned_from is not None and not any(
+                    s.interaction_id == learned_from for s in steps
+                ):
+                    return None
+                state, moved = await asyncio.to_thread(
+                    forgotten,
+                    steps,
+                    self.sponge,
+                    without_members,
+                    drop_insights,
+                    drop_topics,
+                    without_interactions=without_interactions,
+                    config=self.config,
+                )
+            finally:
+                await asyncio.to_thread(release_in_slices, steps)
         change += f"; changed: {', '.join(moved)}" if moved else "; no opinion changed"
         await self._commit(
             state,

@@ -22,6 +22,7 @@ from typing import Any
 
 from sonality.evidence import EvidenceStep
 from sonality.llm import Usage
+from sonality.replay import release_in_slices
 from sonality.state import SpongeState
 from sonality.store import (
     MAX_LEARNING_ATTEMPTS,
@@ -506,10 +507,12 @@ class CommunityStore:
                 "WHERE community_id = ? ORDER BY seq",
                 (cid,),
             )
-            return [
+            steps = [
                 step_from_row(int(version), str(kind), str(interaction_id), str(member), str(t))
                 for version, kind, interaction_id, member, t in rows
             ]
+            release_in_slices(rows)
+            return steps
 
         return await self._db._run_read(work)
 

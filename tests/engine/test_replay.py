@@ -10,6 +10,7 @@ the same remaining messages in both communities.
 
 from __future__ import annotations
 
+import gc
 import math
 import random
 from collections.abc import AsyncIterator
@@ -20,7 +21,7 @@ import pytest
 
 from sonality.agent import SonalityAgent
 from sonality.config import EngineConfig
-from sonality.replay import ReplayError, replay
+from sonality.replay import ReplayError, collection_paused, release_in_slices, replay
 from sonality.rollback import rebase
 from sonality.state import SpongeState
 from sonality.store import Speaker
@@ -258,3 +259,34 @@ async def test_a_forget_me_recomputes_every_derived_field_and_drops_their_own_to
     assert own not in state.model_dump_json()
     [latest] = await whole.store.versions(limit=1)
     assert latest.cause == "forget-me" and own not in latest.change
+
+
+def test_the_collector_pause_is_shared_and_ends_with_the_last_one_out() -> None:
+    """Two replays at once (two communities forgetting) share one pause: the first to
+    finish must not turn the collector back on under the other."""
+    assert gc.isenabled()
+    first, second = collection_paused(), collection_paused()
+    first.__enter__()
+    second.__enter__()
+    assert not gc.isenabled()
+    first.__exit__(None, None, None)
+    assert not gc.isenabled()
+    second.__exit__(None, None, None)
+    assert gc.isenabled()
+
+
+def test_the_collector_pause_leaves_a_collector_someone_turned_off_off() -> None:
+    gc.disable()
+    try:
+        with pytest.raises(ReplayError), collection_paused():
+            raise ReplayError("a log that does not replay")
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_a_released_log_is_emptied_whatever_its_length() -> None:
+    for length in (0, 1, 1023, 1024, 1025, 5000):
+        items = [object() for _ in range(length)]
+        release_in_slices(items, size=1024)
+        assert items == []

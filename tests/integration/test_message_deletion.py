@@ -18,6 +18,7 @@ the per-platform tests (test_deletion_discord.py, test_deletion_slack.py) do not
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
@@ -322,15 +323,23 @@ async def test_the_log_is_read_and_replayed_off_the_event_loop(
 ) -> None:
     """A deletion (and a forget-me) parses and replays the whole evidence log: seconds of
     CPU on a long one (bench figure 7b), during which every community's replies would
-    wait if it ran on the event loop's thread."""
+    wait if it ran on the event loop's thread. Nor may anything hold every thread while
+    it runs: the garbage collector is off (its full collections would walk every parsed
+    step) and back on after, and the parsed log is emptied a slice at a time, not freed
+    in one call."""
     import sonality.agent
     import storage.community
 
     threads: dict[str, set[bool]] = {"parse": set(), "replay": set()}
+    collecting: list[bool] = []
+    logs: list[list[Any]] = []
 
     def watched(name: str, real: Any) -> Any:
         def call(*args: Any, **kwargs: Any) -> Any:
             threads[name].add(threading.current_thread() is threading.main_thread())
+            if name == "replay":
+                collecting.append(gc.isenabled())
+                logs.append(args[0])
             return real(*args, **kwargs)
 
         return call
@@ -346,8 +355,13 @@ async def test_the_log_is_read_and_replayed_off_the_event_loop(
         monkeypatch.setattr(
             sonality.agent, "forgotten", watched("replay", sonality.agent.forgotten)
         )
+        assert gc.isenabled()
         assert await runtime.message_deleted(PLATFORM, played.deleted) == 1
+        assert gc.isenabled()
     assert threads == {"parse": {False}, "replay": {False}}
+    assert collecting == [False]
+    [log] = logs
+    assert isinstance(log, list) and log == []  # released, its steps no longer held
 
 
 async def test_a_backup_from_before_a_deletion_restored_takes_the_message_back_again(
