@@ -18,6 +18,7 @@ import contextlib
 import gc
 import re
 import threading
+import time
 from collections.abc import Collection, Iterable, Iterator
 from typing import Any
 
@@ -32,7 +33,11 @@ from sonality.state import SpongeState
 FORGOTTEN_TEXT = "(forgotten)"
 
 
+#: The longest one pause may be extended by replays joining it, in seconds.
+MAX_PAUSE_SECONDS = 30.0
+
 _paused = 0
+_paused_since = 0.0
 _pause_lock = threading.Lock()
 _was_enabled = True
 
@@ -45,24 +50,31 @@ def collection_paused() -> Iterator[None]:
     collection the parsing sets off walks all of them while it holds every thread,
     the event loop's too (about 100 ms at 100,000 interactions, figure 7b). The parsed
     steps hold no cycles and are freed by their reference counts once the replay is
-    done, so nothing is lost by not collecting meanwhile. Nested and concurrent uses
-    share one pause; the collector is turned back on by the last to leave, and only if
-    it was on when the first came in. Drop the parsed steps before leaving
+    done, so nothing is lost by not collecting meanwhile. Drop them before leaving
     (`release_in_slices`), or the next young collection walks them.
+
+    Concurrent replays share one pause: the last to leave turns the collector back on,
+    and only if it was on when the first came in. A replay does not join a pause older
+    than `MAX_PAUSE_SECONDS` (it runs with the collector as it is), so members deleting
+    messages in several communities in turn cannot keep the collector off for good.
     """
-    global _paused, _was_enabled
+    global _paused, _paused_since, _was_enabled
     with _pause_lock:
+        joined = _paused == 0 or time.monotonic() - _paused_since <= MAX_PAUSE_SECONDS
         if _paused == 0:
             _was_enabled = gc.isenabled()
+            _paused_since = time.monotonic()
             gc.disable()
-        _paused += 1
+        if joined:
+            _paused += 1
     try:
         yield
     finally:
-        with _pause_lock:
-            _paused -= 1
-            if _paused == 0 and _was_enabled:
-                gc.enable()
+        if joined:
+            with _pause_lock:
+                _paused -= 1
+                if _paused == 0 and _was_enabled:
+                    gc.enable()
 
 
 def release_in_slices(items: list[Any], size: int = 1024) -> None:

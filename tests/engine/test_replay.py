@@ -13,12 +13,14 @@ from __future__ import annotations
 import gc
 import math
 import random
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import sonality.replay
 from sonality.agent import SonalityAgent
 from sonality.config import EngineConfig
 from sonality.replay import ReplayError, collection_paused, release_in_slices, replay
@@ -272,6 +274,26 @@ def test_the_collector_pause_is_shared_and_ends_with_the_last_one_out() -> None:
     first.__exit__(None, None, None)
     assert not gc.isenabled()
     second.__exit__(None, None, None)
+    assert gc.isenabled()
+
+
+def test_a_replay_does_not_join_a_pause_older_than_the_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Replays overlapping without end (members deleting messages in several communities
+    in turn) must not keep the collector off for good: once a pause is older than
+    `MAX_PAUSE_SECONDS`, a replay coming in does not extend it."""
+    monkeypatch.setattr(sonality.replay, "MAX_PAUSE_SECONDS", 0.0)
+    first = collection_paused()
+    first.__enter__()
+    assert not gc.isenabled()
+    time.sleep(0.01)
+    with collection_paused():
+        first.__exit__(None, None, None)
+        assert gc.isenabled()  # the late one did not hold the first pause open
+    assert gc.isenabled()
+    with collection_paused():  # a new pause starts once the old one is over
+        assert not gc.isenabled()
     assert gc.isenabled()
 
 
