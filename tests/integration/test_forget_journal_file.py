@@ -7,7 +7,9 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bot.forget_journal import FORMAT, ForgetJournal
+import pytest
+
+from bot.forget_journal import FORMAT, WHOLE_FILE_FORMAT, ForgetJournal, ForgetJournalError
 from storage.deletion import DeletionEntry
 from storage.forget import JournalEntry
 
@@ -19,7 +21,11 @@ EDITED = DeletionEntry(label="message-7a8b9c", key="salt:digest3", cause="edited
 
 def test_a_file_from_before_deletions_were_journaled_still_reads(tmp_path: Path) -> None:
     path = tmp_path / "forget-journal.json"
-    old = {"format": FORMAT, "about": "…", "forgotten": [FORGOTTEN.model_dump(mode="json")]}
+    old = {
+        "format": WHOLE_FILE_FORMAT,
+        "about": "…",
+        "forgotten": [FORGOTTEN.model_dump(mode="json")],
+    }
     path.write_text(json.dumps(old))
     journal = ForgetJournal(path)
     assert journal.entries() == [FORGOTTEN]
@@ -27,6 +33,10 @@ def test_a_file_from_before_deletions_were_journaled_still_reads(tmp_path: Path)
     journal.add_deletions([DELETED])
     assert journal.entries() == [FORGOTTEN]  # the forget-me kept when the file is rewritten
     assert journal.deletions() == [DELETED]
+    header, *entries = path.read_text(encoding="utf-8").splitlines()
+    assert json.loads(header)["format"] == FORMAT  # now one entry a line
+    assert [next(iter(json.loads(line))) for line in entries] == ["forgotten", "deleted"]
+    assert path.stat().st_mode & 0o777 == 0o600
 
 
 def test_a_deletion_is_added_once_and_copied_with_the_forget_mes(tmp_path: Path) -> None:
@@ -41,3 +51,59 @@ def test_a_deletion_is_added_once_and_copied_with_the_forget_mes(tmp_path: Path)
     assert there.entries() == [FORGOTTEN]
     assert there.deletions() == [EDITED, DELETED]
     assert (tmp_path / "there.json").stat().st_mode & 0o777 == 0o600
+
+
+def test_an_entry_is_appended_and_the_lines_before_it_are_left_as_they_were(
+    tmp_path: Path,
+) -> None:
+    """The file gains a line per message taken back, for good: adding one must not
+    rewrite (or parse) the thousands before it."""
+    path = tmp_path / "forget-journal.json"
+    journal = ForgetJournal(path)
+    many = [
+        DeletionEntry(label=f"message-{i:06x}", key=f"salt:{i}", cause="deleted", at=AT)
+        for i in range(2000)
+    ]
+    journal.add_deletions(many)
+    before = path.read_bytes()
+    inode = path.stat().st_ino
+    journal.add_deletions([EDITED])
+    after = path.read_bytes()
+    assert after.startswith(before) and after.count(b"\n") == before.count(b"\n") + 1
+    assert path.stat().st_ino == inode  # the same file, not a new one renamed over it
+    assert journal.deletions() == [*many, EDITED]
+
+
+def test_an_entry_a_crash_cut_short_is_left_out_and_cut_off_before_the_next(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "forget-journal.json"
+    journal = ForgetJournal(path)
+    journal.add_deletions([DELETED])
+    whole = path.read_bytes()
+    path.write_bytes(whole + b'{"deleted": {"label": "message-')  # the crash
+    assert journal.deletions() == [DELETED]
+    assert "cut short" in caplog.text
+    journal.add(FORGOTTEN)
+    added = json.dumps({"forgotten": FORGOTTEN.model_dump(mode="json")}) + "\n"
+    assert path.read_bytes() == whole + added.encode()  # the torn bytes are gone
+    assert journal.entries() == [FORGOTTEN]
+    assert journal.deletions() == [DELETED]
+
+
+def test_a_damaged_line_inside_the_file_is_an_error_not_a_forgotten_entry(
+    tmp_path: Path,
+) -> None:
+    """Only the last line can be cut short by a crash; a bad line before it is damage,
+    and reading on would silently lose a forget-me."""
+    path = tmp_path / "forget-journal.json"
+    journal = ForgetJournal(path)
+    journal.add(FORGOTTEN)
+    journal.add_deletions([DELETED])
+    header, forgotten, deleted = path.read_text(encoding="utf-8").splitlines()
+    path.write_text("\n".join([header, forgotten[:-5], deleted]) + "\n", encoding="utf-8")
+    with pytest.raises(ForgetJournalError, match="damaged"):
+        journal.entries()
+    path.write_text("\n".join([header, '{"forgotten": {"pseudonym": 1}}', deleted]) + "\n")
+    with pytest.raises(ForgetJournalError, match="1 bad entries"):
+        journal.deletions()
