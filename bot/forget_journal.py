@@ -138,11 +138,7 @@ class ForgetJournal:
                 f"cannot read the forget journal {self.path} ({exc})"
             ) from None
         header, _, rest = text.partition("\n")
-        try:
-            head = json.loads(header)
-        except ValueError:
-            head = None
-        if isinstance(head, dict) and head.get("format") == FORMAT:
+        if _is_header(header):
             return self._entries(self._lines(rest))
         try:
             whole = json.loads(text)
@@ -233,18 +229,13 @@ class ForgetJournal:
         """Whether the file exists in format 2 (only its header line is read)."""
         try:
             with open(self.path, encoding="utf-8") as fh:
-                header = fh.readline()
+                return _is_header(fh.readline())
         except FileNotFoundError:
             return False
         except (OSError, ValueError) as exc:
             raise ForgetJournalError(
                 f"cannot read the forget journal {self.path} ({exc})"
             ) from None
-        try:
-            head = json.loads(header)
-        except ValueError:
-            return False
-        return isinstance(head, dict) and head.get("format") == FORMAT
 
     def _write(self, entries: list[JournalEntry], deleted: list[DeletionEntry]) -> None:
         """The whole file in format 2: atomically (a temporary file renamed over it),
@@ -264,6 +255,15 @@ class ForgetJournal:
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+
+
+def _is_header(line: str) -> bool:
+    """Whether `line` is the first line of a format-2 file."""
+    try:
+        head = json.loads(line)
+    except ValueError:
+        return False
+    return isinstance(head, dict) and head.get("format") == FORMAT
 
 
 def _line(item: dict[str, Any]) -> bytes:
