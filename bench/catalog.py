@@ -34,7 +34,9 @@ Figures:
      100,000 (see bench/storage.py; target: SQLite keeps < 1 MB per 1,000 chat
      messages for good, growth linear and independent of topics)
   7. forget one member with 1,000 of a community's 100,000 interactions: the whole
-     forget-me in SQLite, replay included (see bench/forget.py; target < 10 s)
+     forget-me in SQLite, replay included (see bench/forget.py; target < 10 s); 7b the
+     event loop's worst stall during it and an old message's deletion (≤ 100 ms); 7c
+     a member deleting the message they just sent (< 1 s)
   8. time to first visible text ÷ the model's time to first token, streaming (≤ 1.1)
   9. `/sonality timeline` on 3,000 versions × 200 beliefs: one, cold (target ≤ 5 s);
      ten at once: the event loop's worst stall (≤ 100 ms) and another community's

@@ -653,18 +653,30 @@ class SonalityAgent:
         (under `_changing`); None, and no version, when `learned_from` is given and no
         step of the log comes from that interaction.
 
+        A message learned after the newest version in `REPLAYED_CAUSES` is taken back
+        by replaying from the stored state just before it, not from the first message:
+        a member posting and deleting in a long-lived community then costs the steps
+        since their message, not the whole log. Before that version the stored states
+        may hold influence the log no longer has (a forgotten member's, say), so an
+        older message replays the whole log.
+
         The log is parsed in the store's thread and replayed in a worker thread: on a
         long log that takes seconds of CPU, which on the event loop would hold up every
         reply the process is writing. The garbage collector is paused meanwhile
         (`collection_paused`), so its full collections do not hold them up either, and
         the parsed log is freed a slice at a time (`release_in_slices`)."""
         with collection_paused():
-            steps = await self.store.evidence()
-            try:
-                if learned_from is not None and not any(
-                    s.interaction_id == learned_from for s in steps
-                ):
+            seed: SpongeState | None = None
+            since = 0
+            if learned_from is not None:
+                first = await self.store.learned_at(learned_from)
+                if first is None:
                     return None
+                if first > await self.store.last_version_of(REPLAYED_CAUSES):
+                    seed = await self.store.state_at(first - 1)
+                    since = 0 if seed is None else first
+            steps = await self.store.evidence(since)
+            try:
                 state, moved = await asyncio.to_thread(
                     forgotten,
                     steps,
@@ -674,6 +686,7 @@ class SonalityAgent:
                     drop_topics,
                     without_interactions=without_interactions,
                     config=self.config,
+                    seed=seed,
                 )
             finally:
                 await asyncio.to_thread(release_in_slices, steps)
@@ -692,6 +705,11 @@ class SonalityAgent:
             actor=actor,
         )
         return state
+
+
+#: Causes of versions whose opinions were rebuilt from the log or restored from an
+#: older state, not reached by learning on from the version before.
+REPLAYED_CAUSES = frozenset({"forget-me", "message-deleted", "rollback"})
 
 
 async def _ready(turns: Sequence[ChatTurn]) -> Sequence[ChatTurn]:

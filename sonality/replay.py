@@ -191,18 +191,31 @@ def forgotten(
     without_interactions: Collection[str] = (),
     *,
     config: EngineConfig | None = None,
+    seed: SpongeState | None = None,
 ) -> tuple[SpongeState, list[str]]:
     """The version after `current` with everything the log derives replayed without
     `without_members` and the messages `without_interactions`, and the topics that
     moved (their own topics left out: naming them would keep their words).
     `drop_insights` (drawn from their messages) go, so reflection cannot bring their
-    words back; `drop_topics` (their own topics) leave the narrative too."""
+    words back; `drop_topics` (their own topics) leave the narrative too.
+
+    With `seed` (a stored state), `steps` are only the log after it: the replay starts
+    there instead of from the first message. Own topics cannot be told from part of
+    the log, so `drop_topics` must then hold them all."""
     ordered = list(steps)
     members = set(without_members)
     interactions = set(without_interactions)
-    labels = set(drop_topics) | own_topics(ordered, members, interactions)
+    labels = set(drop_topics)
+    if seed is None:
+        labels |= own_topics(ordered, members, interactions)
     replayed = rebase(
-        replay(ordered, without_members=members, without_interactions=interactions, config=config),
+        replay(
+            ordered,
+            without_members=members,
+            without_interactions=interactions,
+            seed=seed,
+            config=config,
+        ),
         current.interaction_count,
     )
     state = current.model_copy(deep=True)

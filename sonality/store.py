@@ -7,7 +7,7 @@ between is replayed from `pending_interactions` exactly once.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -212,5 +212,13 @@ class StateStore(Protocol):
 
     async def mark_episodes_written(self, episode_ids: list[str]) -> None: ...
 
-    async def evidence(self) -> list[EvidenceStep]:
-        """The evidence log, in commit order."""
+    async def evidence(self, since_version: int = 0) -> list[EvidenceStep]:
+        """The evidence log, in commit order (only the steps of `since_version` and
+        later versions when given)."""
+
+    async def learned_at(self, interaction_id: str) -> int | None:
+        """The first version whose evidence holds a step of `interaction_id`; None if
+        nothing was learned from it."""
+
+    async def last_version_of(self, causes: Collection[str]) -> int:
+        """The newest version committed with one of `causes` (0 if none)."""

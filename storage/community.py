@@ -16,7 +16,7 @@ and `latest_state` rebuild the full state, so callers never see the difference.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -494,18 +494,18 @@ class CommunityStore:
 
         await self._db._run_write(work, scope=cid)
 
-    async def evidence(self) -> list[EvidenceStep]:
-        """The evidence log in commit order (what `sonality.replay` replays). Parsed in
-        the database's thread, not on the event loop: a long log takes seconds, and
-        every community's replies would wait for them."""
+    async def evidence(self, since_version: int = 0) -> list[EvidenceStep]:
+        """The evidence log in commit order (what `sonality.replay` replays), from
+        `since_version` on. Parsed in the database's thread, not on the event loop: a
+        long log takes seconds, and every community's replies would wait for them."""
         cid = self.community_id
 
         def work(conn: Conn) -> list[EvidenceStep]:
             rows = fetchall(
                 conn,
                 "SELECT version, kind, interaction_id, member, step_json FROM evidence_log "
-                "WHERE community_id = ? ORDER BY seq",
-                (cid,),
+                "WHERE community_id = ? AND version >= ? ORDER BY seq",
+                (cid, since_version),
             )
             steps = [
                 step_from_row(int(version), str(kind), str(interaction_id), str(member), str(t))
@@ -515,6 +515,24 @@ class CommunityStore:
             return steps
 
         return await self._db._run_read(work)
+
+    async def learned_at(self, interaction_id: str) -> int | None:
+        row = await self._db._fetchone(
+            "SELECT MIN(version) FROM evidence_log WHERE community_id = ? AND interaction_id = ?",
+            (self.community_id, interaction_id),
+        )
+        return None if row is None or row[0] is None else int(row[0])
+
+    async def last_version_of(self, causes: Collection[str]) -> int:
+        if not causes:
+            return 0
+        marks = ", ".join("?" for _ in causes)
+        row = await self._db._fetchone(
+            "SELECT MAX(version) FROM personality_versions WHERE community_id = ? "
+            f"AND cause IN ({marks})",
+            (self.community_id, *sorted(causes)),
+        )
+        return 0 if row is None or row[0] is None else int(row[0])
 
     # --- outbox --------------------------------------------------------------------------
 

@@ -16,14 +16,20 @@ import random
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 import sonality.replay
 from sonality.agent import SonalityAgent
 from sonality.config import EngineConfig
-from sonality.replay import ReplayError, collection_paused, release_in_slices, replay
+from sonality.replay import (
+    ReplayError,
+    collection_paused,
+    forgotten,
+    release_in_slices,
+    replay,
+)
 from sonality.rollback import rebase
 from sonality.state import SpongeState
 from sonality.store import Speaker
@@ -261,6 +267,110 @@ async def test_a_forget_me_recomputes_every_derived_field_and_drops_their_own_to
     assert own not in state.model_dump_json()
     [latest] = await whole.store.versions(limit=1)
     assert latest.cause == "forget-me" and own not in latest.change
+
+
+async def test_a_deletion_replays_from_the_state_before_the_message_unless_a_replay_came_after(
+    agents: dict[str, tuple[SonalityAgent, ScriptedLLM]],
+    db: Database,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Posting and deleting must not cost a replay of the whole log: a message learned
+    after the newest replayed version is taken back from the stored state before it,
+    with the result of a whole replay. An older message (a deletion came after it, and
+    the stored states since may still hold the deleted one's influence) replays all."""
+    whole, llm = agents["test:whole"]
+    store = whole.store
+    asked: list[int] = []
+    real_evidence = store.evidence
+    # The bot erases a deleted message's evidence rows once its version is in
+    # (`bot.deletion`, `storage.deletion.erase_message`): so does this view of the log.
+    erased: set[str] = set()
+
+    async def evidence(since_version: int = 0) -> list[Any]:
+        asked.append(since_version)
+        return [s for s in await real_evidence(since_version) if s.interaction_id not in erased]
+
+    monkeypatch.setattr(store, "evidence", evidence)
+    await run(whole, llm, script(11, 60))
+
+    async def take_back(pick: int) -> tuple[int, SpongeState, SpongeState]:
+        """Delete the `pick`th learned message; the state, and a whole replay's."""
+        log = [s for s in await real_evidence() if s.interaction_id not in erased]
+        messages = [s for s in log if s.kind == "message"]
+        gone = messages[pick].interaction_id
+        words = await db.message_words("test:whole", gone)
+        expected, _ = forgotten(log, whole.sponge, (), (), words.topics, (gone,), config=TUNABLES)
+        asked.clear()
+        state = await whole.withdraw_message(
+            gone, actor="message-x", change="deleted", drop_topics=words.topics
+        )
+        assert state is not None
+        erased.add(gone)
+        [since] = asked
+        return since, state, expected
+
+    def assert_same(state: SpongeState, expected: SpongeState, *, rate: bool = True) -> None:
+        assert_same_opinions(state, expected)
+        assert state.behavioral_signature.topic_engagement == (
+            expected.behavioral_signature.topic_engagement
+        )
+        if rate:
+            assert state.behavioral_signature == expected.behavioral_signature
+        assert [(s.interaction, s.description) for s in state.recent_shifts] == [
+            (s.interaction, s.description) for s in expected.recent_shifts
+        ]
+
+    late, state, expected = await take_back(-3)
+    assert late > 1  # from the state before it, not the first message
+    assert_same(state, expected)
+
+    since, state, expected = await take_back(5)  # learned before that deletion
+    assert since == 0
+    assert_same(state, expected)
+
+    await run(whole, llm, script(12, 20))
+    since, state, expected = await take_back(-2)  # after both deletions again
+    assert since > late
+    # The disagreement rate is a running mean over the interaction count, which a
+    # replay leaves at the live count: the live bot has weighed each message since the
+    # first deletion by that count, and a replay from its stored state keeps those
+    # weights, where a whole replay weighs by the messages left in the log.
+    assert_same(state, expected, rate=False)
+
+
+async def test_a_rollback_after_a_deleted_message_makes_its_deletion_replay_the_whole_log(
+    agents: dict[str, tuple[SonalityAgent, ScriptedLLM]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The versions after a rollback hold a restored state, not one learned on from the
+    version before: a message from before it cannot be taken back from a stored state,
+    while one learned after it can. Two communities with the same history, one
+    deletion each (a deletion is itself such a version)."""
+    steps = script(5, 40)
+    asked: list[int] = []
+    rolled_back = 0
+    for name in ("test:whole", "test:fresh"):
+        agent, llm = agents[name]
+        real_evidence = agent.store.evidence
+
+        async def evidence(since_version: int = 0, real: Any = real_evidence) -> list[Any]:
+            asked.append(since_version)
+            return cast(list[Any], await real(since_version))
+
+        monkeypatch.setattr(agent.store, "evidence", evidence)
+        await run(agent, llm, steps[:20])
+        target = agent.sponge.version
+        await run(agent, llm, steps[20:30])
+        await agent.rollback(target, actor="mod")
+        rolled_back = agent.sponge.version
+        await run(agent, llm, steps[30:])
+    whole, fresh = agents["test:whole"][0], agents["test:fresh"][0]
+    after = [s for s in await whole.store.evidence() if s.kind == "message"][-1]
+    before = [s for s in await fresh.store.evidence() if s.kind == "message"][25]
+    asked.clear()
+    assert await whole.withdraw_message(after.interaction_id, actor="a", change="x")
+    assert await fresh.withdraw_message(before.interaction_id, actor="b", change="y")
+    assert asked == [asked[0], 0] and asked[0] > rolled_back
 
 
 def test_the_collector_pause_is_shared_and_ends_with_the_last_one_out() -> None:

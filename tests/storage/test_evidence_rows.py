@@ -117,3 +117,29 @@ async def test_the_members_data_lists_their_evidence_after_the_audit_trail_is_go
         RATED.topics,
         "supports",
     )
+
+
+async def test_a_message_s_first_version_and_the_newest_version_of_some_causes(
+    db: Database,
+) -> None:
+    """What a deletion asks to replay from the stored state before its message: where
+    the message was learned, whether a replay came after, and the log from a version."""
+    store = db.community(CID)
+    steps = [
+        EvidenceStep(kind=MESSAGE, interaction=1, interaction_id="i1", member="U1", ess=RATED),
+        EvidenceStep(kind=MESSAGE, interaction=2, interaction_id="i2", member="U2", ess=RATED),
+        EvidenceStep(kind=DECAY, interaction=2, rate=0.15),
+        EvidenceStep(kind=MESSAGE, interaction=3, interaction_id="i1", member="U1", ess=RATED),
+    ]
+    await log_steps(db, steps)
+    assert await store.learned_at("i1") == 1  # its first step's version
+    assert await store.learned_at("i2") == 2
+    assert await store.learned_at("never") is None
+    assert [s.version for s in await store.evidence(3)] == [3, 4]
+    assert await store.evidence(5) == []
+    assert await store.last_version_of({"forget-me", "rollback"}) == 0
+    assert await store.last_version_of(()) == 0
+    await store.commit(commit_of(5).model_copy(update={"cause": "forget-me"}))
+    await store.commit(commit_of(6))
+    assert await store.last_version_of({"forget-me", "rollback"}) == 5
+    assert await db.community("discord:2").last_version_of({"forget-me"}) == 0
