@@ -172,7 +172,8 @@ class DeletionStore(SqlBase):
                 rowid = insert_returning_id(
                     conn,
                     "INSERT INTO message_deletions (community_id, message_key, interaction_id, "
-                    "label, cause, started_at, finished_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    "label, cause, started_at, finished_at, answered) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         community_id,
                         forget_key(community_id, message_ref),
@@ -181,6 +182,7 @@ class DeletionStore(SqlBase):
                         cause,
                         stamp,
                         None if interaction_id is not None else stamp,
+                        int(interaction_id is not None),
                     ),
                 )
                 if interaction_id is not None:
@@ -199,8 +201,8 @@ class DeletionStore(SqlBase):
         answers name, and journaled unfinished for each answer it matches, to be
         finished on start (`bot.deletion.resume_deletions`). Returns the labels of
         those that matched. One that matches nothing is left out: its message is not
-        here (or its row, which took back a message nothing had been learned from yet,
-        was pruned a day after, see `storage.retention`)."""
+        here. Rows of deletions that took an answer back are never pruned, so an entry
+        is matched again only after a restore from before it."""
 
         def work(conn: Conn) -> list[str]:
             known = {str(r[0]) for r in fetchall(conn, "SELECT label FROM message_deletions")}
@@ -233,7 +235,8 @@ class DeletionStore(SqlBase):
                     execute(
                         conn,
                         "INSERT INTO message_deletions (community_id, message_key, "
-                        "interaction_id, label, cause, started_at) VALUES (?, ?, ?, ?, ?, ?)",
+                        "interaction_id, label, cause, started_at, answered) "
+                        "VALUES (?, ?, ?, ?, ?, ?, 1)",
                         (
                             str(community_id),
                             entry.key,

@@ -721,6 +721,16 @@ _V15_CHANNEL_MODES: list[Statement] = [
     """,
 ]
 
+_V16_ANSWERED_DELETIONS: list[Statement] = [
+    # Whether a deletion took back a kept answer (so the journal file outside the
+    # database lists it): only a row that did not is pruned. A pruned row of one that
+    # did made every start match the file's entry against every kept message again.
+    # Rows from before cannot tell, except those that replayed a version.
+    "ALTER TABLE message_deletions ADD COLUMN answered INTEGER NOT NULL DEFAULT 0",
+    "UPDATE message_deletions SET answered = 1 "
+    "WHERE version IS NOT NULL OR interaction_id IS NOT NULL",
+]
+
 MIGRATIONS: list[list[Statement]] = [
     _V1,
     _V2,
@@ -737,6 +747,7 @@ MIGRATIONS: list[list[Statement]] = [
     _V13_BOT_EXCHANGES,
     _V14_MESSAGE_DELETIONS,
     _V15_CHANNEL_MODES,
+    _V16_ANSWERED_DELETIONS,
 ]
 """Index i holds the statements that take the schema from version i to i + 1."""
 

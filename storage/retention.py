@@ -27,8 +27,10 @@ not by how much a community ever said:
   is: forget-me depends on it. It holds ESS results, not messages.
 * ``message_deletions``: a row that took nothing back (the platform reported the
   deletion of a message nothing was kept of) is deleted a day after; it only refuses
-  an answer that was being written meanwhile. A row that took a message back is kept
-  (it holds no id of it, and its version tells a rollback to leave the message out).
+  an answer that was being written meanwhile. A row that took an answer back is kept,
+  learned from or not (it holds no id of it; its version tells a rollback to leave the
+  message out, and its label tells a start that the journal file's entry of it is
+  already in force).
 * ``seen_events`` (platform event dedup) and ``oauth_states``: deleted once expired.
   They are also pruned as new ones arrive; this covers a platform that went quiet.
 * Not here: ``personality_versions`` are append-only (history is evidence; they are
@@ -124,7 +126,7 @@ def _prune_deletions(conn: Conn, cutoff: str) -> int:
         return 0
     return execute(
         conn,
-        "DELETE FROM message_deletions WHERE version IS NULL "
+        "DELETE FROM message_deletions WHERE version IS NULL AND answered = 0 "
         "AND finished_at IS NOT NULL AND finished_at < ?",
         (cutoff,),
     )
