@@ -33,7 +33,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
-from bot.forget_journal import ForgetJournal, ForgetJournalError
+from bot.forget_journal import ForgetJournal
 from bot.forget_me import committed_before_a_crash, semantic_ids
 from sonality.agent import SonalityAgent
 from storage import Database
@@ -78,29 +78,16 @@ async def take_back(
     for cid in sorted(communities):
         deletions = await db.begin_deletion(cid, ref, cause, datetime.now(UTC))
         if journal is not None and deletions:
-            await _copy_to_journal(journal, deletions)
+            await journal.record(
+                [
+                    DeletionEntry(label=d.label, key=d.message_key, cause=d.cause, at=d.started_at)
+                    for d in deletions
+                ],
+                "would bring this message back",
+            )
         for deletion in deletions:
             done.append(await finish_deletion(db, await agent_for(cid), deletion))
     return done
-
-
-async def _copy_to_journal(journal: ForgetJournal, deletions: list[MessageDeletion]) -> None:
-    """A file that cannot be written does not stop the deletion (the database's journal
-    has it), but is logged: a backup restored later would bring the message back."""
-    entries = [
-        DeletionEntry(label=d.label, key=d.message_key, cause=d.cause, at=d.started_at)
-        for d in deletions
-    ]
-    try:
-        await asyncio.to_thread(journal.add_deletions, entries)
-    except (OSError, ForgetJournalError) as exc:
-        log.error(
-            "could not add %s to the forget journal %s (%s): a backup restored later "
-            "would bring this message back",
-            ", ".join(e.label for e in entries),
-            journal.path,
-            exc,
-        )
 
 
 async def reapply_deletions(db: Database, journal: ForgetJournal) -> list[str]:

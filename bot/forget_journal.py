@@ -21,6 +21,7 @@ file is private to the bot's user (mode 0600).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -98,13 +99,30 @@ class ForgetJournal:
 
     def add(self, entry: JournalEntry) -> None:
         """Add one forget-me (again adds a line that reads as nothing new)."""
-        with self._lock:
-            self._append([{"forgotten": entry.model_dump(mode="json")}])
+        self.add_all([entry])
 
     def add_deletions(self, new: Sequence[DeletionEntry]) -> None:
         """Add messages taken back (again adds lines that read as nothing new)."""
+        self.add_all(new)
+
+    def add_all(self, entries: Sequence[JournalEntry | DeletionEntry]) -> None:
         with self._lock:
-            self._append([{"deleted": d.model_dump(mode="json")} for d in new])
+            self._append([_item(e) for e in entries])
+
+    async def record(self, entries: Sequence[JournalEntry | DeletionEntry], lost: str) -> None:
+        """Add `entries` from the event loop. A file that cannot be written does not
+        stop the forget-me or the deletion (the database's journal has it), but is
+        logged with `lost`: what a backup restored later would then get wrong."""
+        try:
+            await asyncio.to_thread(self.add_all, entries)
+        except (OSError, ForgetJournalError) as exc:
+            log.error(
+                "could not add %s to the forget journal %s (%s): a backup restored later %s",
+                ", ".join(e.pseudonym if isinstance(e, JournalEntry) else e.label for e in entries),
+                self.path,
+                exc,
+                lost,
+            )
 
     def copy_to(self, other: ForgetJournal) -> None:
         """Add to `other` the entries of this file it lacks."""
@@ -114,12 +132,8 @@ class ForgetJournal:
             known = {e.pseudonym for e in theirs}
             labels = {d.label for d in their_deleted}
             other._append(
-                [{"forgotten": e.model_dump(mode="json")} for e in mine if e.pseudonym not in known]
-                + [
-                    {"deleted": d.model_dump(mode="json")}
-                    for d in my_deleted
-                    if d.label not in labels
-                ]
+                [_item(e) for e in mine if e.pseudonym not in known]
+                + [_item(d) for d in my_deleted if d.label not in labels]
             )
 
     def _read_locked(self) -> tuple[list[JournalEntry], list[DeletionEntry]]:
@@ -241,8 +255,8 @@ class ForgetJournal:
         """The whole file in format 2: atomically (a temporary file renamed over it),
         private, and on disk."""
         lines = [_line({"format": FORMAT, "about": ABOUT})]
-        lines += [_line({"forgotten": e.model_dump(mode="json")}) for e in entries]
-        lines += [_line({"deleted": d.model_dump(mode="json")}) for d in deleted]
+        lines += [_line(_item(e)) for e in entries]
+        lines += [_line(_item(d)) for d in deleted]
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.")
         try:
@@ -264,6 +278,12 @@ def _is_header(line: str) -> bool:
     except ValueError:
         return False
     return isinstance(head, dict) and head.get("format") == FORMAT
+
+
+def _item(entry: JournalEntry | DeletionEntry) -> dict[str, Any]:
+    """An entry as its line holds it: under "forgotten" or "deleted"."""
+    kind = "forgotten" if isinstance(entry, JournalEntry) else "deleted"
+    return {kind: entry.model_dump(mode="json")}
 
 
 def _line(item: dict[str, Any]) -> bytes:

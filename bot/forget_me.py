@@ -40,7 +40,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from bot.forget_journal import ForgetJournal, ForgetJournalError
+from bot.forget_journal import ForgetJournal
 from sonality.agent import SonalityAgent
 from sonality.memory.episodes import document_of
 from sonality.store import SEMANTIC
@@ -90,8 +90,11 @@ async def finish_forget(
     await agent.stop_learning(members=(member,))
     words = await db.member_words(cid, member)
     kept = await db.keeps_member(cid, member)
-    if kept and journal is not None:
-        await _copy_to_journal(journal, request)
+    if kept and journal is not None and request.member_key and request.started_at:
+        entry = JournalEntry(
+            pseudonym=request.pseudonym, key=request.member_key, at=request.started_at
+        )
+        await journal.record([entry], "would not forget this member again")
     version = request.version
     _step(2)
     if version is None and kept:
@@ -131,24 +134,6 @@ async def committed_before_a_crash(
     if newest and newest[0].cause == cause and newest[0].actor == actor:
         return newest[0].version
     return None
-
-
-async def _copy_to_journal(journal: ForgetJournal, request: ForgetRequest) -> None:
-    """The forget-me in the file outside the database; a file that cannot be written
-    does not stop the forget-me (the database's journal has it), but is logged."""
-    if request.member_key is None or request.started_at is None:
-        return
-    entry = JournalEntry(pseudonym=request.pseudonym, key=request.member_key, at=request.started_at)
-    try:
-        await asyncio.to_thread(journal.add, entry)
-    except (OSError, ForgetJournalError) as exc:
-        log.error(
-            "could not add %s to the forget journal %s (%s): a backup restored later "
-            "would not forget this member again",
-            request.pseudonym,
-            journal.path,
-            exc,
-        )
 
 
 async def semantic_ids(

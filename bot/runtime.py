@@ -48,6 +48,7 @@ from sonality.llm import ChatTurn, LLMError, TextSink
 from sonality.prompts import with_image_note
 from sonality.store import Speaker
 from storage import Database
+from storage.deletion import DeletionCause, MessageDeletion
 
 if TYPE_CHECKING:
     from chroma_memory.hosts import MemoryHost
@@ -408,15 +409,7 @@ class Runtime:
         ref = message_ref(platform, message_id)
         answering = self._answering.get(ref)
         where = community_id or (answering[0].community_id if answering else None)
-        done = await take_back(
-            self.db,
-            self.registry.agent_by_id,
-            ref,
-            "deleted",
-            community_id=where,
-            journal=self.forget_journal,
-        )
-        return len(done)
+        return len(await self._take_back(ref, "deleted", where))
 
     async def message_edited(self, platform: str, message_id: str, text: str | None) -> bool:
         ref = message_ref(platform, message_id)
@@ -429,15 +422,20 @@ class Runtime:
         if new is not None and all(old == new for old in olds):
             return False  # the same words (a link preview, an embed): nothing to do
         where = answering[0].community_id if answering else None
-        await take_back(
+        await self._take_back(ref, "edited", where)
+        return bool(new)
+
+    async def _take_back(
+        self, ref: str, cause: DeletionCause, community_id: str | None
+    ) -> list[MessageDeletion]:
+        return await take_back(
             self.db,
             self.registry.agent_by_id,
             ref,
-            "edited",
-            community_id=where,
+            cause,
+            community_id=community_id,
             journal=self.forget_journal,
         )
-        return bool(new)
 
     # ------------------------------------------------------------------ commands
     async def _current_agent(self, community: Community) -> SonalityAgent:
