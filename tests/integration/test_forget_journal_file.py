@@ -107,3 +107,16 @@ def test_a_damaged_line_inside_the_file_is_an_error_not_a_forgotten_entry(
     path.write_text("\n".join([header, '{"forgotten": {"pseudonym": 1}}', deleted]) + "\n")
     with pytest.raises(ForgetJournalError, match="1 bad entries"):
         journal.deletions()
+
+
+async def test_a_file_that_cannot_be_written_is_logged_and_does_not_stop_the_caller(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The database's journal has the forget-me or deletion; the file failing must not
+    stop it, but the operator must learn what a restore would then get wrong."""
+    blocked = tmp_path / "forget-journal.json"
+    blocked.mkdir()  # a directory where the file should be
+    await ForgetJournal(blocked).record([DELETED, FORGOTTEN], "would bring this message back")
+    [record] = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert "message-4d5e6f, member-1a2b3c" in record.getMessage()
+    assert "would bring this message back" in record.getMessage()
