@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -200,9 +200,10 @@ class DeletionStore(SqlBase):
         from before them): each is matched by its key against the messages the kept
         answers name, and journaled unfinished for each answer it matches, to be
         finished on start (`bot.deletion.resume_deletions`). Returns the labels of
-        those that matched. One that matches nothing is left out: its message is not
-        here. Rows of deletions that took an answer back are never pruned, so an entry
-        is matched again only after a restore from before it."""
+        those that matched. One that matches nothing (its message is not here) gets a
+        finished row of its own, with no community, so that it is not matched again at
+        every start; rows of deletions that took an answer back are never pruned. An
+        entry is matched again only after another restore."""
 
         def work(conn: Conn) -> list[str]:
             known = {str(r[0]) for r in fetchall(conn, "SELECT label FROM message_deletions")}
@@ -220,6 +221,7 @@ class DeletionStore(SqlBase):
                 "WHERE message_ref IS NOT NULL AND message_ref != ''",
             )
             matched: list[str] = []
+            now = to_db_time(datetime.now(UTC))
             for entry in missing:
                 for community_id, ref in buffered:  # as `begin_deletion` empties the buffer
                     if key_matches(entry.key, str(community_id), str(ref)):
@@ -248,6 +250,15 @@ class DeletionStore(SqlBase):
                     )
                     if entry.label not in matched:
                         matched.append(entry.label)
+                if entry.label not in matched:
+                    # Its message is not here (it came after the backup): noted as
+                    # finished, so the next start does not match it all over again.
+                    execute(
+                        conn,
+                        "INSERT INTO message_deletions (community_id, message_key, label, "
+                        "cause, started_at, finished_at, answered) VALUES ('', ?, ?, ?, ?, ?, 1)",
+                        (entry.key, entry.label, entry.cause, to_db_time(entry.at), now),
+                    )
             return matched
 
         return await self._run_write(work)

@@ -244,6 +244,10 @@ async def test_a_deletion_a_restored_database_lacks_is_journaled_again_from_its_
     )
     entry = DeletionEntry(label="message-abc123", key=str(key), cause="deleted", at=at(4))
     assert await db.rejournal_deletions([entry]) == []  # that key names another community
+    # Noted, so the next start does not match it against every kept message again.
+    assert ("message-abc123", "") in await db._fetchall(
+        "SELECT label, community_id FROM message_deletions"
+    )
 
     [row] = await db.begin_deletion(CID, REF, "edited", at(5))
     mine = DeletionEntry(label="message-def456", key=row.message_key, cause="edited", at=at(5))
@@ -262,3 +266,8 @@ async def test_a_deletion_a_restored_database_lacks_is_journaled_again_from_its_
     assert {str(r[0]) for r in turns} == {"discord:77"}  # the deleted one's exchange went
     assert await db.rejournal_deletions([entry, mine]) == []  # known now: nothing twice
     assert len(await db.open_deletions()) == 1
+    # Retention prunes only rows that took back no answer: the note of `entry` stays.
+    await db.apply_retention(at(4) + timedelta(days=400), RetentionPolicy())
+    assert [("message-abc123",)] == await db._fetchall(
+        "SELECT label FROM message_deletions WHERE community_id = ''"
+    )
