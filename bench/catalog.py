@@ -128,6 +128,12 @@ FIGURES: tuple[Figure, ...] = (
         lambda work, a: asyncio.run(figure_capacity(work, 100, 0.2, 32, a.seconds, 100)),
     ),
     Figure(
+        "3h",
+        "figure 3 with 300 memories in each community to start with (a community after "
+        "about 300 messages; figure 3's start with one)",
+        lambda work, a: asyncio.run(figure_capacity(work, 100, 0.2, 32, a.seconds, history=300)),
+    ),
+    Figure(
         "3s",
         "figure 3a on the scale-out stack: 100 communities over 2 bot processes on "
         "PostgreSQL + a Chroma server, the servers' CPU per message beside the bots'",

@@ -35,6 +35,7 @@ from chroma_memory.embedding import (
     make_chroma_client,
 )
 from chroma_memory.server import ServerChroma
+from chroma_memory.shared_chroma import SharedChroma
 from providers import DEFAULT_MODELS
 from providers.anthropic import AnthropicLLM
 from providers.forwarding import ForwardingLLM
@@ -568,6 +569,27 @@ def cores() -> int:
     return len(os.sched_getaffinity(0))
 
 
+def seed_memories(chroma_dir: Path, community_ids: Sequence[str], per_community: int) -> None:
+    """`per_community` memories in each community's collection, as after that many
+    messages. The vectors are computed once and shared: what is measured is opening and
+    querying indexes of that size, not embedding them."""
+    import numpy as np
+
+    embed = default_embedding_function(MODEL_CACHE)
+    episodes = list(episode_texts(per_community))
+    vectors = embed([e.summary for e in episodes])
+    episodes = [
+        e.model_copy(update={"embedding": np.asarray(v, dtype=float).tolist()})
+        for e, v in zip(episodes, vectors, strict=True)
+    ]
+    chroma = SharedChroma(chroma_dir, max_open=32)
+    for cid in community_ids:
+        CommunityEpisodeStore.for_community(
+            cid, None, client=chroma, embedding_function=embed
+        ).store_many(episodes)
+    close_chroma_client(chroma_dir)
+
+
 async def figure_capacity(
     work: Path,
     communities: int,
@@ -575,6 +597,7 @@ async def figure_capacity(
     cap: int,
     seconds: float,
     max_open: int | None = None,
+    history: int = 0,
 ) -> None:
     """Figure 3: what one message costs the bot in CPU, and how fast it answers when
     the machine is half busy. See docs/performance.md ("Figure 3: capacity") for why
@@ -586,13 +609,16 @@ async def figure_capacity(
     messages per second the machine's cores could serve if they did nothing else.
     3b: messages arrive at half that capacity (an open loop, as members send them), and
     the reply time outside the model is measured from each message's arrival.
-    With `max_open`, Chroma may keep that many collections open (figure 3m)."""
-    data = work / f"capacity-{max_open}"
+    With `max_open`, Chroma may keep that many collections open (figure 3m); with
+    `history`, each community starts with that many memories (figure 3h)."""
+    data = work / f"capacity-{max_open}-{history}"
+    groups = [Community(id=f"bench:c{i}", name=f"c{i}") for i in range(communities)]
+    if history:
+        await asyncio.to_thread(seed_memories, data / "chromadb", [c.id for c in groups], history)
     load = os.getloadavg()[0]  # the machine is shared: say how busy it was
     extra: dict[str, Any] = {} if max_open is None else {"SONALITY_CHROMA_MAX_OPEN": max_open}
     with llm_server(latency) as url:
         async with bot(data, url, cap=cap, **extra) as (runtime, _llm):
-            groups = [Community(id=f"bench:c{i}", name=f"c{i}") for i in range(communities)]
             await asyncio.gather(*(runtime.registry.agent_for(c) for c in groups))
             # Warm-up: model loaded, every collection made, one episode each.
             await asyncio.gather(*(answer(runtime, c, 0, Window()) for c in groups))
@@ -602,6 +628,8 @@ async def figure_capacity(
             half = await offer(runtime, groups, capacity / 2, seconds, first=10_000)
             reopens = chroma_reopens(runtime)
     setting = "" if max_open is None else f", SONALITY_CHROMA_MAX_OPEN={max_open}"
+    if history:
+        setting += f", {history} memories each to start with"
     report(
         f"3a. bot CPU per answered message, {communities} active communities{setting}",
         f"{fmt_ms(busy.cpu_per_reply)} ({busy.cpu:.1f} s CPU over {busy.replies} replies "

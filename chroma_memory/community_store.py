@@ -70,6 +70,15 @@ __all__ = [
 T = TypeVar("T")
 P = ParamSpec("P")
 
+#: Writes between two saves of a collection's HNSW index. Chroma's own default (1,000)
+#: leaves up to 999 writes in its log alone, and each time the index is loaded (after
+#: every reopen of the shared client) Chroma inserts them into the graph again. Measured
+#: with chromadb 1.5.9 on the bot's 2-core machine: loading and querying a collection of
+#: 512 memories cost 55–60 ms of CPU at 1,000 against 6–7 ms at 32, and a write of 8
+#: 18 ms against 6 (docs/performance.md, "How often an index is saved").
+SYNC_THRESHOLD = 32
+CHROMA_DEFAULT_SYNC_THRESHOLD = 1000
+
 _SLUG_MAX = 64
 _HASH_CHARS = 16
 
@@ -200,12 +209,17 @@ class CommunityEpisodeStore(SeedStoreMethods):
             collection = client.get_or_create_collection(
                 name=name,
                 embedding_function=self._embed,  # type: ignore[arg-type]
-                configuration={"hnsw": {"space": "cosine"}},
+                configuration={"hnsw": {"space": "cosine", "sync_threshold": SYNC_THRESHOLD}},
             )
-        space = (collection.configuration_json.get("hnsw") or {}).get("space")
+        hnsw = collection.configuration_json.get("hnsw") or {}
+        space = hnsw.get("space")
         if space not in (None, "cosine"):
             # A pre-existing collection in another space would make 1 - distance wrong.
             raise ValueError(f"collection {name!r} uses {space!r} space, not cosine")
+        if hnsw.get("sync_threshold") in (None, CHROMA_DEFAULT_SYNC_THRESHOLD):
+            # Made before SYNC_THRESHOLD: lowered once, before this client loads the
+            # index. Any other value is kept (1 while a forget-me purges the log).
+            collection.modify(configuration={"hnsw": {"sync_threshold": SYNC_THRESHOLD}})
         return collection
 
     # Only inside ``self.chroma.use()``: handles are valid until the client is reopened.
@@ -277,9 +291,10 @@ class CommunityEpisodeStore(SeedStoreMethods):
 
         Why more than ``collection.delete``: Chroma keeps every write in its own log
         table (``embeddings_queue``, the document and metadata included) until the
-        collection's HNSW index is saved, which happens every ``sync_threshold`` (1,000)
-        writes, and its SQLite leaves deleted rows' bytes in free pages. Seen in a test:
-        the forgotten member's word was still in ``chroma.sqlite3`` after the delete.
+        collection's HNSW index is saved, every ``sync_threshold`` writes
+        (:data:`SYNC_THRESHOLD`), and its SQLite leaves deleted rows' bytes in free
+        pages. Seen in a test: the forgotten member's word was still in
+        ``chroma.sqlite3`` after the delete.
         So the collections' ``sync_threshold`` is set to 1 for one reopen of the client
         (Chroma reads it only when it loads an index; loading it then saves it, and
         Chroma purges the log up to that point), set back, and the file is rebuilt with
@@ -294,7 +309,10 @@ class CommunityEpisodeStore(SeedStoreMethods):
                     continue
                 collection.delete(ids=list(ids))
                 hnsw = collection.configuration_json.get("hnsw") or {}
-                thresholds[collection.name] = int(hnsw.get("sync_threshold") or 1000)
+                kept = hnsw.get("sync_threshold")
+                thresholds[collection.name] = (
+                    SYNC_THRESHOLD if kept in (None, CHROMA_DEFAULT_SYNC_THRESHOLD) else int(kept)
+                )
                 collection.modify(configuration={"hnsw": {"sync_threshold": 1}})
         if isinstance(self.chroma, SharedChroma):
             self._purge_files(self.chroma, thresholds)

@@ -8,17 +8,23 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from chroma_memory.community_store import CommunityEpisodeStore, collection_name_for
+from chroma_memory.community_store import (
+    SYNC_THRESHOLD,
+    CommunityEpisodeStore,
+    collection_name_for,
+)
 from chroma_memory.embedding import FastMiniLML6V2, close_chroma_client, make_chroma_client
-from chroma_memory.shared_chroma import ChromaHandle
+from chroma_memory.shared_chroma import ChromaHandle, SharedChroma
 from sonality.memory.episodes import EPISODIC, SEMANTIC, Episode
 
 NUCLEAR = "Nuclear power plants are a safe, low-carbon source of electricity"
@@ -355,3 +361,59 @@ def test_unwritten_episodes_are_ranked_with_stored_ones(store: CommunityEpisodeS
     )
     assert everything[0] == TAX  # semantic first
     assert sorted(everything[1:]) == sorted([NUCLEAR, SOURDOUGH])  # NUCLEAR once
+
+
+# -- how often an index is saved --------------------------------------------------------
+
+
+def _unsaved_writes(persist_dir: Path, shared: SharedChroma, name: str) -> int:
+    """Writes in Chroma's log for collection ``name`` that no saved index holds yet:
+    each load of the index inserts them into the graph again. (Read from Chroma's own
+    SQLite file; no API tells it.)"""
+    with shared.use():
+        collection = shared.client.get_collection(name)
+    with closing(sqlite3.connect(persist_dir / "chroma.sqlite3")) as con:
+        [(count,)] = con.execute(
+            "SELECT count(*) FROM embeddings_queue WHERE topic LIKE ?", (f"%{collection.id}",)
+        ).fetchall()
+    return int(count)
+
+
+def test_a_collection_saves_its_index_every_few_writes(
+    persist_dir: Path, embedding_function: FastMiniLML6V2
+) -> None:
+    """With Chroma's default (a save every 1,000 writes) all 40 writes would stay in the
+    log, to be inserted again at every load of the index after a client reopen."""
+    shared = SharedChroma(persist_dir)
+    store = CommunityEpisodeStore(persist_dir, client=shared, embedding_function=embedding_function)
+    for i in range(40):
+        store.store(f"message {i}", f"reply {i}", 0.5, [], f"memory number {i}")
+    assert _unsaved_writes(persist_dir, shared, "episodes") < SYNC_THRESHOLD < 40
+    shared.reopen_now()
+    assert store.count() == 40
+
+
+def test_a_collection_made_with_chromas_default_is_lowered_once_and_keeps_its_memories(
+    persist_dir: Path, embedding_function: FastMiniLML6V2
+) -> None:
+    shared = SharedChroma(persist_dir)
+    store = CommunityEpisodeStore(persist_dir, client=shared, embedding_function=embedding_function)
+    _fill(store)
+    with shared.use():  # as a collection made by an older release is
+        shared.client.get_collection("episodes").modify(
+            configuration={"hnsw": {"sync_threshold": 1000}}
+        )
+    shared.reopen_now()
+
+    reopened = CommunityEpisodeStore(
+        persist_dir, client=shared, embedding_function=embedding_function
+    )
+    with shared.use():
+        hnsw = shared.client.get_collection("episodes").configuration_json["hnsw"]
+    assert hnsw["sync_threshold"] == SYNC_THRESHOLD
+    assert reopened.retrieve("Is atomic energy dangerous?")[0] == NUCLEAR
+    for i in range(40):
+        reopened.store(f"message {i}", f"reply {i}", 0.5, [], f"memory number {i}")
+    assert _unsaved_writes(persist_dir, shared, "episodes") < SYNC_THRESHOLD
+    shared.reopen_now()
+    assert reopened.count() == 44
