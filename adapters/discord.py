@@ -609,7 +609,8 @@ class DiscordAdapter:
             community_id = f"{PLATFORM}:{guild_id}"
         elif cached is not None and not cached.author.bot:
             community_id = dm_community_id(PLATFORM, str(cached.author.id))
-        for message_id in message_ids:
+
+        async def take_back(message_id: int) -> None:
             try:
                 await self._runtime.message_deleted(PLATFORM, str(message_id), community_id)
             except Exception:
@@ -618,6 +619,10 @@ class DiscordAdapter:
                     message_id,
                     guild_id,
                 )
+
+        # At once, not one after another: a bulk delete's messages then wait for the
+        # community's agent together, and it takes them back in one replay.
+        await asyncio.gather(*(take_back(message_id) for message_id in message_ids))
 
     async def _on_edited(self, message: discord.Message) -> None:
         """A member edited a message: if the bot answered it and the words changed, the

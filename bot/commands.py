@@ -718,11 +718,20 @@ def _notable(version: VersionInfo) -> bool:
     return any(word in version.change for word in _NOTABLE_CHANGES)
 
 
+def _actors(actor: str, shown: int = 2) -> str:
+    """A version's actor at chat width: messages taken back together list every one."""
+    names = actor.split(", ")
+    if len(names) <= shown + 1:
+        return actor
+    return f"{', '.join(names[:shown])} and {len(names) - shown} more"
+
+
 def _fmt_version(v: VersionInfo, credits: Mapping[str, str] | None = None) -> str:
     """One version's line. A commit comes first, each topic with the arguments that
     moved it; the message it happened during follows as "during: …", since a cooling
     period often ends on a message that argued nothing."""
-    who = f" by {v.actor}" if v.actor else ""
+    actor = _actors(v.actor) if v.actor and v.cause == "message-deleted" else v.actor
+    who = f" by {actor}" if actor else ""
     change = v.change
     if credits:
         parts = change.split(" | ")

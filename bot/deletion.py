@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from datetime import UTC, datetime
 
 from bot.forget_journal import ForgetJournal
@@ -114,24 +114,33 @@ async def finish_deletion(
     if interaction_id is None:
         return deletion
     cid = deletion.community_id
+
+    async def dropped() -> tuple[Collection[str], Collection[str]]:
+        words = await db.message_words(cid, interaction_id)
+        return words.texts, words.topics
+
     # Its learning may be waiting for the model right now (past the check that skips a
-    # message being deleted): read its words only once that commit is in.
-    await agent.stop_learning(interactions=(interaction_id,))
-    words = await db.message_words(cid, interaction_id)
+    # message being deleted): its words are read only once that commit is in, by the
+    # withdrawal (which takes back messages deleted meanwhile in the same replay) or
+    # after `stop_learning`.
     version = deletion.version
     if version is None:
         version = await committed_before_a_crash(db, cid, "message-deleted", deletion.label)
-        if version is None:
-            state = await agent.withdraw_message(
-                interaction_id,
-                actor=deletion.label,
-                change=CHANGES[deletion.cause],
-                drop_insights=words.texts,
-                drop_topics=words.topics,
-            )
-            version = None if state is None else state.version
-        if version is not None:
+    if version is None:
+        state = await agent.withdraw_message(
+            interaction_id,
+            actor=deletion.label,
+            change=CHANGES[deletion.cause],
+            words=dropped,
+        )
+        if state is not None:
+            await db.set_deletion_version(deletion.id, state.version)
+            version = state.version
+    else:
+        await agent.stop_learning(interactions=(interaction_id,))
+        if deletion.version is None:
             await db.set_deletion_version(deletion.id, version)
+    words = await db.message_words(cid, interaction_id)
     insights = await semantic_ids(db, agent, cid, words.texts)
     await agent.forget_episodes(None, [interaction_id, *insights])
     await db.erase_message(deletion, words, datetime.now(UTC), tuple(insights))

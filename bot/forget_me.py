@@ -129,9 +129,11 @@ async def committed_before_a_crash(
     db: Database, community_id: str, cause: str, actor: str
 ) -> int | None:
     """The newest version when it is the one a journaled request (its `cause`, and its
-    `actor`, unique to the request) committed before the process died, else None."""
+    `actor`, unique to the request) committed before the process died, else None.
+    Messages taken back together share one version whose actor lists each of them
+    (`SonalityAgent.withdraw_message`)."""
     newest = await db.community(community_id).versions(limit=1)
-    if newest and newest[0].cause == cause and newest[0].actor == actor:
+    if newest and newest[0].cause == cause and actor in (newest[0].actor or "").split(", "):
         return newest[0].version
     return None
 

@@ -13,8 +13,10 @@ import contextlib
 import inspect
 import logging
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Collection, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from typing import Any
+
+from pydantic import BaseModel
 
 from sonality.changes import (
     decay_step,
@@ -132,6 +134,10 @@ class SonalityAgent:
         self._forgotten: set[str] = set()
         # Messages withdrawn here (deleted or edited by their author): never learned.
         self._withdrawn: set[str] = set()
+        # Members forgotten here, and the version that forgot them (`_replayed`).
+        self._forgot_at: dict[str, int] = {}
+        # Withdrawals waiting for the agent, taken back together (`withdraw_message`).
+        self._withdrawals: list[Withdrawal] = []
         self._lease = store.learning_lease()
         self.learning = LearningQueue(
             self._post_process,
@@ -610,7 +616,7 @@ class SonalityAgent:
                 drop_insights=drop_insights,
                 drop_topics=drop_topics,
             )
-            assert state is not None  # no `learned_from`: the log replays as it stands
+            self._forgot_at.update(dict.fromkeys(without, state.version))
             return state
 
     async def withdraw_message(
@@ -621,26 +627,75 @@ class SonalityAgent:
         change: str,
         drop_insights: Collection[str] = (),
         drop_topics: Collection[str] = (),
+        words: MessageWords | None = None,
     ) -> SpongeState | None:
         """Undo one message's influence (its author deleted or edited it): a new version
         replayed from the seed without it, as `forget_member` does for a member. None
-        (no version) when nothing was learned from it; it never will be now."""
+        (no version) when nothing was learned from it; it never will be now. `words`,
+        if given, is asked for more insights and topics to drop once no learning of the
+        message is under way (what that learning wrote is then in the store), as
+        `stop_learning` would wait for; the call returns after such a moment too.
+
+        Messages withdrawn while another change holds the agent (a bulk delete, a member
+        deleting their history one message at a time) are taken back together by
+        whichever of their calls runs next: one replay and one version for all of them
+        (its actor lists every one), where one each would replay a long log once per
+        message. Each call returns that version, or None if nothing was learned from
+        its own message."""
         self._withdrawn.add(interaction_id)
+        mine = Withdrawal(
+            interaction_id=interaction_id,
+            actor=actor,
+            change=change,
+            drop_insights=tuple(drop_insights),
+            drop_topics=tuple(drop_topics),
+            words=words,
+        )
+        self._withdrawals.append(mine)
         async with self._changing():
-            return await self._replayed(
-                learned_from=interaction_id,
+            if not mine.done:
+                batch, self._withdrawals = self._withdrawals, []
+                try:
+                    await self._withdraw_together(batch)
+                except BaseException:
+                    # The others are left to their own calls, which try again.
+                    self._withdrawals[:0] = [w for w in batch if w is not mine]
+                    raise
+        return mine.state
+
+    async def _withdraw_together(self, batch: Sequence[Withdrawal]) -> None:
+        """One replay without every message of `batch` that was learned from, from the
+        state before the earliest of them when that is safe (see `_replayed`)."""
+        for withdrawal in batch:
+            if withdrawal.words is not None:
+                insights, topics = await withdrawal.words()
+                withdrawal.drop_insights += tuple(insights)
+                withdrawal.drop_topics += tuple(topics)
+                withdrawal.words = None
+        learned = [await self.store.learned_at(w.interaction_id) for w in batch]
+        taken = [(w, at) for w, at in zip(batch, learned, strict=True) if at is not None]
+        state = None
+        if taken:
+            first, *others = [w for w, _ in taken]
+            more = len(others)
+            state = await self._replayed(
+                first_learned=min(at for _, at in taken),
                 cause="message-deleted",
-                actor=actor,
-                change=change,
-                without_interactions=(interaction_id,),
-                drop_insights=drop_insights,
-                drop_topics=drop_topics,
+                actor=", ".join(w.actor for w, _ in taken),
+                change=first.change
+                + (f" (and {more} more taken back in the same replay)" if more else ""),
+                without_interactions=[w.interaction_id for w, _ in taken],
+                drop_insights=sorted({t for w, _ in taken for t in w.drop_insights}),
+                drop_topics=sorted({t for w, _ in taken for t in w.drop_topics}),
             )
+        for withdrawal, at in zip(batch, learned, strict=True):
+            withdrawal.state = None if at is None else state
+            withdrawal.done = True
 
     async def _replayed(
         self,
         *,
-        learned_from: str | None = None,
+        first_learned: int | None = None,
         cause: str,
         actor: str,
         change: str,
@@ -648,10 +703,10 @@ class SonalityAgent:
         without_interactions: Collection[str] = (),
         drop_insights: Collection[str] = (),
         drop_topics: Collection[str] = (),
-    ) -> SpongeState | None:
+    ) -> SpongeState:
         """Commit the version `sonality.replay.forgotten` gives from the evidence log
-        (under `_changing`); None, and no version, when `learned_from` is given and no
-        step of the log comes from that interaction.
+        (under `_changing`). `first_learned` is the version that learned the earliest
+        message taken back, if messages are.
 
         A message learned after the newest version in `REPLAYED_CAUSES` is taken back
         by replaying from the stored state just before it, not from the first message:
@@ -668,25 +723,29 @@ class SonalityAgent:
         with collection_paused():
             seed: SpongeState | None = None
             since = 0
-            if learned_from is not None:
-                first = await self.store.learned_at(learned_from)
-                if first is None:
-                    return None
-                if first > await self.store.last_version_of(REPLAYED_CAUSES):
-                    seed = await self.store.state_at(first - 1)
-                    since = 0 if seed is None else first
+            first = first_learned
+            if first is not None and first > await self.store.last_version_of(REPLAYED_CAUSES):
+                seed = await self.store.state_at(first - 1)
+                since = 0 if seed is None else first
             steps = await self.store.evidence(since)
+            # Taken back here before, but maybe not yet erased from the log (the host
+            # erases once the replay's version is in): left out, or a deletion or
+            # forget-me replayed meanwhile would bring their influence back.
+            earlier = frozenset(self._withdrawn.difference(without_interactions))
+            forgot = {m: v for m, v in self._forgot_at.items() if m not in without_members}
+            current = self.sponge
             try:
                 state, moved = await asyncio.to_thread(
-                    forgotten,
-                    steps,
-                    self.sponge,
-                    without_members,
-                    drop_insights,
-                    drop_topics,
-                    without_interactions=without_interactions,
-                    config=self.config,
-                    seed=seed,
+                    lambda: forgotten(
+                        _erased(steps, earlier, forgot),
+                        current,
+                        without_members,
+                        drop_insights,
+                        drop_topics,
+                        without_interactions=without_interactions,
+                        config=self.config,
+                        seed=seed,
+                    )
                 )
             finally:
                 await asyncio.to_thread(release_in_slices, steps)
@@ -705,6 +764,41 @@ class SonalityAgent:
             actor=actor,
         )
         return state
+
+
+def _erased(
+    steps: list[EvidenceStep], interactions: frozenset[str], members: dict[str, int]
+) -> list[EvidenceStep]:
+    """`steps` as the log will read once the erases under way are done: without the
+    messages `interactions`, nor those learned from a member before the version that
+    forgot them (`members`; what they said since is learned as anyone's). `steps`
+    itself when nothing is left out (the usual case: no copy of a long log)."""
+    if not interactions and not members:
+        return steps
+    return [
+        s
+        for s in steps
+        if s.interaction_id not in interactions
+        and not (s.member in members and s.version < members[s.member])
+    ]
+
+
+#: What a withdrawn message left to drop besides its influence: its insights' texts and
+#: its own topics, read from the host's records once its learning is over.
+MessageWords = Callable[[], Awaitable[tuple[Collection[str], Collection[str]]]]
+
+
+class Withdrawal(BaseModel):
+    """One message to take back, waiting for the agent; `state` once `done`."""
+
+    interaction_id: str
+    actor: str
+    change: str
+    drop_insights: tuple[str, ...]
+    drop_topics: tuple[str, ...]
+    words: MessageWords | None = None
+    done: bool = False
+    state: SpongeState | None = None
 
 
 #: Causes of versions whose opinions were rebuilt from the log or restored from an

@@ -10,6 +10,7 @@ the same remaining messages in both communities.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import math
 import random
@@ -21,7 +22,7 @@ from typing import Any, cast
 import pytest
 
 import sonality.replay
-from sonality.agent import SonalityAgent
+from sonality.agent import MessageWords, SonalityAgent
 from sonality.config import EngineConfig
 from sonality.replay import (
     ReplayError,
@@ -371,6 +372,136 @@ async def test_a_rollback_after_a_deleted_message_makes_its_deletion_replay_the_
     assert await whole.withdraw_message(after.interaction_id, actor="a", change="x")
     assert await fresh.withdraw_message(before.interaction_id, actor="b", change="y")
     assert asked == [asked[0], 0] and asked[0] > rolled_back
+
+
+async def busy_while(agent: SonalityAgent, calls: list[Any]) -> list[Any]:
+    """Start `calls` (coroutines) while another change holds the agent, as a replay
+    would, and let them all wait for it; their results or errors once it lets go."""
+    async with agent._changing():
+        tasks = [asyncio.create_task(c) for c in calls]
+        await asyncio.sleep(0)  # each runs up to its wait for the agent
+        assert len(agent._withdrawals) == len(calls)
+    return await asyncio.gather(*tasks, return_exceptions=True)
+
+
+@pytest.mark.parametrize("seed", [4, 6])
+async def test_messages_withdrawn_while_the_agent_is_busy_are_taken_back_in_one_replay(
+    agents: dict[str, tuple[SonalityAgent, ScriptedLLM]],
+    db: Database,
+    monkeypatch: pytest.MonkeyPatch,
+    seed: int,
+) -> None:
+    """A bulk delete, or a member deleting their history: one replay of the log and one
+    version for all the messages, equal to a community that never heard any of them."""
+    steps = script(seed, 45)
+    whole, whole_llm = agents["test:whole"]
+    fresh, fresh_llm = agents["test:fresh"]
+    spoken = [n for n, (_, answer) in enumerate(steps) if answer is not None]
+    gone = [*[n for n in spoken[3:] if steps[n][0] is ALICE][:2], spoken[-5]]
+    await run(whole, whole_llm, steps)
+    await run(fresh, fresh_llm, [s for n, s in enumerate(steps) if n not in gone])
+    messages = [s for s in await db.community("test:whole").evidence() if s.kind == "message"]
+    ids = [messages[spoken.index(n)].interaction_id for n in gone]
+    before = whole.sponge.version
+    reads: list[int] = []
+    real_evidence = whole.store.evidence
+
+    async def evidence(since_version: int = 0) -> list[Any]:
+        reads.append(since_version)
+        return cast(list[Any], await real_evidence(since_version))
+
+    monkeypatch.setattr(whole.store, "evidence", evidence)
+
+    def topics_of(interaction_id: str) -> MessageWords:
+        async def words() -> tuple[list[str], list[str]]:
+            return [], list((await db.message_words("test:whole", interaction_id)).topics)
+
+        return words
+
+    labels = [f"message-{n}" for n in range(len(ids))]
+    calls = [
+        whole.withdraw_message(i, actor=label, change="deleted", words=topics_of(i))
+        for i, label in zip(ids, labels, strict=True)
+    ]
+    calls.append(whole.withdraw_message("never-seen", actor="message-x", change="deleted"))
+    *states, nothing = await busy_while(whole, calls)
+
+    assert nothing is None  # nothing was learned from it: no version of its own
+    [state] = {id(s): s for s in states}.values()  # the same version for all three
+    assert isinstance(state, SpongeState) and state.version == before + 1 == whole.sponge.version
+    # One read of the log: from the version that learned the earliest of them.
+    assert reads == [min([await whole.store.learned_at(i) or 0 for i in ids])] and reads[0] > 1
+    assert_same_opinions(state, rebase(fresh.sponge, state.interaction_count))
+    [version] = await db.community("test:whole").versions(limit=1)
+    assert version.cause == "message-deleted"
+    assert version.actor == ", ".join(labels)
+    assert version.change.startswith("deleted (and 2 more taken back in the same replay)")
+
+
+async def test_a_deletion_before_the_forget_me_is_erased_keeps_the_member_forgotten(
+    agents: dict[str, tuple[SonalityAgent, ScriptedLLM]], db: Database
+) -> None:
+    """The host erases a forgotten member's (or a deleted message's) log rows only once
+    the replay's version is in, so a deletion can replay the log while they are still
+    there: it must leave them out, and still learn what the member said since."""
+    steps = script(9, 40)
+    whole, whole_llm = agents["test:whole"]
+    fresh, fresh_llm = agents["test:fresh"]
+    before, after = steps[:30], steps[30:]
+    await run(whole, whole_llm, before)
+    await whole.forget_member(ALICE.id, actor="member-1")
+    await run(whole, whole_llm, after)  # Alice talks again after her forget-me
+    assert any(who is ALICE and answer is not None for who, answer in after)
+    learned = [n for n, (_, answer) in enumerate(before + after) if answer is not None]
+    messages = [s for s in await db.community("test:whole").evidence() if s.kind == "message"]
+    assert len(messages) == len(learned)  # her rows are still in the log: not erased here
+    # One of Bob's from before the forget-me: its deletion replays the whole log.
+    gone = next(n for n in learned[len(learned) // 3 :] if steps[n][0] is BOB and n < 30)
+
+    state = await whole.withdraw_message(
+        messages[learned.index(gone)].interaction_id, actor="message-1", change="deleted"
+    )
+
+    heard = [s for n, s in enumerate(before) if s[0] is not ALICE and n != gone]
+    await run(fresh, fresh_llm, heard + after)
+    assert state is not None
+    assert_same_opinions(state, rebase(fresh.sponge, state.interaction_count))
+
+
+async def test_a_failed_joint_replay_leaves_the_other_messages_to_their_own_calls(
+    agents: dict[str, tuple[SonalityAgent, ScriptedLLM]],
+    db: Database,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The call that ran the replay gets its error (its deletion stays journaled, to be
+    finished on the next start); the messages it was taking back with it are not lost."""
+    whole, llm = agents["test:whole"]
+    await run(whole, llm, script(8, 30))
+    messages = [s for s in await db.community("test:whole").evidence() if s.kind == "message"]
+    first, second = messages[-4].interaction_id, messages[-2].interaction_id
+    real_evidence = whole.store.evidence
+    failures = [RuntimeError("the database went away")]
+
+    async def evidence(since_version: int = 0) -> list[Any]:
+        if failures:
+            raise failures.pop()
+        return cast(list[Any], await real_evidence(since_version))
+
+    monkeypatch.setattr(whole.store, "evidence", evidence)
+    before = whole.sponge.version
+    results = await busy_while(
+        whole,
+        [
+            whole.withdraw_message(first, actor="message-1", change="deleted"),
+            whole.withdraw_message(second, actor="message-2", change="deleted"),
+        ],
+    )
+    [error] = [r for r in results if isinstance(r, BaseException)]
+    [state] = [r for r in results if isinstance(r, SpongeState)]
+    assert str(error) == "the database went away"
+    assert state.version == before + 1
+    [version] = await db.community("test:whole").versions(limit=1)
+    assert version.actor in ("message-1", "message-2")  # only the one that was not lost
 
 
 def test_the_collector_pause_is_shared_and_ends_with_the_last_one_out() -> None:

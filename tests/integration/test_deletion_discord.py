@@ -19,11 +19,12 @@ from typing import Any
 
 import pytest
 
+from bot.messages import Community
 from providers.anthropic import AnthropicLLM
 from tests.fakes.anthropic_server import AnthropicFake
 from tests.fakes.discord_fixtures import restores_discord_endpoints  # noqa: F401 (fixture)
 from tests.fakes.discord_server import FakeUser
-from tests.integration.conftest import make_settings
+from tests.integration.conftest import command, make_settings
 from tests.integration.deletion_scenario import (
     ARGUER,
     CHATTER,
@@ -156,6 +157,60 @@ async def test_a_moderators_purge_takes_the_messages_back_too(
         ref = f"discord:{played.deleted['id']}"
         await until(taken_back(world.runtime.db, ref), "the purge")
         assert_same_opinions_rebased(agent.sponge, never_saw.sponge)
+
+
+async def test_a_purge_of_the_whole_conversation_leaves_nothing_learned(
+    tmp_path: Path, llm: AnthropicLLM, anthropic_server: AnthropicFake
+) -> None:
+    """Every message of a bulk delete waits for the community's agent at once, and
+    messages waiting together are taken back in one replay (`withdraw_message`): the
+    versions that replay name every purged message that taught the bot something, each
+    once, and with all of them gone nothing learned is left."""
+    teach(anthropic_server.brain)
+    async with two_servers(tmp_path / "data", llm, anthropic_server) as world:
+        whole, fresh = World.community(world.guild_a), World.community(world.guild_b)
+        said = speaker(world)
+        triggers: list[dict[str, Any]] = []
+
+        async def say(community: str, role: Role, text: str) -> dict[str, Any]:
+            trigger = await said(community, role, text)
+            if community == whole:
+                triggers.append(trigger)
+            return trigger
+
+        await play(say, whole, fresh)
+        agent = world.agent(world.guild_a)
+        assert agent.sponge.opinion_vectors  # the arguments moved beliefs
+        db = world.runtime.db
+        await world.fake.message_delete_bulk(triggers)
+
+        for trigger in triggers:
+            await until(taken_back(db, f"discord:{trigger['id']}"), "the purge")
+        rows = await db._fetchall(
+            "SELECT label, version FROM message_deletions WHERE community_id = ?", (whole,)
+        )
+        assert len(rows) == len(triggers)
+        learned = sorted(label for label, version in rows if version is not None)
+        versions = [
+            v for v in await db.community(whole).versions(limit=100) if v.cause == "message-deleted"
+        ]
+        named = sorted(name for v in versions for name in (v.actor or "").split(", "))
+        assert learned and named == learned
+        assert {version for _, version in rows if version is not None} <= {
+            v.version for v in versions
+        }
+        assert agent.sponge.opinion_vectors == {}
+        assert agent.sponge.staged_opinion_updates == []
+        # History names a joint replay's messages briefly (two, and how many more).
+        history = await command(world.runtime, "history", community=Community(id=whole))
+        replays = [line for line in history.text.splitlines() if "replayed without" in line]
+        assert len(replays) == len(versions)
+        for version in versions:
+            names = (version.actor or "").split(", ")
+            [line] = [r for r in replays if r.startswith(f"v{version.version} ")]
+            assert names[0] in line
+            if len(names) > 3:
+                assert f"and {len(names) - 2} more" in line and names[-1] not in line
 
 
 async def test_an_edited_argument_is_judged_again_as_a_new_message(
