@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import inspect
 import logging
+import math
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from typing import Any
@@ -728,11 +729,18 @@ class SonalityAgent:
                 seed = await self.store.state_at(first - 1)
                 since = 0 if seed is None else first
             steps = await self.store.evidence(since)
-            # Taken back here before, but maybe not yet erased from the log (the host
-            # erases once the replay's version is in): left out, or a deletion or
-            # forget-me replayed meanwhile would bring their influence back.
-            earlier = frozenset(self._withdrawn.difference(without_interactions))
-            forgot = {m: v for m, v in self._forgot_at.items() if m not in without_members}
+            # Taken back before, here or by another process, but maybe not yet erased
+            # from the log (the host erases once the replay's version is in): left
+            # out, or this replay would bring their influence back.
+            erasing = await self.store.being_erased()
+            earlier = (self._withdrawn | erasing.interactions).difference(without_interactions)
+            known = {**erasing.members, **self._forgot_at}  # a version over "not yet"
+            known.update({m: v for m, v in erasing.members.items() if v is not None})
+            forgot: dict[str, float] = {
+                member: math.inf if version is None else version
+                for member, version in known.items()
+                if member not in without_members
+            }
             current = self.sponge
             try:
                 state, moved = await asyncio.to_thread(
@@ -767,7 +775,7 @@ class SonalityAgent:
 
 
 def _erased(
-    steps: list[EvidenceStep], interactions: frozenset[str], members: dict[str, int]
+    steps: list[EvidenceStep], interactions: Collection[str], members: dict[str, float]
 ) -> list[EvidenceStep]:
     """`steps` as the log will read once the erases under way are done: without the
     messages `interactions`, nor those learned from a member before the version that

@@ -122,6 +122,18 @@ class VersionInfo(BaseModel):
     actor: str | None = None
 
 
+class BeingErased(BaseModel):
+    """Log rows a deletion or forget-me under way, in this process or another, will
+    erase once its replayed version is in: another replay meanwhile must leave them
+    out. `members` maps a member being forgotten to the version that forgot them
+    (None: not replayed yet, so every step of theirs goes)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    interactions: frozenset[str] = frozenset()
+    members: dict[str, int | None] = Field(default_factory=dict)
+
+
 class LearningLease(Protocol):
     """The right to change one community's state (learn it, roll it back, forget a
     member in it): one holder at a time, each holder's changes ordered by its agent's
@@ -222,3 +234,6 @@ class StateStore(Protocol):
 
     async def last_version_of(self, causes: Collection[str]) -> int:
         """The newest version committed with one of `causes` (0 if none)."""
+
+    async def being_erased(self) -> BeingErased:
+        """What unfinished deletions and forget-mes of this community will erase."""

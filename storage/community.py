@@ -26,6 +26,7 @@ from sonality.replay import release_in_slices
 from sonality.state import SpongeState
 from sonality.store import (
     MAX_LEARNING_ATTEMPTS,
+    BeingErased,
     Episode,
     InteractionRecord,
     LocalLease,
@@ -533,6 +534,24 @@ class CommunityStore:
             (self.community_id, *sorted(causes)),
         )
         return 0 if row is None or row[0] is None else int(row[0])
+
+    async def being_erased(self) -> BeingErased:
+        deleted = await self._db._fetchall(
+            "SELECT interaction_id FROM message_deletions WHERE community_id = ? "
+            "AND finished_at IS NULL AND interaction_id IS NOT NULL",
+            (self.community_id,),
+        )
+        forgets = await self._db._fetchall(
+            "SELECT member_id, version FROM forget_requests WHERE community_id = ? "
+            "AND finished_at IS NULL AND member_id IS NOT NULL",
+            (self.community_id,),
+        )
+        members: dict[str, int | None] = {}
+        for member, version in forgets:  # the later forget of a member, if two are open
+            seen = members.get(str(member), 0)
+            later = None if version is None or seen is None else max(seen, int(version))
+            members[str(member)] = later
+        return BeingErased(interactions=frozenset(str(i) for (i,) in deleted), members=members)
 
     # --- outbox --------------------------------------------------------------------------
 

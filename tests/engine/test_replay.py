@@ -16,6 +16,7 @@ import math
 import random
 import time
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
@@ -438,29 +439,53 @@ async def test_messages_withdrawn_while_the_agent_is_busy_are_taken_back_in_one_
     assert version.change.startswith("deleted (and 2 more taken back in the same replay)")
 
 
+@pytest.mark.parametrize("where", ["this process", "another process"])
 async def test_a_deletion_before_the_forget_me_is_erased_keeps_the_member_forgotten(
-    agents: dict[str, tuple[SonalityAgent, ScriptedLLM]], db: Database
+    agents: dict[str, tuple[SonalityAgent, ScriptedLLM]], db: Database, where: str
 ) -> None:
     """The host erases a forgotten member's (or a deleted message's) log rows only once
     the replay's version is in, so a deletion can replay the log while they are still
-    there: it must leave them out, and still learn what the member said since."""
+    there: it must leave them out, and still learn what the member said since. In
+    another process (scale-out on one database) only the forget-me's journal row says
+    so."""
     steps = script(9, 40)
     whole, whole_llm = agents["test:whole"]
     fresh, fresh_llm = agents["test:fresh"]
-    before, after = steps[:30], steps[30:]
+    before = steps[:30]
+    elsewhere = where == "another process"
+    # While her forget-me's journal row is open, her new messages are not recorded.
+    after = [s for s in steps[30:] if not (elsewhere and s[0] is ALICE)]
     await run(whole, whole_llm, before)
-    await whole.forget_member(ALICE.id, actor="member-1")
-    await run(whole, whole_llm, after)  # Alice talks again after her forget-me
-    assert any(who is ALICE and answer is not None for who, answer in after)
+    if elsewhere:
+        request = await db.begin_forget("test:whole", ALICE.id, "mod", "", datetime.now(UTC))
+    forgot = await whole.forget_member(ALICE.id, actor="member-1")
+    if elsewhere:
+        await db.set_forget_version(request.id, forgot.version)
+    await run(whole, whole_llm, after)
+    if elsewhere:  # a process that did not run the forget-me takes the message back
+        whole = await SonalityAgent.load(
+            client=whole_llm,
+            store=db.community("test:whole"),
+            episodes=RecordingMemory(),
+            model="m",
+            ess_model="m",
+            config=TUNABLES,
+        )
+    else:
+        assert any(who is ALICE and answer is not None for who, answer in after)
     learned = [n for n, (_, answer) in enumerate(before + after) if answer is not None]
     messages = [s for s in await db.community("test:whole").evidence() if s.kind == "message"]
     assert len(messages) == len(learned)  # her rows are still in the log: not erased here
     # One of Bob's from before the forget-me: its deletion replays the whole log.
     gone = next(n for n in learned[len(learned) // 3 :] if steps[n][0] is BOB and n < 30)
 
-    state = await whole.withdraw_message(
-        messages[learned.index(gone)].interaction_id, actor="message-1", change="deleted"
-    )
+    try:
+        state = await whole.withdraw_message(
+            messages[learned.index(gone)].interaction_id, actor="message-1", change="deleted"
+        )
+    finally:
+        if elsewhere:
+            await whole.close(grace_seconds=5)
 
     heard = [s for n, s in enumerate(before) if s[0] is not ALICE and n != gone]
     await run(fresh, fresh_llm, heard + after)

@@ -271,3 +271,32 @@ async def test_a_deletion_a_restored_database_lacks_is_journaled_again_from_its_
     assert [("message-abc123",)] == await db._fetchall(
         "SELECT label FROM message_deletions WHERE community_id = ''"
     )
+
+
+async def test_being_erased_lists_what_unfinished_deletions_and_forget_mes_will_erase(
+    db: Database,
+) -> None:
+    """What a replay must leave out while another one's rows wait to be erased
+    (`SonalityAgent._replayed`): open deletions' messages, and members being forgotten
+    with the version that forgot them; nothing once each is finished, nothing of
+    another community."""
+    store = db.community(CID)
+    await store.commit(StateCommit(state=state(0), cause="seed", change="seed"))
+    await store.record_interaction(answered("i1", 0, ref="discord:2"))
+    await store.record_interaction(answered("i2", 0, ref="discord:3"))
+    assert (await store.being_erased()).interactions == frozenset()
+
+    [first] = await db.begin_deletion(CID, "discord:2", "deleted", at(1))
+    await db.begin_deletion("discord:43", "discord:3", "deleted", at(1))  # not kept there
+    await db.begin_forget(CID, "u-bob", "mod", "", at(1))
+    carol = await db.begin_forget(CID, "u-carol", "mod", "", at(1))
+    await db.set_forget_version(carol.id, 7)
+    await db.begin_forget("discord:43", "u-dave", "mod", "", at(1))
+
+    erasing = await store.being_erased()
+    assert erasing.interactions == {"i1"}
+    assert erasing.members == {"u-bob": None, "u-carol": 7}
+
+    await db.set_deletion_version(first.id, 1)
+    await db.erase_message(first, MemberWords(), at(2))
+    assert (await store.being_erased()).interactions == frozenset()
