@@ -384,10 +384,8 @@ def _forget_entries(
         )
     journals = [here] if given is None else [here, given]
     try:
-        return (
-            [e for j in journals for e in j.entries()],
-            [d for j in journals for d in j.deletions()],
-        )
+        read = [j.read() for j in journals]
+        return [e for forgets, _ in read for e in forgets], [d for _, ds in read for d in ds]
     except ForgetJournalError as exc:
         raise BackupError(f"error: {exc}") from None
 

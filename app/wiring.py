@@ -166,8 +166,9 @@ async def open_runtime(
         # anything else is learned.
         try:
             await asyncio.to_thread(runtime.forget_journal.ensure)
-            await reapply_journal(db, runtime.forget_journal)
-            await reapply_deletions(db, runtime.forget_journal)
+            forgets, deletions = await asyncio.to_thread(runtime.forget_journal.read)
+            await reapply_journal(db, forgets)
+            await reapply_deletions(db, deletions)
         except (OSError, ForgetJournalError) as exc:
             raise StartupError(f"forget journal: {exc}") from None
         await resume_forgets(db, registry.agent_by_id, runtime.forget_journal)

@@ -28,9 +28,8 @@ one's place, so the replay stays that of a community that heard the new text las
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from datetime import UTC, datetime
 
 from bot.forget_journal import ForgetJournal
@@ -90,10 +89,10 @@ async def take_back(
     return done
 
 
-async def reapply_deletions(db: Database, journal: ForgetJournal) -> list[str]:
-    """Journal again (unfinished) every message taken back that the file lists and a
-    restored database lacks; `resume_deletions` then finishes them. Their labels."""
-    entries = await asyncio.to_thread(journal.deletions)
+async def reapply_deletions(db: Database, entries: Sequence[DeletionEntry]) -> list[str]:
+    """Journal again (unfinished) every message taken back that the file lists
+    (`entries`) and a restored database lacks; `resume_deletions` then finishes them.
+    Their labels."""
     if not entries:
         return []
     matched = await db.rejournal_deletions(entries)

@@ -126,7 +126,7 @@ class ForgetJournal:
 
     def copy_to(self, other: ForgetJournal) -> None:
         """Add to `other` the entries of this file it lacks."""
-        mine, my_deleted = self._read_locked()
+        mine, my_deleted = self.read()
         with other._lock:
             theirs, their_deleted = other._read()
             known = {e.pseudonym for e in theirs}
@@ -136,7 +136,8 @@ class ForgetJournal:
                 + [_item(d) for d in my_deleted if d.label not in labels]
             )
 
-    def _read_locked(self) -> tuple[list[JournalEntry], list[DeletionEntry]]:
+    def read(self) -> tuple[list[JournalEntry], list[DeletionEntry]]:
+        """The forget-mes and the messages taken back, in one read of the file."""
         with self._lock:
             return self._read()
 

@@ -174,11 +174,10 @@ async def reapply_after_rollback(
     return True
 
 
-async def reapply_journal(db: Database, journal: ForgetJournal) -> list[str]:
-    """Journal again (unfinished) every forget-me of the file the database lacks: it was
-    restored from a backup older than them. `resume_forgets` then finishes them.
-    Returns their pseudonyms."""
-    entries = await asyncio.to_thread(journal.entries)
+async def reapply_journal(db: Database, entries: Sequence[JournalEntry]) -> list[str]:
+    """Journal again (unfinished) every forget-me of the file (`entries`) the database
+    lacks: it was restored from a backup older than them. `resume_forgets` then
+    finishes them. Returns their pseudonyms."""
     if not entries:
         return []
     known = await db.journal_pseudonyms()
