@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from chromadb.api.types import Documents, EmbeddingFunction
+
 from app.wiring import open_runtime
 from bench.cost import describe, measure_cost
 from bot.messages import Community, IncomingMessage, User
@@ -569,19 +571,24 @@ def cores() -> int:
     return len(os.sched_getaffinity(0))
 
 
-def seed_memories(chroma_dir: Path, community_ids: Sequence[str], per_community: int) -> None:
-    """`per_community` memories in each community's collection, as after that many
-    messages. The vectors are computed once and shared: what is measured is opening and
-    querying indexes of that size, not embedding them."""
+def embedded_episodes(n: int, embed: EmbeddingFunction[Documents]) -> list[Episode]:
+    """`n` episodes with their vectors, computed once for every community that stores
+    them: a figure about what stored memories cost, not about embedding them."""
     import numpy as np
 
-    embed = default_embedding_function(MODEL_CACHE)
-    episodes = list(episode_texts(per_community))
+    episodes = list(episode_texts(n))
     vectors = embed([e.summary for e in episodes])
-    episodes = [
+    return [
         e.model_copy(update={"embedding": np.asarray(v, dtype=float).tolist()})
         for e, v in zip(episodes, vectors, strict=True)
     ]
+
+
+def seed_memories(chroma_dir: Path, community_ids: Sequence[str], per_community: int) -> None:
+    """`per_community` memories in each community's collection, as after that many
+    messages (figure 3h: what is measured is opening and querying indexes of that size)."""
+    embed = default_embedding_function(MODEL_CACHE)
+    episodes = embedded_episodes(per_community, embed)
     chroma = SharedChroma(chroma_dir, max_open=32)
     for cid in community_ids:
         CommunityEpisodeStore.for_community(

@@ -39,7 +39,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import chromadb
-import numpy as np
 
 from bot.messages import Community
 from chroma_memory.community_store import CommunityEpisodeStore
@@ -105,17 +104,12 @@ async def seed(url: str, chroma_path: Path, known: int) -> None:
     seed version in PostgreSQL and five episodes in the Chroma directory the server
     will serve (the vectors are computed once and shared: the figure is about memory,
     not embedding)."""
-    from bench.run import MODEL_CACHE, episode_texts
+    from bench.run import MODEL_CACHE, embedded_episodes
     from storage import Database
 
     db = await Database.open_url(url)
     embed = default_embedding_function(MODEL_CACHE)
-    episodes = list(episode_texts(EPISODES_PER_COMMUNITY))
-    vectors = embed([e.summary for e in episodes])
-    episodes = [
-        e.model_copy(update={"embedding": np.asarray(v, dtype=float).tolist()})
-        for e, v in zip(episodes, vectors, strict=True)
-    ]
+    episodes = embedded_episodes(EPISODES_PER_COMMUNITY, embed)
     # Embedded, with the bot's own bound on open indexes, straight into the directory
     # `chroma run` serves afterwards (see the module docstring for why not through it).
     chroma = SharedChroma(chroma_path, max_open=64)
