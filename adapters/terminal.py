@@ -33,12 +33,13 @@ import os
 import re
 import shutil
 import sys
-import textwrap
 import threading
 import unicodedata
 from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
+
+from rich.cells import cell_len
 
 from bot.command_table import split_command
 from bot.interface import ChatRuntime
@@ -407,27 +408,63 @@ class WrappedStream:
         if not self._word:
             return
         assert self._width is not None
-        if self._column and self._column + len(self._space) + len(self._word) > self._width:
+        wide = cell_len(self._space + self._word)
+        if self._column and self._column + wide > self._width:
             self._write("\n")
             self._column, self._space = 0, ""
+            wide = cell_len(self._word)
         self._write(self._space + self._word)
-        self._column += len(self._space) + len(self._word)
+        self._column += wide
         self._space = self._word = ""
 
 
 def fit_to_width(text: str, width: int) -> str:
-    """Lines longer than `width` broken between words, each continuation indented two
-    spaces past its line's own indent: a terminal would cut them mid-word (a history
-    line's topic, a status line's date)."""
+    """Lines wider than `width` columns broken between words, each continuation
+    indented two spaces past its line's own indent: a terminal would cut them mid-word
+    (a history line's topic, a status line's date). Columns, not characters: a CJK
+    character or an emoji takes two; a run wider than a line (CJK has no spaces) is
+    broken between characters."""
     if width < 20:
         return text  # too narrow to wrap usefully
     lines: list[str] = []
     for line in text.split("\n"):
-        if len(line) <= width:
+        if cell_len(line) <= width:
             lines.append(line)
             continue
-        indent = line[: len(line) - len(line.lstrip())]
-        lines.extend(
-            textwrap.wrap(line, width, subsequent_indent=indent + "  ", break_on_hyphens=False)
-        )
+        body = line.lstrip()
+        indent = line[: len(line) - len(body)]
+        lines.extend(_wrapped(body, width, indent, indent + "  "))
     return "\n".join(lines)
+
+
+def _wrapped(text: str, width: int, first: str, rest: str) -> list[str]:
+    """`text` in lines of at most `width` columns, the first after `first` and the
+    others after `rest`; the spaces between words kept as typed, none at a break."""
+    out: list[str] = []
+    prefix, line, gap = first, "", ""
+    for token in re.split(r"(\s+)", text):
+        if not token:
+            continue
+        if token.isspace():
+            gap = token
+            continue
+        for piece in _pieces(token, width - cell_len(rest)):
+            if line and cell_len(prefix + line + gap + piece) > width:
+                out.append(prefix + line)
+                prefix, line, gap = rest, "", ""
+            line += gap + piece
+            gap = ""
+    return [*out, prefix + line] if line else out
+
+
+def _pieces(word: str, room: int) -> list[str]:
+    """`word` cut between characters into pieces of at most `room` columns."""
+    if cell_len(word) <= room:
+        return [word]
+    pieces, piece = [], ""
+    for char in word:
+        if piece and cell_len(piece + char) > room:
+            pieces.append(piece)
+            piece = ""
+        piece += char
+    return [*pieces, piece]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from rich.cells import cell_len
+
 from adapters.terminal import WrappedStream, fit_to_width
 
 HISTORY = (
@@ -65,3 +67,27 @@ def test_a_streamed_reply_breaks_between_words_however_the_chunks_fall() -> None
 def test_off_a_terminal_or_too_narrow_the_stream_is_written_as_it_comes() -> None:
     assert streamed(REPLY, 7, None) == REPLY
     assert streamed(REPLY, 7, 10) == REPLY
+
+
+WIDE = (
+    "v3  2026-11-28 05:01 UTC  [interaction] committed 在宅勤務 +0.020, argued by 山田 "
+    "(v2, ESS 0.80) 👍 | during: リモートワークの生産性についての長い議論が続いています"
+)
+
+
+def test_wide_characters_take_two_columns_and_a_long_run_breaks_between_them() -> None:
+    shown = fit_to_width(WIDE, 30)
+    lines = shown.split("\n")
+    assert all(cell_len(line) <= 30 for line in lines), lines
+    assert len(lines) > 3
+    assert "".join(shown.split()) == "".join(WIDE.split()), "nothing lost or added"
+    assert lines[0].startswith("v3  2026-11-28")  # the spaces between words as typed
+    assert all(line.startswith("  ") for line in lines[1:])
+
+
+def test_a_streamed_reply_in_wide_characters_fits_the_width() -> None:
+    reply = "在宅勤務 は 通勤 の 時間 を 減らし、 集中 できる 時間 を 増やす 👍 " * 4
+    for chunk in (1, 5, 13):
+        shown = streamed(reply, chunk, 24)
+        assert all(cell_len(line) <= 24 for line in shown.split("\n")), (chunk, shown)
+        assert shown.split() == reply.split()
