@@ -218,10 +218,18 @@ class SlackStore(Protocol):
         ...
 
     async def record_feedback(
-        self, community_id: str, reply_id: str, member_id: str, positive: bool, at: datetime
+        self,
+        community_id: str,
+        reply_id: str,
+        member_id: str,
+        positive: bool,
+        at: datetime,
+        *,
+        replaces: str | None = None,
     ) -> bool:
-        """A member's thumbs up / down on a reply (their latest press counts); False
-        when the bot keeps no data for that community."""
+        """A member's thumbs up / down on a reply (their latest press counts, also over
+        one recorded under `replaces`); False when the bot keeps no data for that
+        community."""
         ...
 
 
@@ -1646,8 +1654,14 @@ class SlackAdapter:
             try:
                 # A ts names a message only within its channel: "channel:ts" keeps two
                 # replies of one workspace that share a ts from sharing their votes.
+                # Releases before it recorded the bare ts: a new press replaces that vote.
                 recorded = await self._store.record_feedback(
-                    community, f"{channel}:{reply_id}", user_id, value == POSITIVE, utcnow()
+                    community,
+                    f"{channel}:{reply_id}",
+                    user_id,
+                    value == POSITIVE,
+                    utcnow(),
+                    replaces=reply_id,
                 )
             except Exception:
                 log.exception("could not record Slack feedback (team=%s channel=%s)", team, channel)

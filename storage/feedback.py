@@ -48,20 +48,29 @@ _RECORD = (
 
 class FeedbackStore(SqlBase):
     async def record_feedback(
-        self, community_id: str, reply_id: str, member_id: str, positive: bool, at: datetime
+        self,
+        community_id: str,
+        reply_id: str,
+        member_id: str,
+        positive: bool,
+        at: datetime,
+        *,
+        replaces: str | None = None,
     ) -> bool:
-        """Record a member's vote on a reply, replacing their earlier one on it; False
+        """Record a member's vote on a reply, replacing their earlier one on it (also one
+        recorded under `replaces`, an id the same reply had in an older release); False
         when the community is not (any more) one the bot keeps data for."""
-        params = (
-            community_id,
-            reply_id,
-            member_key(community_id, member_id),
-            int(positive),
-            to_db_time(at),
-            community_id,
-        )
+        key = member_key(community_id, member_id)
+        params = (community_id, reply_id, key, int(positive), to_db_time(at), community_id)
 
         def work(conn: Conn) -> bool:
+            if replaces is not None:
+                execute(
+                    conn,
+                    "DELETE FROM reply_feedback WHERE community_id = ? AND reply_id = ? "
+                    "AND member_key = ?",
+                    (community_id, replaces, key),
+                )
             return execute(conn, _RECORD, params) == 1
 
         return await self._run_write(work, scope=community_id)

@@ -86,10 +86,18 @@ class MemoryStore:
         return expires is not None and now < expires
 
     async def record_feedback(
-        self, community_id: str, reply_id: str, member_id: str, positive: bool, at: datetime
+        self,
+        community_id: str,
+        reply_id: str,
+        member_id: str,
+        positive: bool,
+        at: datetime,
+        *,
+        replaces: str | None = None,
     ) -> bool:
         if community_id not in self.communities:
             return False
+        self.feedback.pop((community_id, replaces or "", member_id), None)
         self.feedback[(community_id, reply_id, member_id)] = positive
         return True
 

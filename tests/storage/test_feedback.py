@@ -33,6 +33,22 @@ async def test_one_vote_per_member_and_reply_the_latest_press_winning(db: Databa
     assert await db.feedback_counts(OTHER_CID) == FeedbackCounts(negative=1, replies=1)
 
 
+async def test_a_vote_kept_under_a_replys_older_id_is_replaced_not_counted_twice(
+    db: Database,
+) -> None:
+    """Slack votes were once kept under the reply's bare ts, now under "channel:ts": a
+    member pressing again on such a reply changes their vote, and only theirs."""
+    await _communities(db, CID)
+    await db.record_feedback(CID, "1700000000.000100", MEMBER, True, at(1))  # older release
+    await db.record_feedback(CID, "1700000000.000100", "U2", True, at(1))
+    assert await db.record_feedback(
+        CID, "C1:1700000000.000100", MEMBER, False, at(2), replaces="1700000000.000100"
+    )
+    assert await db.feedback_counts(CID) == FeedbackCounts(positive=1, negative=1, replies=2)
+    mine = (await db.member_rows(CID, MEMBER)).feedback
+    assert [(f.reply_id, f.positive) for f in mine] == [("C1:1700000000.000100", False)]
+
+
 async def test_a_press_where_no_data_is_kept_records_nothing(
     db: Database, backend: Backend
 ) -> None:
