@@ -31,6 +31,7 @@ from bot.forget_journal import FILE_NAME, ForgetJournal
 from bot.forget_me import forget_member
 from bot.messages import Community, IncomingMessage, Reply, ReplyKind, User
 from bot.runtime import Runtime
+from sonality.agent import MessageWords
 from tests.fakes.anthropic_server import AnthropicFake, Delay
 from tests.integration.conftest import A, B, command, ess_requests, eventually, make_settings
 from tests.integration.deletion_scenario import (
@@ -259,6 +260,72 @@ async def test_a_deletion_a_crash_interrupted_is_finished_on_start(
         b = await runtime.registry.agent_for(B)
         assert_same_opinions_rebased(a.sponge, b.sponge)
         assert await tables_holding(runtime.db, [WORD]) == []
+
+
+async def test_messages_taken_back_together_are_finished_after_a_crash_without_a_new_replay(
+    tmp_path: Path, llm: Any, anthropic_server: AnthropicFake
+) -> None:
+    """Two deletions replayed together (one version naming both), then the process died
+    before either was finished: the next start finds that version for each and only
+    erases what is left, with no second replay."""
+    teach(anthropic_server.brain)
+    settings = make_settings(tmp_path / "data")
+    async with open_runtime(settings, llm=llm) as runtime:
+        chat = Chat(runtime)
+        said: list[str] = []
+
+        async def say(community: str, role: Role, text: str) -> str:
+            message_id = await chat.say(community, role, text)
+            if community == A.id and role is not CHATTER:
+                said.append(message_id)
+            return message_id
+
+        await play(say, A.id, B.id)
+        refs = [f"{PLATFORM}:{said[0]}", f"{PLATFORM}:{said[1]}"]
+        now = datetime.now(UTC)
+        deletions = [
+            d for ref in refs for d in await runtime.db.begin_deletion(A.id, ref, "deleted", now)
+        ]
+        agent = await runtime.registry.agent_for(A)
+
+        def words_of(interaction_id: str) -> MessageWords:
+            async def words() -> tuple[list[str], list[str]]:  # as `finish_deletion` reads
+                found = await runtime.db.message_words(A.id, interaction_id)
+                return list(found.texts), list(found.topics)
+
+            return words
+
+        async with agent._changing():  # busy: both wait, and are replayed together
+            waiting = [
+                asyncio.create_task(
+                    agent.withdraw_message(
+                        d.interaction_id or "",
+                        actor=d.label,
+                        change="deleted",
+                        words=words_of(d.interaction_id or ""),
+                    )
+                )
+                for d in deletions
+            ]
+            await asyncio.sleep(0)
+        first, second = await asyncio.gather(*waiting)
+        assert first is not None and first is second
+        versions = await runtime.db.community(A.id).versions(limit=1000)
+        assert versions[0].actor == ", ".join(d.label for d in deletions)
+        # The process dies here: no deletion got its version, nothing was erased.
+    async with open_runtime(settings, llm=llm) as runtime:
+        assert await runtime.db.open_deletions() == []
+        after = await runtime.db.community(A.id).versions(limit=1000)
+        # No version was added (the erase only redacts the words of those there are).
+        assert [(v.version, v.cause, v.actor) for v in after] == [
+            (v.version, v.cause, v.actor) for v in versions
+        ]
+        for ref in refs:
+            assert await runtime.db.communities_holding(ref) == []
+        rows = await runtime.db._fetchall(
+            "SELECT version FROM message_deletions WHERE community_id = ?", (A.id,)
+        )
+        assert rows == [(first.version,), (first.version,)]
 
 
 async def test_a_message_deleted_while_it_is_learned_leaves_no_word(
