@@ -19,8 +19,8 @@ long; target 100 ms, as figure 9's). Figure 7c: a member deleting the message th
 just sent, replayed from the stored state before it rather than from the first
 message (what posting and deleting costs; target 1 s). Figure 7d: a purge of 20 older
 messages at once, which the agent takes back together (target 10 s, 20 whole replays
-before). The process holds the bot's
-program (`app.wiring`) and settles its heap once loaded, as the bot does.
+before). The process holds the bot's program (`app.wiring`) and settles its heap once
+loaded, as the bot does.
 """
 
 from __future__ import annotations

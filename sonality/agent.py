@@ -69,6 +69,7 @@ from sonality.state import SpongeState
 from sonality.store import (
     EPISODIC,
     AuditEvent,
+    BeingErased,
     Episode,
     InteractionRecord,
     Speaker,
@@ -677,8 +678,7 @@ class SonalityAgent:
         taken = [(w, at) for w, at in zip(batch, learned, strict=True) if at is not None]
         state = None
         if taken:
-            first, *others = [w for w, _ in taken]
-            more = len(others)
+            first, more = taken[0][0], len(taken) - 1
             state = await self._replayed(
                 first_learned=min(at for _, at in taken),
                 cause="message-deleted",
@@ -734,11 +734,9 @@ class SonalityAgent:
             # out, or this replay would bring their influence back.
             erasing = await self.store.being_erased()
             earlier = (self._withdrawn | erasing.interactions).difference(without_interactions)
-            known = {**erasing.members, **self._forgot_at}  # a version over "not yet"
-            known.update({m: v for m, v in erasing.members.items() if v is not None})
-            forgot: dict[str, float] = {
-                member: math.inf if version is None else version
-                for member, version in known.items()
+            forgot = {
+                member: version
+                for member, version in _forget_versions(erasing, self._forgot_at).items()
                 if member not in without_members
             }
             current = self.sponge
@@ -772,6 +770,14 @@ class SonalityAgent:
             actor=actor,
         )
         return state
+
+
+def _forget_versions(erasing: BeingErased, here: dict[str, int]) -> dict[str, float]:
+    """Each member being forgotten and the version that forgot them: the store's, else
+    this process's, else infinity (the forget-me has not replayed yet: all of theirs)."""
+    versions: dict[str, float] = {**dict.fromkeys(erasing.members, math.inf), **here}
+    versions.update({m: v for m, v in erasing.members.items() if v is not None})
+    return versions
 
 
 def _erased(

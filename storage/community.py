@@ -541,17 +541,16 @@ class CommunityStore:
             "AND finished_at IS NULL AND interaction_id IS NOT NULL",
             (self.community_id,),
         )
+        # One open request per member (`begin_forget` resumes an open one).
         forgets = await self._db._fetchall(
             "SELECT member_id, version FROM forget_requests WHERE community_id = ? "
-            "AND finished_at IS NULL AND member_id IS NOT NULL",
+            "AND finished_at IS NULL AND member_id IS NOT NULL ORDER BY id",
             (self.community_id,),
         )
-        members: dict[str, int | None] = {}
-        for member, version in forgets:  # the later forget of a member, if two are open
-            seen = members.get(str(member), 0)
-            later = None if version is None or seen is None else max(seen, int(version))
-            members[str(member)] = later
-        return BeingErased(interactions=frozenset(str(i) for (i,) in deleted), members=members)
+        return BeingErased(
+            interactions=frozenset(str(i) for (i,) in deleted),
+            members={str(m): None if v is None else int(v) for m, v in forgets},
+        )
 
     # --- outbox --------------------------------------------------------------------------
 
