@@ -289,7 +289,8 @@ class DeletionStore(SqlBase):
 
     async def message_words(self, community_id: str, interaction_id: str) -> MemberWords:
         """What of one message other rows may quote (read before `erase_message`): the
-        summary and insight of it, and the topics only it produced."""
+        summary and insight of it, and the topics only it (and messages being deleted
+        with it) produced."""
 
         def work(conn: Conn) -> MemberWords:
             words: list[str] = []
@@ -313,7 +314,7 @@ class DeletionStore(SqlBase):
                 ):
                     rating_words(str(payload), words, topics)
             own = topics - used_by_others(
-                conn, community_id, "interaction_id", interaction_id, topics
+                conn, community_id, "interaction_id", interaction_id, topics, staying_only=True
             )
             return MemberWords(
                 texts=tuple(sorted(set(words), key=len, reverse=True)),

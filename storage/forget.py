@@ -686,12 +686,27 @@ def rating_words(payload_json: str, words: list[str], topics: set[str]) -> None:
 
 
 def used_by_others(
-    conn: Conn, community_id: str, column: str, value: str, topics: Iterable[str]
+    conn: Conn,
+    community_id: str,
+    column: str,
+    value: str,
+    topics: Iterable[str],
+    *,
+    staying_only: bool = False,
 ) -> set[str]:
     """Those of `topics` another message produced too: one whose evidence `column`
     ("member" or "interaction_id", a constant) is not `value` (by the evidence log,
-    kept for good). Rows are found by the topic's JSON text and then read exactly; a
-    topic stops being looked for once found."""
+    kept for good). With `staying_only`, a message whose deletion is under way does not
+    count: messages deleted together (a purge) own the topics only they produced, and
+    each erase must find them so. Rows are found by the topic's JSON text and then read
+    exactly; a topic stops being looked for once found."""
+    going = (
+        " AND (interaction_id IS NULL OR interaction_id NOT IN (SELECT interaction_id "
+        "FROM message_deletions WHERE community_id = ? AND finished_at IS NULL "
+        "AND interaction_id IS NOT NULL))"
+        if staying_only
+        else ""
+    )
     every = sorted(set(topics))
     shared: set[str] = set()
     has = conn.dialect.contains
@@ -702,12 +717,13 @@ def used_by_others(
             rows = fetchall(
                 conn,
                 "SELECT seq, step_json FROM evidence_log WHERE community_id = ? "
-                f"AND {column} != ? AND kind = 'message' AND seq > ? "
+                f"AND {column} != ? AND kind = 'message' AND seq > ?{going} "
                 f"AND ({' OR '.join(has('step_json') for _ in needles)}) ORDER BY seq LIMIT 500",
                 (
                     community_id,
                     value,
                     after,
+                    *((community_id,) if staying_only else ()),
                     *(json.dumps(t, ensure_ascii=False) for t in needles),
                 ),
             )

@@ -300,3 +300,42 @@ async def test_being_erased_lists_what_unfinished_deletions_and_forget_mes_will_
     await db.set_deletion_version(first.id, 1)
     await db.erase_message(first, MemberWords(), at(2))
     assert (await store.being_erased()).interactions == frozenset()
+
+
+async def test_a_topic_only_messages_being_deleted_produced_is_each_ones_own(
+    db: Database,
+) -> None:
+    """A purge: two messages made `remote_work` and nobody else did. While both are
+    being deleted, each one's words hold it (else neither erase would redact it); a
+    message that stays keeps it from both."""
+    store = db.community(CID)
+    await store.commit(StateCommit(state=state(0), cause="seed", change="seed"))
+    for n, (interaction_id, ref) in enumerate((("i1", "discord:1"), ("i2", "discord:2"))):
+        await store.record_interaction(answered(interaction_id, n, ref=ref))
+        await store.commit(
+            StateCommit(
+                state=state(n + 1),
+                cause="interaction",
+                change="ESS 0.80",
+                interaction_id=interaction_id,
+                evidence=[rated(interaction_id, f"Ada's point {n}.", ("remote_work",))],
+            )
+        )
+    assert (await db.message_words(CID, "i1")).topics == ()  # i2 made it too
+    await db.begin_deletion(CID, "discord:1", "deleted", at(3))
+    assert (await db.message_words(CID, "i1")).topics == ()  # i2 stays: still shared
+    await db.begin_deletion(CID, "discord:2", "deleted", at(3))
+    assert (await db.message_words(CID, "i1")).topics == ("remote_work",)
+    assert (await db.message_words(CID, "i2")).topics == ("remote_work",)
+
+    await store.record_interaction(answered("i3", 4, ref="discord:3"))
+    await store.commit(
+        StateCommit(
+            state=state(3),
+            cause="interaction",
+            change="ESS 0.80",
+            interaction_id="i3",
+            evidence=[rated("i3", "Bo's point.", ("remote_work",))],
+        )
+    )
+    assert (await db.message_words(CID, "i1")).topics == ()  # i3 stays and made it
