@@ -265,9 +265,9 @@ async def test_a_deletion_a_crash_interrupted_is_finished_on_start(
 async def test_messages_taken_back_together_are_finished_after_a_crash_without_a_new_replay(
     tmp_path: Path, llm: Any, anthropic_server: AnthropicFake
 ) -> None:
-    """Two deletions replayed together (one version naming both), then the process died
-    before either was finished: the next start finds that version for each and only
-    erases what is left, with no second replay."""
+    """Four deletions replayed together (one version naming all), then the process died
+    before any was finished: the next start finds that version for each and only
+    erases what is left, with no second replay. `history` names two and counts the rest."""
     teach(anthropic_server.brain)
     settings = make_settings(tmp_path / "data")
     async with open_runtime(settings, llm=llm) as runtime:
@@ -281,7 +281,7 @@ async def test_messages_taken_back_together_are_finished_after_a_crash_without_a
             return message_id
 
         await play(say, A.id, B.id)
-        refs = [f"{PLATFORM}:{said[0]}", f"{PLATFORM}:{said[1]}"]
+        refs = [f"{PLATFORM}:{message_id}" for message_id in said[:4]]
         now = datetime.now(UTC)
         deletions = [
             d for ref in refs for d in await runtime.db.begin_deletion(A.id, ref, "deleted", now)
@@ -308,8 +308,8 @@ async def test_messages_taken_back_together_are_finished_after_a_crash_without_a
                 for d in deletions
             ]
             await asyncio.sleep(0)
-        first, second = await asyncio.gather(*waiting)
-        assert first is not None and first is second
+        first, *others = await asyncio.gather(*waiting)
+        assert first is not None and all(other is first for other in others) and len(others) == 3
         versions = await runtime.db.community(A.id).versions(limit=1000)
         assert versions[0].actor == ", ".join(d.label for d in deletions)
         # The process dies here: no deletion got its version, nothing was erased.
@@ -325,7 +325,13 @@ async def test_messages_taken_back_together_are_finished_after_a_crash_without_a
         rows = await runtime.db._fetchall(
             "SELECT version FROM message_deletions WHERE community_id = ?", (A.id,)
         )
-        assert rows == [(first.version,), (first.version,)]
+        assert rows == [(first.version,)] * 4
+        history = await command(runtime, "history")
+        [line] = [ln for ln in history.text.splitlines() if ln.startswith(f"v{first.version} ")]
+        labels = [d.label for d in deletions]
+        assert f"by {labels[0]}, {labels[1]} and 2 more]" in line, line
+        assert labels[2] not in line and labels[3] not in line
+        assert "(and 3 more taken back in the same replay)" in line
 
 
 async def test_a_message_deleted_while_it_is_learned_leaves_no_word(
