@@ -22,6 +22,7 @@ from typing import Any, cast
 
 import pytest
 
+import sonality.agent
 import sonality.replay
 from sonality.agent import MessageWords, SonalityAgent
 from sonality.config import EngineConfig
@@ -437,6 +438,56 @@ async def test_messages_withdrawn_while_the_agent_is_busy_are_taken_back_in_one_
     assert version.cause == "message-deleted"
     assert version.actor == ", ".join(labels)
     assert version.change.startswith("deleted (and 2 more taken back in the same replay)")
+
+
+async def test_messages_withdrawn_just_after_a_replay_wait_out_its_pause_and_share_one(
+    agents: dict[str, tuple[SonalityAgent, ScriptedLLM]],
+    db: Database,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A member deleting old messages one at a time, each just as the last replay ends:
+    no replay starts until a pause after the last one has passed (three times its
+    length; a fixed second here), neither one withdrawn during that replay nor one
+    withdrawn in the pause, and those withdrawn meanwhile are taken back in one."""
+    monkeypatch.setattr(sonality.agent, "WITHDRAWAL_PAUSE_FACTOR", 1e9)
+    monkeypatch.setattr(sonality.agent, "WITHDRAWAL_PAUSE_LIMIT", 1.0)
+    whole, llm = agents["test:whole"]
+    await run(whole, llm, script(5, 40))
+    messages = [s for s in await db.community("test:whole").evidence() if s.kind == "message"]
+    ids = [m.interaction_id for m in messages[4:10:2]]
+    replays: list[tuple[float, float]] = []
+    held = asyncio.Event()
+    real = whole._withdraw_together
+
+    async def timed(batch: Any) -> None:
+        start = time.monotonic()
+        if not replays:
+            await held.wait()
+        await real(batch)
+        replays.append((start, time.monotonic()))
+
+    monkeypatch.setattr(whole, "_withdraw_together", timed)
+    before = whole.sponge.version
+
+    def withdraw(n: int) -> asyncio.Task[SpongeState | None]:
+        return asyncio.create_task(
+            whole.withdraw_message(ids[n], actor=f"message-{n}", change="deleted")
+        )
+
+    first = withdraw(0)
+    await asyncio.sleep(0.05)
+    during = withdraw(1)  # while the first replay runs
+    await asyncio.sleep(0.05)
+    held.set()
+    state = await first
+    after = withdraw(2)  # in the pause after it
+    second, third = await asyncio.gather(during, after)
+
+    assert state is not None and state.version == before + 1
+    assert second is third and second is not None and second.version == before + 2
+    assert len(replays) == 2 and replays[1][0] - replays[0][1] >= 1.0
+    [version] = await db.community("test:whole").versions(limit=1)
+    assert version.actor == "message-1, message-2"
 
 
 @pytest.mark.parametrize("where", ["this process", "another process"])
