@@ -28,6 +28,7 @@ one's place, so the replay stays that of a community that heard the new text las
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from datetime import UTC, datetime
@@ -155,8 +156,9 @@ async def finish_deletion(
 
 async def resume_deletions(db: Database, agent_for: AgentFor) -> list[MessageDeletion]:
     """Finish every deletion a crash interrupted (run on start, before any message of
-    the community is learned); returns those finished."""
-    done = []
+    the community is learned); returns those finished. A community's are handed over
+    at once, so those still to replay share one replay (`withdraw_message`)."""
+    by_community: dict[str, list[MessageDeletion]] = {}
     for deletion in await db.open_deletions():
         log.warning(
             "%s: finishing an interrupted message deletion (%s)",
@@ -164,5 +166,15 @@ async def resume_deletions(db: Database, agent_for: AgentFor) -> list[MessageDel
             deletion.label,
             extra={"community": deletion.community_id},
         )
-        done.append(await finish_deletion(db, await agent_for(deletion.community_id), deletion))
+        by_community.setdefault(deletion.community_id, []).append(deletion)
+    done = []
+    for cid, deletions in by_community.items():
+        agent = await agent_for(cid)
+        results = await asyncio.gather(
+            *(finish_deletion(db, agent, d) for d in deletions), return_exceptions=True
+        )
+        done += [r for r in results if isinstance(r, MessageDeletion)]
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result  # start fails as it did; the rest of them are finished
     return done

@@ -12,7 +12,7 @@ the per-platform tests (test_deletion_discord.py, test_deletion_slack.py) do not
 - An edit while the answer is being written: the old words are not recorded, the new
   ones are answered and learned.
 - A rollback to before the deletion leaves the message out again.
-- A deletion a crash interrupted is finished on the next start.
+- A deletion a crash interrupted is finished on the next start; several, in one replay.
 """
 
 from __future__ import annotations
@@ -260,6 +260,44 @@ async def test_a_deletion_a_crash_interrupted_is_finished_on_start(
         b = await runtime.registry.agent_for(B)
         assert_same_opinions_rebased(a.sponge, b.sponge)
         assert await tables_holding(runtime.db, [WORD]) == []
+
+
+async def test_deletions_a_crash_interrupted_are_finished_on_start_together(
+    tmp_path: Path, llm: Any, anthropic_server: AnthropicFake
+) -> None:
+    """Four messages journaled and then the process died, none replayed yet: the next
+    start hands them over at once, so they take two replays at most (one version naming
+    several), not four: the first may start alone, and the others, arriving during
+    it or in the pause after it, are taken back together."""
+    teach(anthropic_server.brain)
+    settings = make_settings(tmp_path / "data")
+    async with open_runtime(settings, llm=llm) as runtime:
+        chat = Chat(runtime)
+        said: list[str] = []
+
+        async def say(community: str, role: Role, text: str) -> str:
+            message_id = await chat.say(community, role, text)
+            if community == A.id and role is not CHATTER:
+                said.append(message_id)
+            return message_id
+
+        await play(say, A.id, B.id)
+        refs = [f"{PLATFORM}:{message_id}" for message_id in said[:4]]
+        now = datetime.now(UTC)
+        deletions = [
+            d for ref in refs for d in await runtime.db.begin_deletion(A.id, ref, "deleted", now)
+        ]
+        assert len(deletions) == 4
+        before = await runtime.db.community(A.id).versions(limit=1000)
+    async with open_runtime(settings, llm=llm) as runtime:
+        assert await runtime.db.open_deletions() == []
+        for ref in refs:
+            assert await runtime.db.communities_holding(ref) == []
+        after = await runtime.db.community(A.id).versions(limit=1000)
+        new = after[: len(after) - len(before)]
+        assert 1 <= len(new) <= 2 and {v.cause for v in new} == {"message-deleted"}
+        named = [label for v in new for label in (v.actor or "").split(", ")]
+        assert sorted(named) == sorted(d.label for d in deletions)
 
 
 async def test_messages_taken_back_together_are_finished_after_a_crash_without_a_new_replay(
