@@ -97,6 +97,10 @@ LEASE_POLL_SECONDS = 0.2
 #: long log; with it, a community's replays take at most a quarter of the time.
 WITHDRAWAL_PAUSE_FACTOR = 3.0
 WITHDRAWAL_PAUSE_LIMIT = 60.0
+#: And none starts until this long has passed since the last message was withdrawn:
+#: the messages of a bulk delete, handed over one journal row after another, arrive
+#: a few milliseconds apart and are taken back in one replay, not the first alone.
+WITHDRAWAL_GATHER_SECONDS = 0.1
 
 
 class SonalityAgent:
@@ -151,6 +155,7 @@ class SonalityAgent:
         self._withdrawals: list[Withdrawal] = []
         # When the next of them may start (`time.monotonic`, `WITHDRAWAL_PAUSE_FACTOR`).
         self._withdrawals_resume_at = 0.0
+        self._last_withdrawn_at = 0.0
         self._lease = store.learning_lease()
         self.learning = LearningQueue(
             self._post_process,
@@ -649,9 +654,10 @@ class SonalityAgent:
         message is under way (what that learning wrote is then in the store), as
         `stop_learning` would wait for; the call returns after such a moment too.
 
-        Messages withdrawn while another change holds the agent (a bulk delete), or in
-        the pause after the last withdrawal's replay (a member deleting their history
-        one message at a time, see `WITHDRAWAL_PAUSE_FACTOR`), are taken back together
+        Messages withdrawn within a moment of each other (a bulk delete), while another
+        change holds the agent, or in the pause after the last withdrawal's replay (a
+        member deleting their history one message at a time; see
+        `WITHDRAWAL_PAUSE_FACTOR` and `WITHDRAWAL_GATHER_SECONDS`) are taken back together
         by whichever of their calls runs next: one replay and one version for all of
         them (its actor lists every one), where one each would replay a long log once
         per message. Each call returns that version, or None if nothing was learned from
@@ -666,12 +672,13 @@ class SonalityAgent:
             words=words,
         )
         self._withdrawals.append(mine)
+        self._last_withdrawn_at = time.monotonic()
         while not mine.done:
-            pause = self._withdrawals_resume_at - time.monotonic()
-            if pause > 0:
-                await asyncio.sleep(pause)  # those withdrawn meanwhile join this one
+            if self._withdrawal_wait() > 0:
+                await asyncio.sleep(self._withdrawal_wait())  # those withdrawn meanwhile join
+                continue
             async with self._changing():
-                if mine.done or self._withdrawals_resume_at > time.monotonic():
+                if mine.done or self._withdrawal_wait() > 0:
                     continue  # taken back by another call, or a replay just ended
                 batch, self._withdrawals = self._withdrawals, []
                 started = time.monotonic()
@@ -687,6 +694,15 @@ class SonalityAgent:
                         WITHDRAWAL_PAUSE_FACTOR * (ended - started), WITHDRAWAL_PAUSE_LIMIT
                     )
         return mine.state
+
+    def _withdrawal_wait(self) -> float:
+        """Seconds until waiting withdrawals may be replayed: the pause after the last
+        replay, and the gathering time after the last withdrawal."""
+        now = time.monotonic()
+        return max(
+            self._withdrawals_resume_at - now,
+            self._last_withdrawn_at + WITHDRAWAL_GATHER_SECONDS - now,
+        )
 
     async def _withdraw_together(self, batch: Sequence[Withdrawal]) -> None:
         """One replay without every message of `batch` that was learned from, from the

@@ -475,7 +475,7 @@ async def test_messages_withdrawn_just_after_a_replay_wait_out_its_pause_and_sha
         )
 
     first = withdraw(0)
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(sonality.agent.WITHDRAWAL_GATHER_SECONDS + 0.05)
     during = withdraw(1)  # while the first replay runs
     await asyncio.sleep(0.05)
     held.set()
@@ -488,6 +488,34 @@ async def test_messages_withdrawn_just_after_a_replay_wait_out_its_pause_and_sha
     assert len(replays) == 2 and replays[1][0] - replays[0][1] >= 1.0
     [version] = await db.community("test:whole").versions(limit=1)
     assert version.actor == "message-1, message-2"
+
+
+async def test_messages_withdrawn_moments_apart_on_an_idle_agent_share_one_replay(
+    agents: dict[str, tuple[SonalityAgent, ScriptedLLM]],
+    db: Database,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A bulk delete's messages reach the agent one journal row after another: with the
+    agent idle, the first waits until none has come for a moment, so all go together
+    rather than the first alone and the rest after it."""
+    monkeypatch.setattr(sonality.agent, "WITHDRAWAL_GATHER_SECONDS", 0.5)
+    whole, llm = agents["test:whole"]
+    await run(whole, llm, script(3, 40))
+    messages = [s for s in await db.community("test:whole").evidence() if s.kind == "message"]
+    before = whole.sponge.version
+    tasks = []
+    for n, step in enumerate(messages[4:10:2]):
+        tasks.append(
+            asyncio.create_task(
+                whole.withdraw_message(step.interaction_id, actor=f"message-{n}", change="deleted")
+            )
+        )
+        await asyncio.sleep(0.1)
+    states = await asyncio.gather(*tasks)
+    assert states[0] is not None and all(s is states[0] for s in states)
+    assert states[0].version == before + 1 == whole.sponge.version
+    [version] = await db.community("test:whole").versions(limit=1)
+    assert version.actor == "message-0, message-1, message-2"
 
 
 @pytest.mark.parametrize("where", ["this process", "another process"])

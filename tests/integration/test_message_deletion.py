@@ -266,9 +266,9 @@ async def test_deletions_a_crash_interrupted_are_finished_on_start_together(
     tmp_path: Path, llm: Any, anthropic_server: AnthropicFake
 ) -> None:
     """Four messages journaled and then the process died, none replayed yet: the next
-    start hands them over at once, so they take two replays at most (one version naming
-    several), not four: the first may start alone, and the others, arriving during
-    it or in the pause after it, are taken back together."""
+    start hands them over at once, so they share a replay (one version naming them),
+    not one each. Two at most: one arriving later than the agent's gathering time
+    after the others (a stalled machine) still joins in the pause after that replay."""
     teach(anthropic_server.brain)
     settings = make_settings(tmp_path / "data")
     async with open_runtime(settings, llm=llm) as runtime:
