@@ -37,7 +37,8 @@ Figures:
      forget-me in SQLite, replay included (see bench/forget.py; target < 10 s); 7b the
      event loop's worst stall during it and an old message's deletion (≤ 100 ms); 7c
      a member deleting the message they just sent (< 1 s); 7d a purge of 20 older
-     messages at once (< 10 s)
+     messages at once (< 10 s); 7e a member deleting 10 older messages one at a time
+     (the bot's CPU meanwhile ≤ half a core)
   8. time to first visible text ÷ the model's time to first token, streaming (≤ 1.1)
   9. `/sonality timeline` on 3,000 versions × 200 beliefs: one, cold (target ≤ 5 s);
      ten at once: the event loop's worst stall (≤ 100 ms) and another community's

@@ -19,8 +19,11 @@ long; target 100 ms, as figure 9's). Figure 7c: a member deleting the message th
 just sent, replayed from the stored state before it rather than from the first
 message (what posting and deleting costs; target 1 s). Figure 7d: a purge of 20 older
 messages at once, which the agent takes back together (target 10 s, 20 whole replays
-before). The process holds the bot's program (`app.wiring`) and settles its heap once
-loaded, as the bot does.
+before). Figure 7e: a member deleting 10 older messages one at a time, each a quarter
+longer after the last than 7b's deletion took (one whole replay each before the pause
+after a replay; target: the bot's CPU at most half a core meanwhile). The process
+holds the bot's program (`app.wiring`) and settles its heap once loaded, as the bot
+does.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from typing import Any
 from app.wiring import settle_heap
 from bot.deletion import take_back
 from bot.forget_me import forget_member
-from sonality.agent import SonalityAgent
+from sonality.agent import WITHDRAWAL_PAUSE_FACTOR, SonalityAgent
 from sonality.changes import decay_step, ess_event, message_step
 from sonality.config import BELIEF_DECAY_RATE, EngineConfig
 from sonality.ess import ESSResult, OpinionDirection, ReasoningType, SourceReliability
@@ -51,6 +54,8 @@ TOPICS = [f"topic_{n}" for n in range(20)]
 DECAY_EVERY = 20
 #: Messages of figure 7d's purge.
 PURGED = 20
+#: Messages figure 7e's member deletes one at a time.
+TRICKLED = 10
 
 Report = Callable[..., None]
 
@@ -238,6 +243,9 @@ async def figure_forget(work: Path, report: Report, messages: int = 100_000) -> 
         # A purge of PURGED older messages (member 9's last ones), handed over at once as
         # Discord's adapter hands over a bulk delete (figure 7d).
         refs = [f"bench:{messages - MEMBERS * k + 9}" for k in range(1, PURGED + 1)]
+        # Timed from after the pause 7b's replay leaves (`WITHDRAWAL_PAUSE_FACTOR` times
+        # its length): a purge right after a deletion waits that long first.
+        await asyncio.sleep(WITHDRAWAL_PAUSE_FACTOR * deletion)
         start = time.perf_counter()
         async with StallWatch() as purging:
             taken = await asyncio.gather(
@@ -249,6 +257,22 @@ async def figure_forget(work: Path, report: Report, messages: int = 100_000) -> 
         purge = time.perf_counter() - start
         replays = {d.version for found in taken for d in found}
         assert None not in replays and sum(map(len, taken)) == PURGED, "all were learned"
+        # Member 10's last ones, deleted one at a time (figure 7e).
+        gap = 1.25 * deletion
+        cpu, start = time.process_time(), time.perf_counter()
+        pending = []
+        for k in range(1, TRICKLED + 1):
+            ref = f"bench:{messages - MEMBERS * k + 10}"
+            pending.append(
+                asyncio.create_task(
+                    take_back(db, lambda _: _agent(agent), ref, "deleted", community_id=COMMUNITY)
+                )
+            )
+            await asyncio.sleep(gap)
+        trickled = await asyncio.gather(*pending)
+        trickle_cpu, trickle_wall = time.process_time() - cpu, time.perf_counter() - start
+        trickle_replays = {d.version for found in trickled for d in found}
+        assert None not in trickle_replays and sum(map(len, trickled)) == TRICKLED
         await agent.close(grace_seconds=5)
     finally:
         await db.close()
@@ -286,6 +310,15 @@ async def figure_forget(work: Path, report: Report, messages: int = 100_000) -> 
         "figure 7's forget-me",
         "< 10 s",
         purge < 10,
+    )
+    report(
+        f"7e. a member deleting {TRICKLED} older messages one at a time",
+        f"{len(trickle_replays)} replays, {trickle_cpu:.1f} s of CPU in {trickle_wall:.1f} s "
+        f"({trickle_cpu / trickle_wall:.0%} of a core)",
+        f"one every {gap:.2f} s (1.25 × 7b's deletion), {TRICKLED} learned messages of one "
+        f"member in {history} after figure 7d",
+        "≤ 50% of a core",
+        trickle_cpu / trickle_wall <= 0.5,
     )
 
 
