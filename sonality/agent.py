@@ -101,6 +101,10 @@ WITHDRAWAL_PAUSE_LIMIT = 60.0
 #: the messages of a bulk delete, handed over one journal row after another, arrive
 #: a few milliseconds apart and are taken back in one replay, not the first alone.
 WITHDRAWAL_GATHER_SECONDS = 0.1
+#: ... but no longer than this after the first of them came, or a member deleting a
+#: message every 0.09 s could put off every replay of the community for as long as
+#: they have messages.
+WITHDRAWAL_GATHER_LIMIT = 1.0
 
 
 class SonalityAgent:
@@ -155,7 +159,7 @@ class SonalityAgent:
         self._withdrawals: list[Withdrawal] = []
         # When the next of them may start (`time.monotonic`, `WITHDRAWAL_PAUSE_FACTOR`).
         self._withdrawals_resume_at = 0.0
-        self._last_withdrawn_at = 0.0
+        self._last_withdrawn_at = self._first_withdrawn_at = 0.0
         self._lease = store.learning_lease()
         self.learning = LearningQueue(
             self._post_process,
@@ -671,8 +675,10 @@ class SonalityAgent:
             drop_topics=tuple(drop_topics),
             words=words,
         )
-        self._withdrawals.append(mine)
         self._last_withdrawn_at = time.monotonic()
+        if not self._withdrawals:
+            self._first_withdrawn_at = self._last_withdrawn_at
+        self._withdrawals.append(mine)
         while not mine.done:
             if self._withdrawal_wait() > 0:
                 await asyncio.sleep(self._withdrawal_wait())  # those withdrawn meanwhile join
@@ -697,12 +703,12 @@ class SonalityAgent:
 
     def _withdrawal_wait(self) -> float:
         """Seconds until waiting withdrawals may be replayed: the pause after the last
-        replay, and the gathering time after the last withdrawal."""
-        now = time.monotonic()
-        return max(
-            self._withdrawals_resume_at - now,
-            self._last_withdrawn_at + WITHDRAWAL_GATHER_SECONDS - now,
+        replay, and the gathering time after the last withdrawal (within its limit)."""
+        gathered = min(
+            self._last_withdrawn_at + WITHDRAWAL_GATHER_SECONDS,
+            self._first_withdrawn_at + WITHDRAWAL_GATHER_LIMIT,
         )
+        return max(self._withdrawals_resume_at, gathered) - time.monotonic()
 
     async def _withdraw_together(self, batch: Sequence[Withdrawal]) -> None:
         """One replay without every message of `batch` that was learned from, from the

@@ -518,6 +518,43 @@ async def test_messages_withdrawn_moments_apart_on_an_idle_agent_share_one_repla
     assert version.actor == "message-0, message-1, message-2"
 
 
+async def test_a_member_deleting_faster_than_the_gathering_time_cannot_put_off_the_replay(
+    agents: dict[str, tuple[SonalityAgent, ScriptedLLM]],
+    db: Database,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each withdrawal restarts the gathering time, but only up to its limit after the
+    first: messages withdrawn every 0.1 s with a gathering time of 0.3 s and a limit
+    of 0.5 s are not all held for one replay until the last arrives."""
+    monkeypatch.setattr(sonality.agent, "WITHDRAWAL_GATHER_SECONDS", 0.3)
+    monkeypatch.setattr(sonality.agent, "WITHDRAWAL_GATHER_LIMIT", 0.5)
+    monkeypatch.setattr(sonality.agent, "WITHDRAWAL_PAUSE_FACTOR", 0.0)
+    whole, llm = agents["test:whole"]
+    await run(whole, llm, script(7, 40))
+    messages = [s for s in await db.community("test:whole").evidence() if s.kind == "message"]
+    replays: list[float] = []
+    real = whole._withdraw_together
+
+    async def timed(batch: Any) -> None:
+        replays.append(time.monotonic())
+        await real(batch)
+
+    monkeypatch.setattr(whole, "_withdraw_together", timed)
+    started = time.monotonic()
+    tasks = []
+    for n, step in enumerate(messages[2:32:3]):
+        tasks.append(
+            asyncio.create_task(
+                whole.withdraw_message(step.interaction_id, actor=f"message-{n}", change="deleted")
+            )
+        )
+        await asyncio.sleep(0.1)
+    states = await asyncio.gather(*tasks)
+    assert all(s is not None for s in states)
+    # Ten withdrawals over a second: the first replay came at the limit, not after the last.
+    assert len(replays) >= 2 and replays[0] - started < 0.9
+
+
 @pytest.mark.parametrize("where", ["this process", "another process"])
 async def test_a_deletion_before_the_forget_me_is_erased_keeps_the_member_forgotten(
     agents: dict[str, tuple[SonalityAgent, ScriptedLLM]], db: Database, where: str
