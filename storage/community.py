@@ -52,7 +52,7 @@ from storage.base import (
     to_json,
 )
 from storage.coordination import EPISODES, Coordinator, LearningLease
-from storage.forgotten import deleted_since, forgotten_since
+from storage.forgotten import BEING_DELETED, deleted_since, forgotten_since
 from storage.history import (
     AUDIT_COLUMNS,
     VERSION_COLUMNS,
@@ -536,11 +536,7 @@ class CommunityStore:
         return 0 if row is None or row[0] is None else int(row[0])
 
     async def being_erased(self) -> BeingErased:
-        deleted = await self._db._fetchall(
-            "SELECT interaction_id FROM message_deletions WHERE community_id = ? "
-            "AND finished_at IS NULL AND interaction_id IS NOT NULL",
-            (self.community_id,),
-        )
+        deleted = await self._db._fetchall(BEING_DELETED, (self.community_id,))
         # One open request per member (`begin_forget` resumes an open one).
         forgets = await self._db._fetchall(
             "SELECT member_id, version FROM forget_requests WHERE community_id = ? "

@@ -58,7 +58,7 @@ from storage.base import (
 )
 from storage.community import delete_from_outbox
 from storage.flood import member_key
-from storage.forgotten import forget_key, key_matches
+from storage.forgotten import BEING_DELETED, forget_key, key_matches
 
 #: The tables `erase_member` deletes from or rewrites.
 FORGET_TABLES = (
@@ -700,13 +700,7 @@ def used_by_others(
     count: messages deleted together (a purge) own the topics only they produced, and
     each erase must find them so. Rows are found by the topic's JSON text and then read
     exactly; a topic stops being looked for once found."""
-    going = (
-        " AND (interaction_id IS NULL OR interaction_id NOT IN (SELECT interaction_id "
-        "FROM message_deletions WHERE community_id = ? AND finished_at IS NULL "
-        "AND interaction_id IS NOT NULL))"
-        if staying_only
-        else ""
-    )
+    going = f" AND interaction_id NOT IN ({BEING_DELETED})" if staying_only else ""
     every = sorted(set(topics))
     shared: set[str] = set()
     has = conn.dialect.contains

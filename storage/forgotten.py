@@ -21,6 +21,13 @@ from datetime import datetime
 
 from storage.base import Conn, fetchall, to_db_time
 
+#: The interactions whose deletion is under way in a community (journaled, not yet
+#: erased): `?` is the community. A query of its own so it can stand in `NOT IN`.
+BEING_DELETED = (
+    "SELECT interaction_id FROM message_deletions WHERE community_id = ? "
+    "AND finished_at IS NULL AND interaction_id IS NOT NULL"
+)
+
 
 def forget_key(community_id: str, member_id: str, salt: str | None = None) -> str:
     """``salt:digest`` for one member of one community (a new salt unless given)."""
