@@ -18,7 +18,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from sonality.changes import (
     decay_step,
@@ -159,7 +159,6 @@ class SonalityAgent:
         self._withdrawals: list[Withdrawal] = []
         # When the next of them may start (`time.monotonic`, `WITHDRAWAL_PAUSE_FACTOR`).
         self._withdrawals_resume_at = 0.0
-        self._last_withdrawn_at = self._first_withdrawn_at = 0.0
         self._lease = store.learning_lease()
         self.learning = LearningQueue(
             self._post_process,
@@ -675,13 +674,10 @@ class SonalityAgent:
             drop_topics=tuple(drop_topics),
             words=words,
         )
-        self._last_withdrawn_at = time.monotonic()
-        if not self._withdrawals:
-            self._first_withdrawn_at = self._last_withdrawn_at
         self._withdrawals.append(mine)
         while not mine.done:
-            if self._withdrawal_wait() > 0:
-                await asyncio.sleep(self._withdrawal_wait())  # those withdrawn meanwhile join
+            if (wait := self._withdrawal_wait()) > 0:
+                await asyncio.sleep(wait)  # those withdrawn meanwhile join
                 continue
             async with self._changing():
                 if mine.done or self._withdrawal_wait() > 0:
@@ -703,12 +699,16 @@ class SonalityAgent:
 
     def _withdrawal_wait(self) -> float:
         """Seconds until waiting withdrawals may be replayed: the pause after the last
-        replay, and the gathering time after the last withdrawal (within its limit)."""
-        gathered = min(
-            self._last_withdrawn_at + WITHDRAWAL_GATHER_SECONDS,
-            self._first_withdrawn_at + WITHDRAWAL_GATHER_LIMIT,
-        )
-        return max(self._withdrawals_resume_at, gathered) - time.monotonic()
+        replay, and the gathering time after the newest waiting one (within its limit
+        after the oldest)."""
+        until = self._withdrawals_resume_at
+        if waiting := self._withdrawals:
+            gathered = min(
+                waiting[-1].arrived + WITHDRAWAL_GATHER_SECONDS,
+                waiting[0].arrived + WITHDRAWAL_GATHER_LIMIT,
+            )
+            until = max(until, gathered)
+        return until - time.monotonic()
 
     async def _withdraw_together(self, batch: Sequence[Withdrawal]) -> None:
         """One replay without every message of `batch` that was learned from, from the
@@ -856,6 +856,8 @@ class Withdrawal(BaseModel):
     drop_insights: tuple[str, ...]
     drop_topics: tuple[str, ...]
     words: MessageWords | None = None
+    #: When it was withdrawn (`time.monotonic`): the gathering time counts from it.
+    arrived: float = Field(default_factory=time.monotonic)
     done: bool = False
     state: SpongeState | None = None
 
