@@ -490,6 +490,22 @@ async def test_messages_withdrawn_just_after_a_replay_wait_out_its_pause_and_sha
     assert version.actor == "message-1, message-2"
 
 
+async def withdraw_apart(
+    agent: SonalityAgent, ids: list[str], gap: float
+) -> list[SpongeState | None]:
+    """Withdraw each of `ids` (labelled message-0, message-1, …) `gap` seconds after the
+    one before, without waiting for any to finish; their results."""
+    tasks = []
+    for n, interaction_id in enumerate(ids):
+        tasks.append(
+            asyncio.create_task(
+                agent.withdraw_message(interaction_id, actor=f"message-{n}", change="deleted")
+            )
+        )
+        await asyncio.sleep(gap)
+    return await asyncio.gather(*tasks)
+
+
 async def test_messages_withdrawn_moments_apart_on_an_idle_agent_share_one_replay(
     agents: dict[str, tuple[SonalityAgent, ScriptedLLM]],
     db: Database,
@@ -503,15 +519,7 @@ async def test_messages_withdrawn_moments_apart_on_an_idle_agent_share_one_repla
     await run(whole, llm, script(3, 40))
     messages = [s for s in await db.community("test:whole").evidence() if s.kind == "message"]
     before = whole.sponge.version
-    tasks = []
-    for n, step in enumerate(messages[4:10:2]):
-        tasks.append(
-            asyncio.create_task(
-                whole.withdraw_message(step.interaction_id, actor=f"message-{n}", change="deleted")
-            )
-        )
-        await asyncio.sleep(0.1)
-    states = await asyncio.gather(*tasks)
+    states = await withdraw_apart(whole, [m.interaction_id for m in messages[4:10:2]], 0.1)
     assert states[0] is not None and all(s is states[0] for s in states)
     assert states[0].version == before + 1 == whole.sponge.version
     [version] = await db.community("test:whole").versions(limit=1)
@@ -541,15 +549,7 @@ async def test_a_member_deleting_faster_than_the_gathering_time_cannot_put_off_t
 
     monkeypatch.setattr(whole, "_withdraw_together", timed)
     started = time.monotonic()
-    tasks = []
-    for n, step in enumerate(messages[2:32:3]):
-        tasks.append(
-            asyncio.create_task(
-                whole.withdraw_message(step.interaction_id, actor=f"message-{n}", change="deleted")
-            )
-        )
-        await asyncio.sleep(0.1)
-    states = await asyncio.gather(*tasks)
+    states = await withdraw_apart(whole, [m.interaction_id for m in messages[2:32:3]], 0.1)
     assert all(s is not None for s in states)
     # Ten withdrawals over a second: the first replay came at the limit, not after the last.
     assert len(replays) >= 2 and replays[0] - started < 0.9

@@ -32,6 +32,7 @@ from bot.forget_me import forget_member
 from bot.messages import Community, IncomingMessage, Reply, ReplyKind, User
 from bot.runtime import Runtime
 from sonality.agent import MessageWords
+from storage.deletion import MessageDeletion
 from tests.fakes.anthropic_server import AnthropicFake, Delay
 from tests.integration.conftest import A, B, command, ess_requests, eventually, make_settings
 from tests.integration.deletion_scenario import (
@@ -239,6 +240,30 @@ async def test_a_rollback_to_before_the_deletion_leaves_the_message_out(
         assert latest.cause == "forget-me" and "deleted messages re-applied" in latest.change
 
 
+async def journal_arguments(
+    runtime: Runtime, count: int
+) -> tuple[list[str], list[MessageDeletion]]:
+    """Play the conversation, then journal the deletion of the first `count` messages
+    said in A by its arguers, and nothing more (as a crash right after would leave
+    them): their references and journal rows."""
+    chat = Chat(runtime)
+    said: list[str] = []
+
+    async def say(community: str, role: Role, text: str) -> str:
+        message_id = await chat.say(community, role, text)
+        if community == A.id and role is not CHATTER:
+            said.append(message_id)
+        return message_id
+
+    await play(say, A.id, B.id)
+    refs = [f"{PLATFORM}:{message_id}" for message_id in said[:count]]
+    now = datetime.now(UTC)
+    deletions = [
+        d for ref in refs for d in await runtime.db.begin_deletion(A.id, ref, "deleted", now)
+    ]
+    return refs, deletions
+
+
 async def test_a_deletion_a_crash_interrupted_is_finished_on_start(
     tmp_path: Path, llm: Any, anthropic_server: AnthropicFake
 ) -> None:
@@ -272,21 +297,7 @@ async def test_deletions_a_crash_interrupted_are_finished_on_start_together(
     teach(anthropic_server.brain)
     settings = make_settings(tmp_path / "data")
     async with open_runtime(settings, llm=llm) as runtime:
-        chat = Chat(runtime)
-        said: list[str] = []
-
-        async def say(community: str, role: Role, text: str) -> str:
-            message_id = await chat.say(community, role, text)
-            if community == A.id and role is not CHATTER:
-                said.append(message_id)
-            return message_id
-
-        await play(say, A.id, B.id)
-        refs = [f"{PLATFORM}:{message_id}" for message_id in said[:4]]
-        now = datetime.now(UTC)
-        deletions = [
-            d for ref in refs for d in await runtime.db.begin_deletion(A.id, ref, "deleted", now)
-        ]
+        refs, deletions = await journal_arguments(runtime, 4)
         assert len(deletions) == 4
         before = await runtime.db.community(A.id).versions(limit=1000)
     async with open_runtime(settings, llm=llm) as runtime:
@@ -309,21 +320,7 @@ async def test_messages_taken_back_together_are_finished_after_a_crash_without_a
     teach(anthropic_server.brain)
     settings = make_settings(tmp_path / "data")
     async with open_runtime(settings, llm=llm) as runtime:
-        chat = Chat(runtime)
-        said: list[str] = []
-
-        async def say(community: str, role: Role, text: str) -> str:
-            message_id = await chat.say(community, role, text)
-            if community == A.id and role is not CHATTER:
-                said.append(message_id)
-            return message_id
-
-        await play(say, A.id, B.id)
-        refs = [f"{PLATFORM}:{message_id}" for message_id in said[:4]]
-        now = datetime.now(UTC)
-        deletions = [
-            d for ref in refs for d in await runtime.db.begin_deletion(A.id, ref, "deleted", now)
-        ]
+        refs, deletions = await journal_arguments(runtime, 4)
         agent = await runtime.registry.agent_for(A)
 
         def words_of(interaction_id: str) -> MessageWords:

@@ -110,22 +110,31 @@ def rated(interaction_id: str, summary: str, topics: tuple[str, ...]) -> Evidenc
     )
 
 
+async def learn(
+    db: Database, record: InteractionRecord, version: int, summary: str, topic: str
+) -> None:
+    """`record` answered and committed as `version`, its argument rated for `topic`."""
+    store = db.community(CID)
+    await store.record_interaction(record)
+    await store.commit(
+        StateCommit(
+            state=state(version),
+            cause="interaction",
+            change="ESS 0.80",
+            interaction_id=record.id,
+            evidence=[rated(record.id, summary, (topic,))],
+        )
+    )
+
+
 async def test_a_deleted_message_leaves_no_row_or_word_and_the_gate_closes(
     db: Database, backend: Backend
 ) -> None:
     store = db.community(CID)
     own = f"{WORD}_method"  # a topic only the deleted message produced
     await store.commit(StateCommit(state=state(0), cause="seed", change="seed"))
-    await store.record_interaction(answered("i0", 0, ref="discord:5", text="a survey says so"))
-    await store.commit(
-        StateCommit(
-            state=state(1),
-            cause="interaction",
-            change="ESS 0.80",
-            interaction_id="i0",
-            evidence=[rated("i0", "Ada cites a survey.", ("remote_work",))],
-        )
-    )
+    survey = answered("i0", 0, ref="discord:5", text="a survey says so")
+    await learn(db, survey, 1, "Ada cites a survey.", "remote_work")
     await store.record_interaction(answered("i1", 1))
     await db.append_exchange(CID, "u1", f"the {WORD} study", "ok", at(1), message_ref=REF)
     summary = f"Ada cites the {WORD} study."
@@ -308,18 +317,10 @@ async def test_a_topic_only_messages_being_deleted_produced_is_each_ones_own(
     """A purge: two messages made `remote_work` and nobody else did. While both are
     being deleted, each one's words hold it (else neither erase would redact it); a
     message that stays keeps it from both."""
-    store = db.community(CID)
-    await store.commit(StateCommit(state=state(0), cause="seed", change="seed"))
-    for n, (interaction_id, ref) in enumerate((("i1", "discord:1"), ("i2", "discord:2"))):
-        await store.record_interaction(answered(interaction_id, n, ref=ref))
-        await store.commit(
-            StateCommit(
-                state=state(n + 1),
-                cause="interaction",
-                change="ESS 0.80",
-                interaction_id=interaction_id,
-                evidence=[rated(interaction_id, f"Ada's point {n}.", ("remote_work",))],
-            )
+    await db.community(CID).commit(StateCommit(state=state(0), cause="seed", change="seed"))
+    for n in (1, 2):
+        await learn(
+            db, answered(f"i{n}", n, ref=f"discord:{n}"), n, f"Ada's point {n}.", "remote_work"
         )
     assert (await db.message_words(CID, "i1")).topics == ()  # i2 made it too
     await db.begin_deletion(CID, "discord:1", "deleted", at(3))
@@ -328,14 +329,5 @@ async def test_a_topic_only_messages_being_deleted_produced_is_each_ones_own(
     assert (await db.message_words(CID, "i1")).topics == ("remote_work",)
     assert (await db.message_words(CID, "i2")).topics == ("remote_work",)
 
-    await store.record_interaction(answered("i3", 4, ref="discord:3"))
-    await store.commit(
-        StateCommit(
-            state=state(3),
-            cause="interaction",
-            change="ESS 0.80",
-            interaction_id="i3",
-            evidence=[rated("i3", "Bo's point.", ("remote_work",))],
-        )
-    )
+    await learn(db, answered("i3", 4, ref="discord:3"), 3, "Bo's point.", "remote_work")
     assert (await db.message_words(CID, "i1")).topics == ()  # i3 stays and made it
