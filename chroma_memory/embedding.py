@@ -47,6 +47,7 @@ from sonality.memory.embedding import (
     read_safetensors,
     source_model_dir,
 )
+from sonality.memory.freed_memory import scrub_freed_memory
 
 __all__ = [
     "INT8_MODEL",
@@ -363,6 +364,7 @@ def make_chroma_client(persist_dir: Path) -> ClientAPI:
         client = _clients.get(key)
         if client is None:
             key.mkdir(parents=True, exist_ok=True)
+            scrub_freed_memory()  # before the index holds a buffer: see that module
             client = chromadb.PersistentClient(
                 path=str(key), settings=Settings(anonymized_telemetry=False)
             )

@@ -93,3 +93,12 @@ def _install_real_model(pip: list[str], flavour: str) -> None:
             f"its tests will be skipped (delete {_stamp(flavour)} to try again)",
             flush=True,
         )
+
+
+def scrubbed_environment() -> dict[str, str]:
+    """This environment with the glibc settings the bot starts itself under, for the
+    processes that run it in-process (tests, benchmarks): sonality/memory/freed_memory.py."""
+    sys.path.insert(0, str(ROOT))
+    from sonality.memory.freed_memory import scrubbing_environment
+
+    return scrubbing_environment(os.environ)

@@ -6,6 +6,8 @@ once the main suite passed. The main suite runs in pytest-xdist workers, one per
 (at least two, at most four): most of its time is bot processes starting and servers
 answering, so a second worker takes it from about 12 to under 7 minutes on 2 cores.
 The real-model tier stays in one process, as its model server is shared by its tests.
+Both run under the glibc settings the bot starts itself under (freed memory scrubbed,
+sonality/memory/freed_memory.py), as the tests run the bot in their own processes.
 
 Extra arguments go to pytest (in one process; add `-n 2` for workers) and skip the lint
 and type-check steps, so a subset runs quickly (e.g. `python3 scripts/test.py
@@ -19,7 +21,7 @@ import os
 import subprocess
 import sys
 
-from _bootstrap import ROOT, ensure_venv
+from _bootstrap import ROOT, ensure_venv, scrubbed_environment
 
 
 def main() -> int:
@@ -35,13 +37,14 @@ def main() -> int:
             print("$", " ".join(step[1:]), flush=True)
             if subprocess.run(step).returncode != 0:
                 return 1
+    env = scrubbed_environment()
     workers = [] if pytest_args else ["-n", str(main_suite_workers()), "--dist", "loadfile"]
-    code = subprocess.run([python, "-m", "pytest", *workers, *pytest_args]).returncode
+    code = subprocess.run([python, "-m", "pytest", *workers, *pytest_args], env=env).returncode
     if pytest_args or code != 0:
         return code
     print("$ pytest -m real_model tests/real_model", flush=True)
     return subprocess.run(
-        [python, "-m", "pytest", "-m", "real_model", "tests/real_model"]
+        [python, "-m", "pytest", "-m", "real_model", "tests/real_model"], env=env
     ).returncode
 
 

@@ -23,6 +23,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from sonality.memory.freed_memory import scrubbing_environment
+
 START_TIMEOUT_SECONDS = 60.0
 
 
@@ -60,7 +62,8 @@ def start_chroma_server(path: Path, port: int | None = None) -> ChromaServer:
     port = port or free_port()
     path.mkdir(parents=True, exist_ok=True)
     log = path.parent / f"{path.name}-{port}.log"
-    env = {**os.environ, "ANONYMIZED_TELEMETRY": "False", "NO_COLOR": "1"}
+    # glibc settings as the bot's and docker-compose.scale.yml's: no freed memory in files
+    env = scrubbing_environment({**os.environ, "ANONYMIZED_TELEMETRY": "False", "NO_COLOR": "1"})
     with log.open("ab") as out:
         process = subprocess.Popen(
             [_chroma_cli(), "run", "--path", str(path), "--host", "127.0.0.1", "--port", str(port)],

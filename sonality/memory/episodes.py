@@ -20,6 +20,7 @@ from chromadb.config import Settings
 
 from sonality.config import MIN_EPISODE_RELEVANCE
 from sonality.memory.embedding import bundled_embedding_function
+from sonality.memory.freed_memory import scrub_freed_memory
 from sonality.store import EPISODIC, SEMANTIC, Episode, HiddenRange
 
 #: Index candidates fetched per requested result, for the rerank.
@@ -146,6 +147,7 @@ class EpisodeStore(SeedStoreMethods):
     ) -> None:
         self.persist_dir = Path(persist_dir)
         self._embed = embedding_function or bundled_embedding_function()
+        scrub_freed_memory()  # before the index holds a buffer: see that module
         client = chromadb.PersistentClient(
             path=str(self.persist_dir), settings=Settings(anonymized_telemetry=False)
         )

@@ -32,6 +32,7 @@ import yaml
 from adapters.slack import CLOSE_GRACE_SECONDS
 from chroma_memory.embedding import INT8_MODEL, ONNX_FILES, default_embedding_function
 from sonality.agent import SonalityAgent
+from sonality.memory.freed_memory import SCRUBBING_TUNABLES
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
@@ -405,6 +406,12 @@ def test_the_chroma_server_is_the_bots_own_image_so_its_chromadb_is_the_pinned_o
 def interpolated(text: str, **values: str) -> str:
     """Compose's ``${NAME}`` / ``${NAME:?message}`` substitution, with these values."""
     return re.sub(r"\$\{(\w+)(?::?[-?][^}]*)?\}", lambda m: values[m.group(1)], text)
+
+
+def test_the_chroma_server_runs_under_the_glibc_settings_the_bot_starts_under() -> None:
+    """Its index files would otherwise carry freed memory: another collection's text."""
+    environment = scale()["services"]["chroma"]["environment"]
+    assert environment["GLIBC_TUNABLES"] == ":".join(SCRUBBING_TUNABLES)
 
 
 def test_every_bot_is_wired_to_the_same_postgres_and_chroma_services() -> None:

@@ -301,6 +301,7 @@ def _run_script(monkeypatch: pytest.MonkeyPatch, script: str, argv: list[str]) -
 
     monkeypatch.setattr(_bootstrap, "ensure_venv", lambda **_: Path("/venv/bin/python"))
     monkeypatch.setattr("os.execv", execv)
+    monkeypatch.setattr("os.execve", lambda path, args, env: execv(path, args))
     monkeypatch.setattr("os.chdir", lambda _: None)
     monkeypatch.setattr(subprocess, "run", run)
     monkeypatch.setattr(sys, "argv", [script, *argv])

@@ -115,26 +115,15 @@ def file_bytes(path: Path | None) -> bytes:
     return data
 
 
-#: hnswlib's index files in a Chroma collection's directory. Chroma 1.5.9 saves them
-#: from memory it never clears: the unused capacity of data_level0.bin (and length.bin)
-#: holds whatever the process's heap held before. Seen once in a run of several tests in
-#: one process: a fragment of a serde error message quoting a memory's summary
-#: (`string "Alice argues zebraquokka42 for it.", expected`) amid heap pointers. They
-#: hold vectors and graph links, never a memory's text, so a needle found there is heap
-#: garbage, not a stored record; no setting of Chroma's avoids it (reported as a known
-#: limit). The strict scan covers every other file, chroma.sqlite3 included.
-HNSW_FILES = frozenset({"data_level0.bin", "length.bin", "link_lists.bin", "header.bin"})
-
-
 def files_holding(paths: Iterable[Path], needles: Sequence[str]) -> list[str]:
-    """`path: needle` for every file (directories walked) whose bytes hold a needle
-    (hnswlib's index files excepted, see `HNSW_FILES`)."""
+    """`path: needle` for every file (directories walked) whose bytes hold a needle.
+
+    hnswlib's index files too: they once held heap garbage quoting a memory's summary,
+    which the bot's glibc settings now prevent (sonality/memory/freed_memory.py)."""
     found: list[str] = []
     for root in paths:
         files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
         for path in files:
-            if path.name in HNSW_FILES:
-                continue
             data = path.read_bytes()
             found += [f"{path}: {n}" for n in needles if n.encode() in data]
     return found

@@ -7,12 +7,15 @@ stderr naming the variable, exit code 2, no traceback, nothing written.
 from __future__ import annotations
 
 import asyncio
+import os
+import platform
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from sonality.memory.freed_memory import SCRUBBING_TUNABLES
 from tests.fakes.anthropic_fixtures import FAKE_API_KEY
 from tests.fakes.openai_server import OpenAIFake
 from tests.integration.test_process import _start_bot, bot_env
@@ -188,3 +191,34 @@ async def test_a_second_bot_on_the_same_data_dir_is_refused(
     out, err = await asyncio.wait_for(third.communicate(b"after the first\n"), 120)
     assert third.returncode == 0, err.decode()
     assert "after the first" in out.decode()
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's settings")
+def test_the_program_starts_once_more_under_the_glibc_settings_that_scrub_freed_memory(
+    tmp_path: Path,
+) -> None:
+    """Every interpreter start writes the `GLIBC_TUNABLES` it got to a file (a
+    `sitecustomize` on PYTHONPATH): `python -m app` started without them starts once
+    more with them, and only once."""
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    (probe / "sitecustomize.py").write_text(
+        "import os\n"
+        "with open(os.environ['STARTS_FILE'], 'a') as starts:\n"
+        "    starts.write(os.environ.get('GLIBC_TUNABLES', '(none)') + '\\n')\n"
+    )
+    env = bot_env(tmp_path / "data", STARTS_FILE=str(tmp_path / "starts"))
+    env.pop("GLIBC_TUNABLES", None)
+    env["PYTHONPATH"] = os.pathsep.join([str(probe), env["PYTHONPATH"]])
+    proc = subprocess.run(
+        [sys.executable, "-m", "app", "--help"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "usage:" in proc.stdout
+    starts = (tmp_path / "starts").read_text().splitlines()
+    assert starts == ["(none)", ":".join(SCRUBBING_TUNABLES)]
