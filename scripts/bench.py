@@ -13,4 +13,5 @@ from _bootstrap import ROOT, ensure_venv, scrubbed_environment
 if __name__ == "__main__":
     python = ensure_venv()
     os.chdir(ROOT)
-    os.execve(str(python), [str(python), "-m", "bench", *sys.argv[1:]], scrubbed_environment())
+    environment = scrubbed_environment(python)
+    os.execve(str(python), [str(python), "-m", "bench", *sys.argv[1:]], environment)

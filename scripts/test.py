@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from _bootstrap import ROOT, ensure_venv, scrubbed_environment
 
@@ -37,7 +38,7 @@ def main() -> int:
             print("$", " ".join(step[1:]), flush=True)
             if subprocess.run(step).returncode != 0:
                 return 1
-    env = scrubbed_environment()
+    env = scrubbed_environment(Path(python))
     workers = [] if pytest_args else ["-n", str(main_suite_workers()), "--dist", "loadfile"]
     code = subprocess.run([python, "-m", "pytest", *workers, *pytest_args], env=env).returncode
     if pytest_args or code != 0:

@@ -300,6 +300,7 @@ def _run_script(monkeypatch: pytest.MonkeyPatch, script: str, argv: list[str]) -
         return subprocess.CompletedProcess(args, 0)
 
     monkeypatch.setattr(_bootstrap, "ensure_venv", lambda **_: Path("/venv/bin/python"))
+    monkeypatch.setattr(_bootstrap, "scrubbed_environment", lambda _: {})
     monkeypatch.setattr("os.execv", execv)
     monkeypatch.setattr("os.execve", lambda path, args, env: execv(path, args))
     monkeypatch.setattr("os.chdir", lambda _: None)
