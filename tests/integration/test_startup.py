@@ -194,12 +194,13 @@ async def test_a_second_bot_on_the_same_data_dir_is_refused(
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's settings")
+@pytest.mark.parametrize("program", ["app", "bench", "evaluate"])
 def test_the_program_starts_once_more_under_the_glibc_settings_that_scrub_freed_memory(
-    tmp_path: Path,
+    tmp_path: Path, program: str
 ) -> None:
     """Every interpreter start writes the `GLIBC_TUNABLES` it got to a file (a
-    `sitecustomize` on PYTHONPATH): `python -m app` started without them starts once
-    more with them, and only once."""
+    `sitecustomize` on PYTHONPATH): each program that runs the bot, started without
+    them, starts once more with them, and only once."""
     probe = tmp_path / "probe"
     probe.mkdir()
     (probe / "sitecustomize.py").write_text(
@@ -211,7 +212,7 @@ def test_the_program_starts_once_more_under_the_glibc_settings_that_scrub_freed_
     env.pop("GLIBC_TUNABLES", None)
     env["PYTHONPATH"] = os.pathsep.join([str(probe), env["PYTHONPATH"]])
     proc = subprocess.run(
-        [sys.executable, "-m", "app", "--help"],
+        [sys.executable, "-m", program, "--help"],
         cwd=tmp_path,
         env=env,
         capture_output=True,
