@@ -6,17 +6,17 @@ and saves the whole buffer to `data_level0.bin`, the slots no memory fills yet i
 those slots hold whatever an earlier, freed allocation held: a member's picture, another
 community's message, a request carrying an API key. A test saw a picture's bytes in a
 community's index file after the bot had answered it (tests/integration/
-test_images_discord.py), and tests/engine/test_freed_memory.py shows the mechanism.
+test_images_discord.py), and tests/memory/test_freed_memory.py shows the mechanism.
 
 glibc can overwrite memory as it is freed and hand out allocations filled with a known
 byte: allocations come out as zeros, as fresh pages would, and freed memory is
 overwritten with 0xff. Two switches, because glibc's per-thread cache of small chunks
 (up to 1 KiB) skips that step, and Chroma's `length.bin` is such a chunk for a young
 collection (a test saw a memory's text in it):
-- `restart_scrubbed` (the program's entry point, and the test runner for its pytest)
-  starts the process again under glibc settings (`GLIBC_TUNABLES`) that turn on the
-  scrubbing and turn off that cache. Settings a process is started with are the only way
-  to reach the cache.
+- `restart_scrubbed` (the entry points of `app`, `bench` and `evaluate`; scripts/test.py
+  gives pytest the same environment) starts the process again under glibc settings
+  (`GLIBC_TUNABLES`) that turn on the scrubbing and turn off that cache. Settings a
+  process is started with are the only way to reach the cache.
 - `scrub_freed_memory` (whatever opens an embedded Chroma) turns the scrubbing on at run
   time (`mallopt(M_PERTURB)`), so a program that only imports the engine keeps at least
   the large buffers clean.
