@@ -255,7 +255,12 @@ def test_a_restart_spends_no_call_on_what_the_last_run_learnt(
     again = run_exchange(llama, first_run.data_dir, proxy_port, ["Thanks, see you later!"])
     NOTES.extend(figures("restart (1 message)", again))
     assert again.returncode == 0, again.stderr[-2000:]
-    assert [c.structure for c in again.evidence] == ["response_format"]
+    # Every call at the learnt level, none probing the tool call again. More than one
+    # is the ESS retry after an invalid answer: the model samples, and once in CI
+    # (2026-11-29) its first answer ran to 400 tokens and was retried.
+    structures = [c.structure for c in again.evidence]
+    assert structures and set(structures) == {"response_format"}, structures
+    assert len(structures) <= 1 + ess.MAX_ESS_RETRIES, structures
     versions, pending, _ = read_state(first_run.data_dir)
     assert versions[0] == len(MESSAGES) + 1 and pending == 0
 
