@@ -96,9 +96,10 @@ def _install_real_model(pip: list[str], flavour: str) -> None:
 
 
 def scrubbed_environment(python: Path) -> dict[str, str]:
-    """This environment with the glibc settings the bot starts itself under, for the
-    processes that run it in-process (tests, benchmarks). The environment's own Python
-    says which (sonality/memory/freed_memory.py): these scripts import no package."""
+    """This environment with the glibc settings the bot starts itself under, for pytest,
+    which runs the bot in its own processes and cannot restart itself as the programs
+    do. The environment's own Python says which settings
+    (sonality/memory/freed_memory.py): these scripts import no package."""
     code = (
         "import os; from sonality.memory.freed_memory import scrubbing_environment; "
         "print(scrubbing_environment(os.environ)['GLIBC_TUNABLES'])"

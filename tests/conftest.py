@@ -11,7 +11,7 @@ way, the run says in its header that files are scanned without them.
 
 import os
 
-from sonality.memory.freed_memory import scrubbing_environment
+from sonality.memory.freed_memory import runs_scrubbed
 from tests.pg import postgres_server
 
 os.environ.pop("DATABASE_URL", None)
@@ -20,8 +20,7 @@ __all__ = ["postgres_server"]
 
 
 def pytest_report_header() -> str | None:
-    wanted = scrubbing_environment(os.environ)["GLIBC_TUNABLES"]
-    if os.environ.get("GLIBC_TUNABLES") == wanted:
+    if runs_scrubbed(os.environ):
         return None
     return (
         "freed memory is not fully scrubbed: start the tests with python3 scripts/test.py "

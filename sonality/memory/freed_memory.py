@@ -87,6 +87,11 @@ def scrubbing_environment(environ: Mapping[str, str]) -> dict[str, str]:
     return {**environ, "GLIBC_TUNABLES": ":".join(tunables)}
 
 
+def runs_scrubbed(environ: Mapping[str, str]) -> bool:
+    """Whether a process started with `environ` runs under `SCRUBBING_TUNABLES`."""
+    return environ.get("GLIBC_TUNABLES") == scrubbing_environment(environ)["GLIBC_TUNABLES"]
+
+
 def restart_scrubbed() -> None:
     """Start this command again under `SCRUBBING_TUNABLES`, unless it runs under them.
 
@@ -94,11 +99,8 @@ def restart_scrubbed() -> None:
     finds them set. Called before the program loads its modules, so the restart costs
     an interpreter start-up, not a bot's.
     """
-    if platform.libc_ver()[0] != "glibc":
-        return
-    environ = scrubbing_environment(os.environ)
-    if environ["GLIBC_TUNABLES"] == os.environ.get("GLIBC_TUNABLES"):
+    if platform.libc_ver()[0] != "glibc" or not sys.executable or runs_scrubbed(os.environ):
         return
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execve(sys.executable, sys.orig_argv, environ)
+    os.execve(sys.executable, sys.orig_argv, scrubbing_environment(os.environ))
