@@ -24,8 +24,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import anthropic
-
 from bot.interface import StartupError
 from bot.settings import Settings
 from providers import connection_failure, is_local_endpoint
@@ -89,6 +87,8 @@ def timeout_line(settings: Settings) -> str:
 
 
 async def _check_anthropic(settings: Settings, models: dict[str, list[str]]) -> None:
+    import anthropic  # here, not at the top: a refused setting or --help ends sooner
+
     key = settings.anthropic_api_key.get_secret_value() if settings.anthropic_api_key else ""
     if not key:
         return  # `build_llm` refuses to start without one, naming ANTHROPIC_API_KEY

@@ -59,44 +59,110 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from app.wiring import open_runtime
 from bench import figures
-from bench.figures import Figure
-from bench.forget import figure_forget
-from bench.run import (
-    figure_capacity,
-    figure_cost,
-    figure_memory,
-    figure_own_time,
-    figure_reply_ratio,
-    figure_stream_ratio,
-    llm_server,
-    measure_active,
-    report,
-    seed_known,
-    settings_for,
-)
-from bench.scale import figure_scale_capacity, figure_scale_memory, figure_scale_reply_ratio
-from bench.share import figure_share
-from bench.storage import figure_storage
-from bench.timeline import figure_timeline
-from bot.runtime import Runtime
+from bench.figures import Figure, FigureRun
+
+# Each figure imports its own module when it runs, so `--help` and a mistyped name end
+# in a second instead of after loading the whole bot (about 6 s on 2 cores).
 
 
 def _figure_1(work: Path, args: argparse.Namespace) -> None:
+    from bench.run import figure_reply_ratio
+
     url = args.chroma_url
     asyncio.run(figure_reply_ratio(work, args.episodes, args.latency, 20, chroma_url=url))
     asyncio.run(figure_reply_ratio(work, args.episodes, args.latency, 20, "openai", url))
 
 
+def _figure_1s(work: Path, args: argparse.Namespace) -> None:
+    from bench.scale import figure_scale_reply_ratio
+
+    figure_scale_reply_ratio(work, args.episodes, args.latency, 20)
+
+
+def _figure_2(work: Path, args: argparse.Namespace) -> None:
+    from bench.run import figure_own_time
+
+    asyncio.run(figure_own_time(work, args.episodes, args.messages))
+
+
+def _capacity(max_open: int | None = None, history: int = 0) -> FigureRun:
+    """Figure 3 and its variants: 100 communities, LLM latency 200 ms, cap 32."""
+
+    def run(work: Path, args: argparse.Namespace) -> None:
+        from bench.run import figure_capacity
+
+        asyncio.run(figure_capacity(work, 100, 0.2, 32, args.seconds, max_open, history=history))
+
+    return run
+
+
+def _figure_3s(work: Path, args: argparse.Namespace) -> None:
+    from bench.run import report
+    from bench.scale import figure_scale_capacity
+
+    figure_scale_capacity(work, 100, 0.2, 32, args.seconds, args.scale_processes, report)
+
+
+def _figure_4(work: Path, args: argparse.Namespace) -> None:
+    from bench.run import figure_memory
+
+    figure_memory(work, args.known, args.active)
+
+
+def _figure_4b(work: Path, args: argparse.Namespace) -> None:
+    from bench.run import report
+    from bench.scale import figure_scale_memory
+
+    figure_scale_memory(work, args.scale_known, args.scale_active, args.scale_processes, report)
+
+
+def _figure_5(work: Path, args: argparse.Namespace) -> None:
+    from bench.run import figure_cost
+
+    asyncio.run(figure_cost(work))
+
+
+def _figure_6(work: Path, args: argparse.Namespace) -> None:
+    from bench.run import report
+    from bench.storage import figure_storage
+
+    asyncio.run(figure_storage(work, report, fast=args.storage_messages))
+
+
+def _figure_7(work: Path, args: argparse.Namespace) -> None:
+    from bench.forget import figure_forget
+    from bench.run import report
+
+    asyncio.run(figure_forget(work, report, args.forget_messages))
+
+
+def _figure_8(work: Path, args: argparse.Namespace) -> None:
+    from bench.run import figure_stream_ratio
+
+    asyncio.run(figure_stream_ratio(work, 20, 0.5, 50.0))
+
+
 def _figure_9(work: Path, args: argparse.Namespace) -> None:
     """The timeline against another community's replies from a 50 ms loopback model."""
+    from app.wiring import open_runtime
+    from bench.run import llm_server, report, settings_for
+    from bench.timeline import figure_timeline
+    from bot.runtime import Runtime
+
     with llm_server(0.05) as url:
 
         def runtime_in(data: Path) -> contextlib.AbstractAsyncContextManager[Runtime]:
             return open_runtime(settings_for(data, url))
 
         asyncio.run(figure_timeline(work, report, runtime_in, args.timeline_versions))
+
+
+def _figure_10(work: Path, args: argparse.Namespace) -> None:
+    from bench.run import report
+    from bench.share import figure_share
+
+    asyncio.run(figure_share(work, report))
 
 
 #: Every figure by the name `--only` takes, in report order (see the module docstring).
@@ -110,71 +176,67 @@ FIGURES: tuple[Figure, ...] = (
         "1s",
         "figure 1 on the scale-out stack: state in PostgreSQL, episodes on a Chroma server "
         "(≤ 1.05)",
-        lambda work, a: figure_scale_reply_ratio(work, a.episodes, a.latency, 20),
+        _figure_1s,
     ),
     Figure(
         "2",
         "own time per message, the LLM answering at once (p50 ≤ 25 ms, p99 ≤ 100 ms)",
-        lambda work, a: asyncio.run(figure_own_time(work, a.episodes, a.messages)),
+        _figure_2,
     ),
     Figure(
         "3",
         "capacity, 100 communities: bot CPU per answered message (3a), and reply time "
         "outside the model at half the capacity that gives (3b)",
-        lambda work, a: asyncio.run(figure_capacity(work, 100, 0.2, 32, a.seconds)),
+        _capacity(),
     ),
     Figure(
         "3m",
         "figure 3 with SONALITY_CHROMA_MAX_OPEN=100, every active community's index "
         "kept open (what the default bound on open indexes costs in CPU)",
-        lambda work, a: asyncio.run(figure_capacity(work, 100, 0.2, 32, a.seconds, 100)),
+        _capacity(max_open=100),
     ),
     Figure(
         "3h",
         "figure 3 with 300 memories in each community to start with (a community after "
         "about 300 messages; figure 3's start with one)",
-        lambda work, a: asyncio.run(figure_capacity(work, 100, 0.2, 32, a.seconds, history=300)),
+        _capacity(history=300),
     ),
     Figure(
         "3s",
         "figure 3a on the scale-out stack: 100 communities over 2 bot processes on "
         "PostgreSQL + a Chroma server, the servers' CPU per message beside the bots'",
-        lambda work, a: figure_scale_capacity(
-            work, 100, 0.2, 32, a.seconds, a.scale_processes, report
-        ),
+        _figure_3s,
     ),
     Figure(
         "4",
         "memory of the bot, 1,000 communities known, 100 active (PSS < 500 MB)",
-        lambda work, a: figure_memory(work, a.known, a.active),
+        _figure_4,
     ),
     Figure(
         "4b",
         "figure 4 on PostgreSQL + a Chroma server: 10,000 known, 1,000 active, 2 processes "
         "(bots < 1 GB)",
-        lambda work, a: figure_scale_memory(
-            work, a.scale_known, a.scale_active, a.scale_processes, report
-        ),
+        _figure_4b,
     ),
     Figure(
         "5",
         "cost per message, several model setups, both providers (≤ 1.3×, ≤ 1,500)",
-        lambda work, a: asyncio.run(figure_cost(work)),
+        _figure_5,
     ),
     Figure(
         "6",
         "bytes on disk per 1,000 messages, SQLite and Chroma (< 1 MB per 1,000 chat)",
-        lambda work, a: asyncio.run(figure_storage(work, report, fast=a.storage_messages)),
+        _figure_6,
     ),
     Figure(
         "7",
         "forget one member with 1,000 of a community's 100,000 interactions (< 10 s)",
-        lambda work, a: asyncio.run(figure_forget(work, report, a.forget_messages)),
+        _figure_7,
     ),
     Figure(
         "8",
         "time to first visible text ÷ the model's time to first token, streaming (≤ 1.1)",
-        lambda work, a: asyncio.run(figure_stream_ratio(work, 20, 0.5, 50.0)),
+        _figure_8,
     ),
     Figure(
         "9",
@@ -185,7 +247,7 @@ FIGURES: tuple[Figure, ...] = (
     Figure(
         "10",
         "one member flooding at list prices: stopped at their share, the rest left to others",
-        lambda work, a: asyncio.run(figure_share(work, report)),
+        _figure_10,
     ),
 )
 
@@ -286,6 +348,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error(f"only figure 1 runs on a Chroma server so far, not {', '.join(on_server)}")
 
     if args.phase:
+        from bench.run import measure_active, seed_known
+
         name, value = args.phase
         if name == "seed-known":
             asyncio.run(seed_known(args.data, int(value), per_community=5))

@@ -18,6 +18,9 @@ from pathlib import Path
 #: How people start the benchmarks (`python -m bench`, bench/catalog.py, runs behind it).
 PROG = "python3 scripts/bench.py"
 
+#: What runs one figure: (scratch directory, options).
+FigureRun = Callable[[Path, argparse.Namespace], None]
+
 
 @dataclass(frozen=True)
 class Figure:
@@ -25,7 +28,7 @@ class Figure:
 
     name: str  # what --only takes: "1", "3m"
     title: str  # its line in --help: what is measured, and the target
-    run: Callable[[Path, argparse.Namespace], None]  # (scratch directory, options)
+    run: FigureRun
 
 
 def figure_names(figures: Sequence[Figure]) -> Callable[[str], tuple[Figure, ...]]:
