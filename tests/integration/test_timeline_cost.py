@@ -33,6 +33,7 @@ from tests.fakes.discord_server import FakeDiscord, FakeGuild, FakeUser
 from tests.integration.conftest import make_settings, say
 from tests.integration.discord_guild import guild_bot, slash
 from tests.integration.timeline_scenario import COMMUNITY, Played, play
+from tests.integration.worker_calls import die, pid
 from tests.stack import on_every_stack
 
 WAIT = 10.0
@@ -133,27 +134,19 @@ async def test_a_rollback_to_before_the_range_reads_its_target_alone(
 # --------------------------------------------------------------------------- the worker
 
 
-def _pid(_: object) -> int:
-    return os.getpid()
-
-
-def _die(_: object) -> int:
-    os._exit(3)
-
-
 async def test_the_worker_is_another_process_started_anew_after_it_dies() -> None:
     worker = Worker(idle_seconds=0.2)
     try:
-        first = await worker.call(_pid, None)
+        first = await worker.call(pid, None)
         assert first != os.getpid()
-        assert await worker.call(_pid, None) == first  # one worker, kept while busy
+        assert await worker.call(pid, None) == first  # one worker, kept while busy
         with pytest.raises(BrokenProcessPool):
-            await worker.call(_die, None)
-        second = await worker.call(_pid, None)
+            await worker.call(die, None)
+        second = await worker.call(pid, None)
         assert second not in (first, os.getpid())
         await asyncio.sleep(0.6)
         assert not worker.running  # stopped when idle, started again when needed
-        assert await worker.call(_pid, None) not in (first, second, os.getpid())
+        assert await worker.call(pid, None) not in (first, second, os.getpid())
     finally:
         await worker.close()
     assert not worker.running
