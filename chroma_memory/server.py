@@ -40,7 +40,7 @@ from chromadb.api import ClientAPI
 from chromadb.api.models.Collection import Collection
 from chromadb.api.types import Documents, EmbeddingFunction
 from chromadb.config import DEFAULT_DATABASE, DEFAULT_TENANT, Settings
-from chromadb.errors import InternalError, NotFoundError
+from chromadb.errors import ChromaError, InternalError, NotFoundError
 
 from chroma_memory.community_store import (
     CommunityEpisodeStore,
@@ -129,7 +129,14 @@ class ServerChroma:
         try:
             admin.get_database(database, tenant=DEFAULT_TENANT)
         except NotFoundError:
-            admin.create_database(database, tenant=DEFAULT_TENANT)
+            try:
+                admin.create_database(database, tenant=DEFAULT_TENANT)
+            except ChromaError as err:
+                # Two bots starting together both found it missing; the other made it.
+                try:
+                    admin.get_database(database, tenant=DEFAULT_TENANT)
+                except ChromaError:
+                    raise err from None
 
     @property
     def client(self) -> ClientAPI:

@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
-from chromadb.errors import InternalError
+from chromadb.errors import InternalError, NotFoundError
 
 from chroma_memory import server as server_module
 from chroma_memory.community_store import collection_name_for
@@ -142,6 +142,58 @@ def test_databases_keep_bots_sharing_a_server_apart(
     finally:
         one.close()
         two.close()
+
+
+def test_bots_starting_together_on_a_new_database_all_start(chroma_server: ChromaServer) -> None:
+    """Each finds the database missing and creates it; all but one are told it exists
+    (a two-process test failed on that, 2026-11-29). Every one of them must start."""
+    database = chroma_server.fresh_database()
+    ready = threading.Barrier(4)
+    admins: list[_LookTogether] = []
+    started: list[ServerChroma] = []
+    failed: list[BaseException] = []
+    real_admin = server_module.chromadb.AdminClient
+
+    def admin(*args: Any, **kwargs: Any) -> _LookTogether:
+        admins.append(_LookTogether(real_admin(*args, **kwargs), ready))
+        return admins[-1]
+
+    def start() -> None:
+        try:
+            started.append(ServerChroma(chroma_server.url, database=database))
+        except BaseException as err:
+            failed.append(err)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(server_module.chromadb, "AdminClient", admin)
+        threads = [threading.Thread(target=start) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert failed == [] and len(started) == 4
+    assert [a.creates for a in admins] == [1, 1, 1, 1]  # each of them tried to create it
+    for client in started:
+        client.close()
+
+
+class _LookTogether:
+    """An admin client whose first look finds the database missing once every bot has
+    looked, as when each looks before any creates it."""
+
+    def __init__(self, inner: Any, ready: threading.Barrier) -> None:
+        self.inner, self.ready, self.looks, self.creates = inner, ready, 0, 0
+
+    def get_database(self, name: str, tenant: str) -> Any:
+        self.looks += 1
+        if self.looks == 1:
+            self.ready.wait(timeout=30)
+            raise NotFoundError(f"Database {name} not found")
+        return self.inner.get_database(name, tenant=tenant)
+
+    def create_database(self, name: str, tenant: str) -> None:
+        self.creates += 1
+        self.inner.create_database(name, tenant=tenant)
 
 
 def test_nothing_listening_is_one_clear_reason() -> None:
