@@ -6,8 +6,10 @@ and exit code 2, never a traceback. The order matters and is kept here in one pl
 settings first (nothing touched yet), then the data directory, then the lock on it
 (before anything opens the database or writes the log), then a read-only look at the
 database and Chroma's file (a damaged, foreign, too new or read-only file is named now,
-not by the first member to write), then logging, and only then the bot (whose wiring
-hands every agent the engine's configuration, `engine_config`).
+not by the first member to write), then logging, then the key and models at the LLM
+endpoint, and only then the bot (whose wiring hands every agent the engine's
+configuration, `engine_config`). Chroma and the bot are imported only at that last
+step, so every refusal before it comes within about a second.
 """
 
 from __future__ import annotations
@@ -28,10 +30,11 @@ from pydantic_settings import SettingsError
 
 from app import logs, setting_names
 from app.lock import DataDirLock
-from app.preflight import check_storage
+from app.preflight import check_models, check_storage
 from bot.interface import StartupError
 from bot.settings import Settings
 from sonality.config import EngineConfig
+from storage.platform import KEY_HOWTO
 
 #: Longest value echoed back in an error line (a pasted JSON blob would drown it).
 MAX_SHOWN_VALUE = 60
@@ -47,6 +50,7 @@ def run() -> int:
         settings = load_settings()
         require_whole_platforms(settings)
         require_llm_key(settings)
+        require_secret_key(settings)
         prepare_data_dir(settings.data_dir)
         lock = DataDirLock.acquire(settings.data_dir)
     except StartupError as exc:
@@ -56,9 +60,13 @@ def run() -> int:
             # Under the lock: no other bot can be changing the files while they are read.
             check_storage(settings)
             configure_logging(settings)
-        except StartupError as exc:  # a storage fault, or SONALITY_LOG_FILE cannot be opened
+            # A wrong key, model or URL is told before Chroma and the bot are loaded.
+            asyncio.run(check_models(settings))
+        except StartupError as exc:  # a storage, log file or model fault
             return _refuse(exc)
-        from app.wiring import run_bot  # heavy (Chroma, SDKs): only once the checks passed
+        except KeyboardInterrupt:  # Ctrl-C while a slow endpoint is checked
+            return 130
+        from app.wiring import run_bot  # heavy (Chroma, the bot): only once the checks passed
 
         try:
             return asyncio.run(run_bot(settings))
@@ -223,6 +231,15 @@ def require_whole_platforms(settings: Settings) -> None:
                 f"{prefix.strip('_').title()}, or remove the {prefix}* settings to chat "
                 "in the terminal"
             )
+
+
+def require_secret_key(settings: Settings) -> None:
+    """Multi-workspace Slack stores a bot token per workspace: never in plain text."""
+    if settings.slack_enabled and settings.slack_oauth and settings.secret_key is None:
+        raise StartupError(
+            f"Slack OAuth (SLACK_CLIENT_ID) stores workspace tokens and needs "
+            f"SONALITY_SECRET_KEY to encrypt them; {KEY_HOWTO}"
+        )
 
 
 def require_llm_key(settings: Settings) -> None:

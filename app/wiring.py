@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from app.health import LLMHealth, RecordingLLM, health_endpoint
-from app.preflight import check_models
 from app.startup import engine_config, require_llm_key
 from bot.budget import BudgetLedger, MeteredLLM, Spender
 from bot.deletion import reapply_deletions, resume_deletions
@@ -42,7 +41,6 @@ from sonality.llm import LLMClient
 from sonality.store import InteractionRecord
 from storage import Database, StorageError, open_database
 from storage.models import usage_role
-from storage.platform import KEY_HOWTO
 
 if TYPE_CHECKING:
     from providers.openai import OpenAILLM
@@ -191,15 +189,6 @@ def _memory_eraser(memory: MemoryHost) -> Callable[[str], Awaitable[None]]:
     return forget
 
 
-def require_secret_key(settings: Settings) -> None:
-    """Multi-workspace Slack stores a bot token per workspace: never in plain text."""
-    if settings.slack_enabled and settings.slack_oauth and settings.secret_key is None:
-        raise StartupError(
-            f"Slack OAuth (SLACK_CLIENT_ID) stores workspace tokens and needs "
-            f"SONALITY_SECRET_KEY to encrypt them; {KEY_HOWTO}"
-        )
-
-
 async def use_secret_key(db: Database, settings: Settings) -> None:
     """Hand the key to storage; plain rows of an older file are encrypted now."""
     if settings.secret_key is None:
@@ -273,9 +262,8 @@ def settle_heap() -> None:
 
 
 async def run_bot(settings: Settings) -> int:
-    """Run until SIGINT/SIGTERM (or end of input in the terminal); returns an exit code."""
-    require_secret_key(settings)
-    await check_models(settings)  # a wrong key, model or URL stops us here, in one line
+    """Run until SIGINT/SIGTERM (or end of input in the terminal); returns an exit code.
+    The settings, the storage and the model were checked first (`app.startup.run`)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

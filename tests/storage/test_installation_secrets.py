@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from cryptography.fernet import Fernet
 
-from app.wiring import require_secret_key, use_secret_key
+from app.startup import require_secret_key
+from app.wiring import use_secret_key
 from bot.interface import StartupError
 from bot.settings import Settings
 from storage import StorageError
