@@ -39,7 +39,12 @@ def main() -> int:
             if subprocess.run(step).returncode != 0:
                 return 1
     env = scrubbed_environment(Path(python))
-    workers = [] if pytest_args else ["-n", str(main_suite_workers()), "--dist", "loadfile"]
+    # The whole suite names its 15 slowest tests, so what makes it slow shows in every run.
+    workers = (
+        []
+        if pytest_args
+        else ["-n", str(main_suite_workers()), "--dist", "loadfile", "--durations=15"]
+    )
     code = subprocess.run([python, "-m", "pytest", *workers, *pytest_args], env=env).returncode
     if pytest_args or code != 0:
         return code
