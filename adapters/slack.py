@@ -81,6 +81,7 @@ from adapters.slack_agent import (
     has_agent_surface,
     question_blocks,
 )
+from adapters.slack_settings import check_slack_settings
 from bot.command_table import COMMAND_NAMES, PRIVATE_COMMANDS, command, split_command
 from bot.images import AttachedFile, ImageFetcher
 from bot.interface import ChatRuntime, StartupError
@@ -736,32 +737,12 @@ class SlackAdapter:
             hosts.append(settings.slack_api_url)
         self._images = ImageFetcher(hosts, enabled=settings.reads_images, platform="Slack")
 
-        self._check_settings()
+        check_slack_settings(settings)
         self.socket_mode = settings.slack_app_token is not None
         self.multi_workspace = settings.slack_client_id is not None
         self.app = self._build_app()
 
     # -- configuration -------------------------------------------------------------------
-
-    def _check_settings(self) -> None:
-        s = self._settings
-        if s.slack_bot_token is None and s.slack_client_id is None:
-            raise StartupError(
-                "Slack needs SLACK_BOT_TOKEN (one workspace) or SLACK_CLIENT_ID and "
-                "SLACK_CLIENT_SECRET (installable in many workspaces)"
-            )
-        if s.slack_client_id is not None and s.slack_client_secret is None:
-            raise StartupError("SLACK_CLIENT_ID is set but SLACK_CLIENT_SECRET is missing")
-        if s.slack_app_token is not None:
-            if not s.slack_app_token.get_secret_value().startswith("xapp-"):
-                raise StartupError(
-                    "SLACK_APP_TOKEN must be an app-level token (xapp-…) with connections:write"
-                )
-        elif s.slack_signing_secret is None:
-            raise StartupError(
-                "Slack HTTP mode needs SLACK_SIGNING_SECRET (or set SLACK_APP_TOKEN for "
-                "Socket Mode)"
-            )
 
     def _build_app(self) -> AsyncApp:
         s = self._settings

@@ -28,6 +28,7 @@ from pydantic import SecretStr, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_settings import SettingsError
 
+from adapters.slack_settings import check_slack_settings
 from app import logs, setting_names
 from app.lock import DataDirLock
 from app.preflight import check_models, check_storage
@@ -51,6 +52,8 @@ def run() -> int:
         require_whole_platforms(settings)
         require_llm_key(settings)
         require_secret_key(settings)
+        if settings.slack_enabled:
+            check_slack_settings(settings)
         prepare_data_dir(settings.data_dir)
         lock = DataDirLock.acquire(settings.data_dir)
     except StartupError as exc:
