@@ -8,8 +8,9 @@ settings first (nothing touched yet), then the data directory, then the lock on 
 database and Chroma's file (a damaged, foreign, too new or read-only file is named now,
 not by the first member to write), then logging, then the key and models at the LLM
 endpoint, and only then the bot (whose wiring hands every agent the engine's
-configuration, `engine_config`). Chroma and the bot are imported only at that last
-step, so every refusal before it comes within about a second.
+configuration, `engine_config`). The SDK is imported only for the model check, and
+Chroma and the bot only at the last step: a refused setting comes within about a
+second, a wrong key or model without loading the memory.
 """
 
 from __future__ import annotations
