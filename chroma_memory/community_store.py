@@ -47,6 +47,7 @@ from sonality.memory.episodes import (
     Scored,
     SeedStoreMethods,
     best,
+    delete_wiped,
     document_of,
     ids_with,
     in_order,
@@ -307,7 +308,7 @@ class CommunityEpisodeStore(SeedStoreMethods):
             for collection in (self._episodic(), self._semantic(create=False)):
                 if collection is None:
                     continue
-                collection.delete(ids=list(ids))
+                delete_wiped(collection, ids)
                 hnsw = collection.configuration_json.get("hnsw") or {}
                 kept = hnsw.get("sync_threshold")
                 thresholds[collection.name] = (

@@ -7,6 +7,7 @@ rank and hide memories alike. Chroma keeps no member text besides the summary.
 
 from __future__ import annotations
 
+import math
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -162,7 +163,7 @@ class EpisodeStore(SeedStoreMethods):
 
     def delete(self, ids: Sequence[str]) -> None:
         if ids:
-            self._collection.delete(ids=list(ids))
+            delete_wiped(self._collection, ids)
 
     def count(self) -> int:
         return self._collection.count()
@@ -264,6 +265,29 @@ def stored_in(collection: Collection, ids: Sequence[str]) -> list[dict[str, Any]
 def ids_with(ids: Sequence[str], documents: Sequence[str | None], wanted: set[str]) -> list[str]:
     """The ids whose document is one of `wanted`, sorted."""
     return sorted(i for i, text in zip(ids, documents, strict=True) if text in wanted)
+
+
+def delete_wiped(collection: Collection, ids: Sequence[str]) -> None:
+    """Delete these ids from `collection`, overwriting their vectors first.
+
+    Why not `collection.delete` alone: Chroma's HNSW index only marks a deleted record,
+    and its vector stays in its slot of the saved index (`data_level0.bin`) until the
+    slot is reused, which may be never. A vector of a forgotten member's memory is
+    theirs too (it can be matched against guesses of their words). Writing the same id
+    again puts a blank vector and document in that same slot; then the delete marks it.
+    Ids not stored are left alone.
+    """
+    stored = collection.get(ids=list(ids), include=["embeddings"])
+    present, vectors = list(stored["ids"]), stored["embeddings"]
+    if present and vectors is not None:
+        dimensions = len(vectors[0])
+        blank = [1.0 / math.sqrt(dimensions)] * dimensions  # a unit vector: cosine space
+        collection.upsert(
+            ids=present,
+            embeddings=cast(Embeddings, [blank] * len(present)),
+            documents=[""] * len(present),
+        )
+    collection.delete(ids=list(ids))
 
 
 def upsert(collection: Collection, episodes: Sequence[Episode]) -> None:

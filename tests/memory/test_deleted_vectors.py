@@ -1,0 +1,99 @@
+"""A deleted memory's vector is in none of Chroma's files.
+
+Chroma's HNSW index only marks a deleted record: before `delete_wiped`, the vector of a
+memory taken by forget-me stayed in the saved index (`data_level0.bin`) for good
+(checked 2026-11-29 with the scan below). The scan compares floats, not bytes: the
+index keeps each vector normalised, so its bytes differ from the stored vector's in
+the last bits.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from chroma_memory import community_store
+from chroma_memory.community_store import CommunityEpisodeStore
+from chroma_memory.embedding import FastMiniLML6V2, close_chroma_client
+from chroma_memory.shared_chroma import SharedChroma
+from sonality.store import Episode
+
+TOPICS = ["bread", "trains", "tides", "chess", "moss", "kites", "jazz", "glaciers"]
+
+
+def _episodes() -> list[Episode]:
+    return [
+        Episode(
+            id=f"e{i}",
+            user_message=f"message {i}",
+            summary=f"Member {i} argued about {TOPICS[i % len(TOPICS)]} and example {i}",
+        )
+        for i in range(40)
+    ]
+
+
+def copies_in_files(directory: Path, vector: np.ndarray) -> int:
+    """How many places in the directory's files hold `vector` as float32, to 1e-5."""
+    vector = (vector / np.linalg.norm(vector)).astype(np.float32)
+    found = 0
+    for path in directory.rglob("*"):
+        if not path.is_file():
+            continue
+        raw = path.read_bytes()
+        for shift in range(4):
+            usable = (len(raw) - shift) // 4 * 4
+            floats = np.frombuffer(raw[shift : shift + usable], dtype=np.float32)
+            if len(floats) < len(vector):
+                continue
+            with np.errstate(invalid="ignore"):
+                starts = np.nonzero(
+                    np.abs(floats[: len(floats) - len(vector) + 1] - vector[0]) < 1e-5
+                )[0]
+                for start in starts:
+                    if np.abs(floats[start : start + len(vector)] - vector).max() < 1e-5:
+                        found += 1
+    return found
+
+
+def _vector(embed: FastMiniLML6V2, episode: Episode) -> np.ndarray:
+    return np.asarray(embed([episode.summary])[0], dtype=np.float32)
+
+
+@pytest.mark.parametrize("wiped", [True, False], ids=["delete", "collection.delete alone"])
+def test_the_bots_store_leaves_no_forgotten_vector_in_its_files(
+    tmp_path: Path,
+    embedding_function: FastMiniLML6V2,
+    monkeypatch: pytest.MonkeyPatch,
+    wiped: bool,
+) -> None:
+    """The store's delete (forget-me, a deleted message) saves the index and rebuilds
+    Chroma's SQLite file; with Chroma's plain delete in place of `delete_wiped`, the
+    control, the vector is still in the saved index afterwards."""
+    if not wiped:
+        monkeypatch.setattr(community_store, "delete_wiped", lambda c, ids: c.delete(ids=list(ids)))
+    directory = tmp_path / "chroma"
+    chroma = SharedChroma(directory)
+    store = CommunityEpisodeStore.for_community(
+        "discord:1", None, client=chroma, embedding_function=embedding_function
+    )
+    episodes = _episodes()
+    for episode in episodes:  # one write each: the index is saved along the way
+        store.store_many([episode])
+    forgotten, kept = episodes[3], episodes[4]
+    chroma.reopen_now()
+    assert copies_in_files(directory, _vector(embedding_function, forgotten)) == 1
+
+    store.delete([forgotten.id, "never-stored"])
+    close_chroma_client(directory)
+
+    left = copies_in_files(directory, _vector(embedding_function, forgotten))
+    assert left == (0 if wiped else 1)
+    assert copies_in_files(directory, _vector(embedding_function, kept)) == 1  # the scan works
+    reopened = CommunityEpisodeStore.for_community(
+        "discord:1", None, client=SharedChroma(directory), embedding_function=embedding_function
+    )
+    assert reopened.count() == len(episodes) - 1
+    assert reopened.stored([forgotten.id]) == []
+    close_chroma_client(directory)
