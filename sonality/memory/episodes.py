@@ -277,10 +277,10 @@ def delete_wiped(collection: Collection, ids: Sequence[str]) -> None:
     again puts a blank vector and document in that same slot; then the delete marks it.
     Ids not stored are left alone.
     """
-    stored = collection.get(ids=list(ids), include=["embeddings"])
-    present, vectors = list(stored["ids"]), stored["embeddings"]
-    if present and vectors is not None:
-        dimensions = len(vectors[0])
+    present = list(collection.get(ids=list(ids), include=[])["ids"])
+    one = collection.get(ids=present[:1], include=["embeddings"])["embeddings"] if present else None
+    if present and one is not None and len(one):
+        dimensions = len(one[0])  # one vector read, only for its length
         blank = [1.0 / math.sqrt(dimensions)] * dimensions  # a unit vector: cosine space
         collection.upsert(
             ids=present,
@@ -323,9 +323,11 @@ def scored_matches(
     scored: list[Scored] = []
     for distance, meta, doc in zip(distances, metadatas, documents, strict=True):
         similarity = 1.0 - float(distance)  # Chroma's cosine distance is 1 - cos
-        if similarity >= min_relevance:
+        summary = summary_of(meta, doc)
+        # An empty summary is a memory `delete_wiped` is deleting at this moment.
+        if similarity >= min_relevance and summary:
             ess = _as_float(meta.get("ess_score"))
-            scored.append((relevance(similarity, ess), similarity, summary_of(meta, doc)))
+            scored.append((relevance(similarity, ess), similarity, summary))
     return scored, set(result["ids"][0] if result["ids"] else [])
 
 
@@ -343,7 +345,8 @@ def in_order(
         zip(metadatas, documents, strict=True),
         key=lambda row: (_as_int(row[0].get("interaction")), str(row[0].get("timestamp", ""))),
     )
-    return [summary_of(meta, doc) for meta, doc in rows[-limit:]]
+    summaries = [summary_of(meta, doc) for meta, doc in rows]
+    return [summary for summary in summaries if summary][-limit:]  # "": being deleted
 
 
 def outside(hidden: Sequence[HiddenRange]) -> dict[str, Any] | None:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from chromadb.api.models.Collection import Collection
 
 from chroma_memory import community_store
 from chroma_memory.community_store import CommunityEpisodeStore
@@ -96,4 +97,35 @@ def test_the_bots_store_leaves_no_forgotten_vector_in_its_files(
     )
     assert reopened.count() == len(episodes) - 1
     assert reopened.stored([forgotten.id]) == []
+    close_chroma_client(directory)
+
+
+def test_a_recall_during_the_delete_sees_no_blanked_memory(
+    tmp_path: Path, embedding_function: FastMiniLML6V2, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between `delete_wiped`'s overwrite and its delete, the memory is a blank vector
+    with an empty document; a recall or reflection running in that moment (another
+    thread) must not hand the prompt an empty memory. The delete is stopped after the
+    overwrite to hold that moment."""
+    directory = tmp_path / "chroma"
+    store = CommunityEpisodeStore.for_community(
+        "discord:1", None, client=SharedChroma(directory), embedding_function=embedding_function
+    )
+    episodes = _episodes()[:6]
+    store.store_many(episodes)
+
+    def stalled(self: object, **kwargs: object) -> None:
+        raise RuntimeError("stopped between the overwrite and the delete")
+
+    monkeypatch.setattr(Collection, "delete", stalled)
+    with pytest.raises(RuntimeError, match="stopped"):
+        store.delete([episodes[2].id])
+    blanked = store.stored([episodes[2].id])
+    assert blanked and blanked[0]["document"] == ""  # the moment is held
+
+    everything = store.retrieve("argued", n_results=10, min_relevance=-1.0)
+    recent = store.recent_summaries(0, limit=10)
+    assert "" not in everything and "" not in recent
+    assert len(everything) == len(recent) == len(episodes) - 1
+    assert episodes[3].summary in everything and episodes[3].summary in recent
     close_chroma_client(directory)
