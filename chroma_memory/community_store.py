@@ -299,21 +299,28 @@ class CommunityEpisodeStore(SeedStoreMethods):
         So the collections' ``sync_threshold`` is set to 1 for one reopen of the client
         (Chroma reads it only when it loads an index; loading it then saves it, and
         Chroma purges the log up to that point), set back, and the file is rebuilt with
-        Chroma's ``chroma vacuum``.
+        Chroma's ``chroma vacuum``. A Chroma server applies no new ``sync_threshold`` to
+        an index it holds loaded, and nothing else makes it save: there the blank
+        vectors of :func:`delete_wiped` are written that many times, so the server saves
+        the index with them (without, its saved index kept the forgotten vector).
         """
         if not ids:
             return
         thresholds: dict[str, int] = {}
+        embedded = isinstance(self.chroma, SharedChroma)
         with self.chroma.use():
             for collection in (self._episodic(), self._semantic(create=False)):
                 if collection is None:
                     continue
-                delete_wiped(collection, ids)
                 hnsw = collection.configuration_json.get("hnsw") or {}
                 kept = hnsw.get("sync_threshold")
-                thresholds[collection.name] = (
+                threshold = (
                     SYNC_THRESHOLD if kept in (None, CHROMA_DEFAULT_SYNC_THRESHOLD) else int(kept)
                 )
+                thresholds[collection.name] = threshold
+                # Embedded, the reopen below saves the index; a server saves it only
+                # after `threshold` more writes to it.
+                delete_wiped(collection, ids, saved_after=1 if embedded else threshold)
                 collection.modify(configuration={"hnsw": {"sync_threshold": 1}})
         if isinstance(self.chroma, SharedChroma):
             self._purge_files(self.chroma, thresholds)

@@ -267,7 +267,7 @@ def ids_with(ids: Sequence[str], documents: Sequence[str | None], wanted: set[st
     return sorted(i for i, text in zip(ids, documents, strict=True) if text in wanted)
 
 
-def delete_wiped(collection: Collection, ids: Sequence[str]) -> None:
+def delete_wiped(collection: Collection, ids: Sequence[str], *, saved_after: int = 1) -> None:
     """Delete these ids from `collection`, overwriting their vectors first.
 
     Why not `collection.delete` alone: Chroma's HNSW index only marks a deleted record,
@@ -276,17 +276,23 @@ def delete_wiped(collection: Collection, ids: Sequence[str]) -> None:
     theirs too (it can be matched against guesses of their words). Writing the same id
     again puts a blank vector and document in that same slot; then the delete marks it.
     Ids not stored are left alone.
+
+    The overwrite reaches the file only when Chroma next saves the index, after
+    `sync_threshold` writes. Where nothing else makes it save (a Chroma server keeps
+    the index loaded and takes no other hint), pass that threshold as `saved_after`:
+    the blank is written that many times over, so a save falls after the first one.
     """
     present = list(collection.get(ids=list(ids), include=[])["ids"])
     one = collection.get(ids=present[:1], include=["embeddings"])["embeddings"] if present else None
     if present and one is not None and len(one):
         dimensions = len(one[0])  # one vector read, only for its length
         blank = [1.0 / math.sqrt(dimensions)] * dimensions  # a unit vector: cosine space
-        collection.upsert(
-            ids=present,
-            embeddings=cast(Embeddings, [blank] * len(present)),
-            documents=[""] * len(present),
-        )
+        for _ in range(math.ceil(max(saved_after, 1) / len(present))):
+            collection.upsert(
+                ids=present,
+                embeddings=cast(Embeddings, [blank] * len(present)),
+                documents=[""] * len(present),
+            )
     collection.delete(ids=list(ids))
 
 

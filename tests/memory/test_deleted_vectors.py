@@ -18,29 +18,33 @@ from chromadb.api.models.Collection import Collection
 from chroma_memory import community_store
 from chroma_memory.community_store import CommunityEpisodeStore
 from chroma_memory.embedding import FastMiniLML6V2, close_chroma_client
+from chroma_memory.server import ServerMemory
 from chroma_memory.shared_chroma import SharedChroma
+from sonality.memory.episodes import delete_wiped
 from sonality.store import Episode
+from tests.chroma_server import ChromaServer
 
 TOPICS = ["bread", "trains", "tides", "chess", "moss", "kites", "jazz", "glaciers"]
 
 
-def _episodes() -> list[Episode]:
+def _episodes(tag: str = "") -> list[Episode]:
     return [
         Episode(
             id=f"e{i}",
             user_message=f"message {i}",
-            summary=f"Member {i} argued about {TOPICS[i % len(TOPICS)]} and example {i}",
+            summary=f"Member {i}{tag} argued about {TOPICS[i % len(TOPICS)]} and example {i}",
         )
         for i in range(40)
     ]
 
 
-def copies_in_files(directory: Path, vector: np.ndarray) -> int:
-    """How many places in the directory's files hold `vector` as float32, to 1e-5."""
+def copies_in_files(directory: Path, vector: np.ndarray, *, skip: str | None = None) -> int:
+    """How many places in the directory's files (but those whose name starts with
+    `skip`) hold `vector` as float32, to 1e-5."""
     vector = (vector / np.linalg.norm(vector)).astype(np.float32)
     found = 0
     for path in directory.rglob("*"):
-        if not path.is_file():
+        if not path.is_file() or (skip is not None and path.name.startswith(skip)):
             continue
         raw = path.read_bytes()
         for shift in range(4):
@@ -73,7 +77,9 @@ def test_the_bots_store_leaves_no_forgotten_vector_in_its_files(
     Chroma's SQLite file; with Chroma's plain delete in place of `delete_wiped`, the
     control, the vector is still in the saved index afterwards."""
     if not wiped:
-        monkeypatch.setattr(community_store, "delete_wiped", lambda c, ids: c.delete(ids=list(ids)))
+        monkeypatch.setattr(
+            community_store, "delete_wiped", lambda c, ids, **_: c.delete(ids=list(ids))
+        )
     directory = tmp_path / "chroma"
     chroma = SharedChroma(directory)
     store = CommunityEpisodeStore.for_community(
@@ -129,3 +135,56 @@ def test_a_recall_during_the_delete_sees_no_blanked_memory(
     assert len(everything) == len(recent) == len(episodes) - 1
     assert episodes[3].summary in everything and episodes[3].summary in recent
     close_chroma_client(directory)
+
+
+@pytest.mark.parametrize("saved", [True, False], ids=["delete", "overwritten once"])
+def test_on_a_chroma_server_no_forgotten_vector_stays_in_its_files(
+    chroma_server: ChromaServer,
+    embedding_function: FastMiniLML6V2,
+    monkeypatch: pytest.MonkeyPatch,
+    saved: bool,
+) -> None:
+    """A server keeps the index loaded and saves it only every `sync_threshold` writes,
+    and the bot cannot reopen it there. Checked in the server's own directory, with the
+    server still running: with the blank written once (the control), the forgotten
+    vector stays in the saved index. The server's SQLite file is left out: on a server,
+    clearing its free pages is the operator's `chroma vacuum` (docs/privacy.md), and a
+    test found the vector's bytes there while other tests wrote to the same server."""
+    if not saved:
+        monkeypatch.setattr(
+            community_store, "delete_wiped", lambda c, ids, **_: delete_wiped(c, ids)
+        )
+    memory = ServerMemory(chroma_server.url, database=chroma_server.fresh_database())
+    try:
+        store = memory.store_for("discord:1", embedding_function)
+        episodes = _episodes(tag=f" on the server ({saved})")
+        for episode in episodes:  # one write each: the server saves the index on the way
+            store.store_many([episode])
+        forgotten, kept = episodes[3], episodes[4]
+        index_files = {"skip": "chroma.sqlite3"}
+        assert (
+            copies_in_files(
+                chroma_server.path, _vector(embedding_function, forgotten), **index_files
+            )
+            == 1
+        )
+
+        store.delete([forgotten.id])
+
+        left = copies_in_files(
+            chroma_server.path, _vector(embedding_function, forgotten), **index_files
+        )
+        assert left == (0 if saved else 1)
+        assert (
+            copies_in_files(chroma_server.path, _vector(embedding_function, kept), **index_files)
+            == 1
+        )
+        assert store.count() == len(episodes) - 1
+        assert (
+            store.retrieve(forgotten.summary, n_results=40, min_relevance=-1.0).count(
+                forgotten.summary
+            )
+            == 0
+        )
+    finally:
+        memory.close()
