@@ -97,15 +97,9 @@ class ForgetJournal:
         with self._lock:
             return self._read()[1]
 
-    def add(self, entry: JournalEntry) -> None:
-        """Add one forget-me (again adds a line that reads as nothing new)."""
-        self.add_all([entry])
-
-    def add_deletions(self, new: Sequence[DeletionEntry]) -> None:
-        """Add messages taken back (again adds lines that read as nothing new)."""
-        self.add_all(new)
-
     def add_all(self, entries: Sequence[JournalEntry | DeletionEntry]) -> None:
+        """Add forget-mes and messages taken back (again adds lines that read as nothing
+        new)."""
         with self._lock:
             self._append([_item(e) for e in entries])
 

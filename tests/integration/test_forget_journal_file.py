@@ -30,7 +30,7 @@ def test_a_file_from_before_deletions_were_journaled_still_reads(tmp_path: Path)
     journal = ForgetJournal(path)
     assert journal.entries() == [FORGOTTEN]
     assert journal.deletions() == []
-    journal.add_deletions([DELETED])
+    journal.add_all([DELETED])
     assert journal.entries() == [FORGOTTEN]  # the forget-me kept when the file is rewritten
     assert journal.deletions() == [DELETED]
     header, *entries = path.read_text(encoding="utf-8").splitlines()
@@ -41,12 +41,12 @@ def test_a_file_from_before_deletions_were_journaled_still_reads(tmp_path: Path)
 
 def test_a_deletion_is_added_once_and_copied_with_the_forget_mes(tmp_path: Path) -> None:
     here = ForgetJournal(tmp_path / "here.json")
-    here.add_deletions([DELETED])
-    here.add_deletions([DELETED, EDITED])  # a platform's retry: the label is the identity
+    here.add_all([DELETED])
+    here.add_all([DELETED, EDITED])  # a platform's retry: the label is the identity
     assert here.deletions() == [DELETED, EDITED]
-    here.add(FORGOTTEN)
+    here.add_all([FORGOTTEN])
     there = ForgetJournal(tmp_path / "there.json")
-    there.add_deletions([EDITED])
+    there.add_all([EDITED])
     here.copy_to(there)
     assert there.entries() == [FORGOTTEN]
     assert there.deletions() == [EDITED, DELETED]
@@ -64,10 +64,10 @@ def test_an_entry_is_appended_and_the_lines_before_it_are_left_as_they_were(
         DeletionEntry(label=f"message-{i:06x}", key=f"salt:{i}", cause="deleted", at=AT)
         for i in range(2000)
     ]
-    journal.add_deletions(many)
+    journal.add_all(many)
     before = path.read_bytes()
     inode = path.stat().st_ino
-    journal.add_deletions([EDITED])
+    journal.add_all([EDITED])
     after = path.read_bytes()
     assert after.startswith(before) and after.count(b"\n") == before.count(b"\n") + 1
     assert path.stat().st_ino == inode  # the same file, not a new one renamed over it
@@ -79,12 +79,12 @@ def test_an_entry_a_crash_cut_short_is_left_out_and_cut_off_before_the_next(
 ) -> None:
     path = tmp_path / "forget-journal.json"
     journal = ForgetJournal(path)
-    journal.add_deletions([DELETED])
+    journal.add_all([DELETED])
     whole = path.read_bytes()
     path.write_bytes(whole + b'{"deleted": {"label": "message-')  # the crash
     assert journal.deletions() == [DELETED]
     assert "cut short" in caplog.text
-    journal.add(FORGOTTEN)
+    journal.add_all([FORGOTTEN])
     added = json.dumps({"forgotten": FORGOTTEN.model_dump(mode="json")}) + "\n"
     assert path.read_bytes() == whole + added.encode()  # the torn bytes are gone
     assert journal.entries() == [FORGOTTEN]
@@ -98,8 +98,8 @@ def test_a_damaged_line_inside_the_file_is_an_error_not_a_forgotten_entry(
     and reading on would silently lose a forget-me."""
     path = tmp_path / "forget-journal.json"
     journal = ForgetJournal(path)
-    journal.add(FORGOTTEN)
-    journal.add_deletions([DELETED])
+    journal.add_all([FORGOTTEN])
+    journal.add_all([DELETED])
     header, forgotten, deleted = path.read_text(encoding="utf-8").splitlines()
     path.write_text("\n".join([header, forgotten[:-5], deleted]) + "\n", encoding="utf-8")
     with pytest.raises(ForgetJournalError, match="damaged"):
