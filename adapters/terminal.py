@@ -47,12 +47,14 @@ from bot.messages import (
     INTERNAL_ERROR,
     Attachment,
     CommandRequest,
+    CommandResult,
     Community,
     IncomingMessage,
     Reply,
     ReplyKind,
     User,
 )
+from bot.mydata import FILE_PREFIX as MY_DATA_PREFIX
 from bot.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -70,6 +72,8 @@ BANNER = (
 #: Longest name `/as` accepts; longer ones are cut (platform names are about this long).
 MAX_NAME_CHARS = 64
 HISTORY_FILE = "terminal_history"
+# Commands that forget a member once confirmed.
+FORGETTING = frozenset({"forget-me", "forget-user"})
 # A first word like `/foo` or `/sonalty` is a command; `/r/python` or `/ 2` is not.
 COMMAND_WORD = re.compile(r"/[A-Za-z][\w-]*")
 UNKNOWN_COMMAND = "unknown command {word}, try /sonality help"
@@ -267,6 +271,8 @@ class TerminalAdapter:
             channel_name=CHANNEL,
         )
         result = await self.runtime.run_command(request)
+        if name in FORGETTING and result.ok and not result.confirm_args:
+            result = await self._drop_exports(result)
         header = f"[{result.title}]\n" if result.title and self.interactive else ""
         if not result.files:
             self._answer(header + result.text)
@@ -274,6 +280,17 @@ class TerminalAdapter:
         paths = [str(await self._save(f)) for f in result.files]
         # Scripted, the one answer line is the path, so `$(... | run.py)` gets the file.
         self._answer("\n".join([header + result.text, *paths]) if self.interactive else paths[0])
+
+    async def _drop_exports(self, result: CommandResult) -> CommandResult:
+        """Delete the my-data files this terminal saved: a forgotten member's export
+        would otherwise keep their messages in the data directory. Which member a
+        forget-user named is the runtime's business, so every export goes; asking
+        again makes a new one."""
+        exports = await asyncio.to_thread(_drop_files, self.data_dir, f"{MY_DATA_PREFIX}*.json")
+        if not exports:
+            return result
+        note = f"(Deleted {exports} my-data file(s) from the data directory.)"
+        return result.model_copy(update={"text": f"{result.text}\n{note}"})
 
     async def _save(self, attachment: Attachment) -> Path:
         """A command's file in the data directory (e.g. data/timeline-v42.png), replacing
@@ -468,3 +485,11 @@ def _pieces(word: str, room: int) -> list[str]:
             piece = ""
         piece += char
     return [*pieces, piece]
+
+
+def _drop_files(directory: Path, pattern: str) -> int:
+    """Delete the files of `directory` matching `pattern`; how many there were."""
+    found = sorted(directory.glob(pattern))
+    for path in found:
+        path.unlink(missing_ok=True)
+    return len(found)

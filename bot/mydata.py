@@ -49,6 +49,9 @@ NOT_PER_MEMBER = (
     "an opinion once its cooling period ends."
 )
 
+#: The export's file name starts with this; the terminal keeps it in the data directory.
+FILE_PREFIX = "sonality-my-data-"
+
 
 class OpinionUpdate(BaseModel):
     """One opinion update one of the member's messages staged."""
@@ -187,7 +190,7 @@ async def run_my_data(db: Any, agent: SonalityAgent, request: CommandRequest) ->
         private=True,
         files=(
             Attachment(
-                name=f"sonality-my-data-{_safe(member_id)}.json",
+                name=f"{FILE_PREFIX}{_safe(member_id)}.json",
                 data=data,
                 mime_type="application/json",
                 description="Your data as JSON",

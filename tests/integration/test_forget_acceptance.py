@@ -15,6 +15,7 @@ signed Events API requests and slash commands through slack-bolt.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -124,11 +125,16 @@ async def test_forget_me_at_the_terminal(
         heard_all = agent.sponge
 
         await lines(f"/as {ZORB}")
+        # The terminal saves a my-data export in the data directory: it holds their words.
+        [exported] = await lines("/sonality my-data")
+        assert files_holding([Path(exported)], [TOKEN])
         [asked] = await lines("/sonality forget-me")
         assert "forget-me confirm" in asked and agent.sponge == heard_all
         since = len(anthropic_server.requests)
         [done] = await lines("/sonality forget-me confirm")
         assert done.startswith("Forgotten")
+        assert "Deleted 1 my-data file(s)" in done
+        assert not await asyncio.to_thread(Path(exported).exists)
 
         assert_same_opinions_rebased(agent.sponge, never_heard)
         assert differs_somewhere(agent.sponge, heard_all)
@@ -147,6 +153,7 @@ async def test_forget_me_at_the_terminal(
             needles,
         )
     assert_nothing_left(settings.resolved_database_path, settings.resolved_chroma_dir, [], needles)
+    assert files_holding([tmp_path / "whole"], needles) == []  # every file the bot keeps
 
 
 # -------------------------------------------------------------------------- Discord
