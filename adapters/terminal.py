@@ -35,7 +35,7 @@ import shutil
 import sys
 import threading
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -45,6 +45,8 @@ from bot.command_table import split_command
 from bot.interface import ChatRuntime
 from bot.messages import (
     INTERNAL_ERROR,
+    MY_DATA_FILE_PREFIX,
+    TIMELINE_FILE_PREFIX,
     Attachment,
     CommandRequest,
     CommandResult,
@@ -54,7 +56,6 @@ from bot.messages import (
     ReplyKind,
     User,
 )
-from bot.mydata import FILE_PREFIX as MY_DATA_PREFIX
 from bot.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -282,14 +283,18 @@ class TerminalAdapter:
         self._answer("\n".join([header + result.text, *paths]) if self.interactive else paths[0])
 
     async def _drop_exports(self, result: CommandResult) -> CommandResult:
-        """Delete the my-data files this terminal saved: a forgotten member's export
-        would otherwise keep their messages in the data directory. Which member a
-        forget-user named is the runtime's business, so every export goes; asking
-        again makes a new one."""
-        exports = await asyncio.to_thread(_drop_files, self.data_dir, f"{MY_DATA_PREFIX}*.json")
-        if not exports:
+        """Delete the my-data exports and timeline pictures this terminal saved: they
+        quote or name members, so a forgotten member's words or name would stay in the
+        data directory. Which member a forget-user named is the runtime's business, so
+        every such file goes; asking again makes a new one."""
+        dropped = await asyncio.to_thread(
+            _drop_files,
+            self.data_dir,
+            (f"{MY_DATA_FILE_PREFIX}*.json", f"{TIMELINE_FILE_PREFIX}*.png"),
+        )
+        if not dropped:
             return result
-        note = f"(Deleted {exports} my-data file(s) from the data directory.)"
+        note = f"(Deleted {dropped} saved my-data or timeline file(s) from the data directory.)"
         return result.model_copy(update={"text": f"{result.text}\n{note}"})
 
     async def _save(self, attachment: Attachment) -> Path:
@@ -487,9 +492,9 @@ def _pieces(word: str, room: int) -> list[str]:
     return [*pieces, piece]
 
 
-def _drop_files(directory: Path, pattern: str) -> int:
-    """Delete the files of `directory` matching `pattern`; how many there were."""
-    found = sorted(directory.glob(pattern))
+def _drop_files(directory: Path, patterns: Sequence[str]) -> int:
+    """Delete the files of `directory` matching any of `patterns`; how many there were."""
+    found = sorted({path for pattern in patterns for path in directory.glob(pattern)})
     for path in found:
         path.unlink(missing_ok=True)
     return len(found)

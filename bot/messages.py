@@ -127,6 +127,12 @@ class Attachment(BaseModel):
     description: str = ""  # alt text for screen readers, where the platform takes it
 
 
+# The start of the names of the command files that quote or name members: the terminal
+# saves them in the data directory, and deletes them when a member is forgotten.
+MY_DATA_FILE_PREFIX = "sonality-my-data-"
+TIMELINE_FILE_PREFIX = "timeline-v"
+
+
 class CommandResult(BaseModel):
     model_config = ConfigDict(frozen=True)
 

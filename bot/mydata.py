@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from bot.messages import Attachment, CommandRequest, CommandResult
+from bot.messages import MY_DATA_FILE_PREFIX, Attachment, CommandRequest, CommandResult
 from sonality.agent import SonalityAgent
 from sonality.state import SpongeState
 from storage.channels import ChannelSetting
@@ -48,9 +48,6 @@ NOT_PER_MEMBER = (
     "messages staged are listed under opinion_updates; a staged update becomes part of "
     "an opinion once its cooling period ends."
 )
-
-#: The export's file name starts with this; the terminal keeps it in the data directory.
-FILE_PREFIX = "sonality-my-data-"
 
 
 class OpinionUpdate(BaseModel):
@@ -190,7 +187,7 @@ async def run_my_data(db: Any, agent: SonalityAgent, request: CommandRequest) ->
         private=True,
         files=(
             Attachment(
-                name=f"{FILE_PREFIX}{_safe(member_id)}.json",
+                name=f"{MY_DATA_FILE_PREFIX}{_safe(member_id)}.json",
                 data=data,
                 mime_type="application/json",
                 description="Your data as JSON",

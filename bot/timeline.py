@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from bot.command_table import TIMELINE_MAX_DAYS
-from bot.messages import Attachment, CommandRequest, CommandResult
+from bot.messages import TIMELINE_FILE_PREFIX, Attachment, CommandRequest, CommandResult
 from bot.offload import Worker
 from sonality import config
 from sonality.ess import normalize_topic
@@ -189,7 +189,7 @@ class Timeline(BaseModel):
     @property
     def file_name(self) -> str:
         topic = f"-{self.topic}" if self.topic else ""
-        return f"timeline-v{self.last_version}{topic}.png"
+        return f"{TIMELINE_FILE_PREFIX}{self.last_version}{topic}.png"
 
 
 def reach(stance: float, confidence: float) -> tuple[float, float]:

@@ -125,16 +125,20 @@ async def test_forget_me_at_the_terminal(
         heard_all = agent.sponge
 
         await lines(f"/as {ZORB}")
-        # The terminal saves a my-data export in the data directory: it holds their words.
+        # The terminal saves a my-data export in the data directory, which holds their
+        # words, and a timeline picture, which shows their name.
         [exported] = await lines("/sonality my-data")
         assert files_holding([Path(exported)], [TOKEN])
+        [picture] = await lines("/sonality timeline")
+        assert picture.endswith(".png")
         [asked] = await lines("/sonality forget-me")
         assert "forget-me confirm" in asked and agent.sponge == heard_all
         since = len(anthropic_server.requests)
         [done] = await lines("/sonality forget-me confirm")
         assert done.startswith("Forgotten")
-        assert "Deleted 1 my-data file(s)" in done
+        assert "Deleted 2 saved my-data or timeline file(s)" in done
         assert not await asyncio.to_thread(Path(exported).exists)
+        assert not await asyncio.to_thread(Path(picture).exists)
 
         assert_same_opinions_rebased(agent.sponge, never_heard)
         assert differs_somewhere(agent.sponge, heard_all)
