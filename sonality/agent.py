@@ -159,6 +159,9 @@ class SonalityAgent:
         self._withdrawals: list[Withdrawal] = []
         # When the next of them may start (`time.monotonic`, `WITHDRAWAL_PAUSE_FACTOR`).
         self._withdrawals_resume_at = 0.0
+        # Memory ids waiting to be deleted together (`forget_episodes`).
+        self._unforgotten_ids: set[str] = set()
+        self._forgetting = asyncio.Lock()
         self._lease = store.learning_lease()
         self.learning = LearningQueue(
             self._post_process,
@@ -605,7 +608,20 @@ class SonalityAgent:
         their episode outbox rows go with the store's erase."""
         if member is not None:
             self._forgotten.add(member)
-        await self.memory.forget(ids)
+        # Each delete may cost a whole save of the index and a rebuild of Chroma's file,
+        # and a purge finishes dozens of deletions at once: the ids that arrive while a
+        # delete runs wait, and the first of their callers deletes them all in one go.
+        # A caller whose ids went with another's returns once that delete has ended.
+        self._unforgotten_ids.update(ids)
+        async with self._forgetting:
+            batch, self._unforgotten_ids = self._unforgotten_ids, set()
+            if not batch:
+                return
+            try:
+                await self.memory.forget(batch)
+            except BaseException:
+                self._unforgotten_ids |= batch  # the next caller tries them again
+                raise
 
     async def forget_member(
         self,

@@ -8,6 +8,8 @@ and an in-process memory that records what it is given.
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -50,6 +52,26 @@ class BudgetMemory(RecordingMemory):
     def retrieve_typed(self, *args: Any, **kwargs: Any) -> list[str]:
         self.asked.append(args[1:])  # after the query: episodic, semantic, relevance
         return []
+
+
+class SlowDeleteMemory(RecordingMemory):
+    """Holds its first delete until `release` is set, and refuses the deletes listed in
+    `refuse` (by their order), recording the ids of each delete it is asked for."""
+
+    def __init__(self, refuse: Sequence[int] = ()) -> None:
+        super().__init__()
+        self.started = threading.Event()
+        self.release = threading.Event()
+        self.deletes: list[list[str]] = []
+        self.refuse = set(refuse)
+
+    def delete(self, ids: Sequence[str]) -> None:
+        self.deletes.append(list(ids))
+        self.started.set()
+        assert self.release.wait(10), "the test never released the first delete"
+        if len(self.deletes) - 1 in self.refuse:
+            raise OSError("the index could not be saved")
+        super().delete(ids)
 
 
 async def load(
@@ -127,3 +149,49 @@ async def test_a_plain_store_is_asked_for_the_agents_own_recall_budget(db: Datab
         await b.close(grace_seconds=5)
     assert small.asked == [(1, 0, MIN_EPISODE_RELEVANCE)]
     assert large.asked == [(7, 4, MIN_EPISODE_RELEVANCE)]
+
+
+async def _forget_while_the_first_delete_runs(
+    agent: SonalityAgent, memory: SlowDeleteMemory
+) -> list[BaseException | None]:
+    """One forget starts and its delete is held; five more arrive; then all go on."""
+    first = asyncio.create_task(agent.forget_episodes(None, ["m0"]))
+    assert await asyncio.to_thread(memory.started.wait, 10)
+    rest = [asyncio.create_task(agent.forget_episodes(None, [f"m{i}"])) for i in range(1, 6)]
+    await asyncio.sleep(0.05)  # every one of them is waiting for the first delete
+    memory.release.set()
+    return await asyncio.gather(first, *rest, return_exceptions=True)
+
+
+async def test_forgets_that_wait_for_a_delete_are_deleted_together(db: Database) -> None:
+    """A purge ends dozens of deletions at once, and each delete may save the index and
+    rebuild Chroma's file: the ids that arrive while one runs go in one delete."""
+    memory = SlowDeleteMemory()
+    memory.by_id.update((f"m{i}", Episode(id=f"m{i}", user_message="x")) for i in range(6))
+    agent = await load(db, memory)
+    try:
+        assert await _forget_while_the_first_delete_runs(agent, memory) == [None] * 6
+    finally:
+        await agent.close(grace_seconds=5)
+    assert memory.deletes == [["m0"], ["m1", "m2", "m3", "m4", "m5"]]
+    assert memory.by_id == {}
+
+
+async def test_a_failed_joint_delete_is_tried_again_by_those_still_waiting(
+    db: Database,
+) -> None:
+    """The caller whose delete failed is told; the ids of the callers that had joined
+    it are not dropped on the floor: the next of them deletes them again, so no caller
+    returns as if its memories were gone while they are still stored."""
+    memory = SlowDeleteMemory(refuse=[1])
+    memory.by_id.update((f"m{i}", Episode(id=f"m{i}", user_message="x")) for i in range(6))
+    agent = await load(db, memory)
+    try:
+        outcomes = await _forget_while_the_first_delete_runs(agent, memory)
+    finally:
+        await agent.close(grace_seconds=5)
+    failed = [o for o in outcomes if o is not None]
+    assert len(failed) == 1 and isinstance(failed[0], OSError)
+    joined = ["m1", "m2", "m3", "m4", "m5"]
+    assert memory.deletes == [["m0"], joined, joined]  # refused once, then deleted
+    assert memory.by_id == {}

@@ -13,7 +13,7 @@ answers the new ones as a new message.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -182,6 +182,14 @@ async def test_a_purge_of_the_whole_conversation_leaves_nothing_learned(
         agent = world.agent(world.guild_a)
         assert agent.sponge.opinion_vectors  # the arguments moved beliefs
         db = world.runtime.db
+        deletes: list[set[str]] = []
+        forget = agent.memory.forget
+
+        async def counted(ids: Collection[str]) -> None:
+            deletes.append(set(ids))
+            await forget(ids)
+
+        agent.memory.forget = counted  # type: ignore[method-assign]
         await world.fake.message_delete_bulk(triggers)
 
         for trigger in triggers:
@@ -212,6 +220,12 @@ async def test_a_purge_of_the_whole_conversation_leaves_nothing_learned(
         history = await command(world.runtime, "history", community=Community(id=whole))
         replays = [line for line in history.text.splitlines() if "replayed without" in line]
         assert len(replays) == len(versions)
+        # Each message's memory (its id is the message's interaction id) was deleted,
+        # and deletions finished together deleted theirs together, as each delete saves
+        # the index and rebuilds Chroma's file: 2 deletes here (the first message's
+        # alone, then the six that waited for it), 7 before `forget_episodes` batched.
+        assert len(set().union(*deletes)) >= len(triggers)
+        assert len(deletes) < len(triggers), [len(ids) for ids in deletes]
 
 
 async def test_an_edited_argument_is_judged_again_as_a_new_message(
