@@ -274,8 +274,10 @@ def delete_wiped(collection: Collection, ids: Sequence[str], *, saved_after: int
     and its vector stays in its slot of the saved index (`data_level0.bin`) until the
     slot is reused, which may be never. A vector of a forgotten member's memory is
     theirs too (it can be matched against guesses of their words). Writing the same id
-    again puts a blank vector and document in that same slot; then the delete marks it.
-    Ids not stored are left alone.
+    again puts a blank vector and document in that same slot (and an empty `summary`,
+    where older memories kept theirs: Chroma merges metadata); then the delete marks it.
+    Ids not stored are left alone. Recall leaves out empty summaries, so a query
+    between the two steps gets nothing of the memory.
 
     The overwrite reaches the file only when Chroma next saves the index, after
     `sync_threshold` writes. Where nothing else makes it save (a Chroma server keeps
@@ -283,15 +285,17 @@ def delete_wiped(collection: Collection, ids: Sequence[str], *, saved_after: int
     the blank is written that many times over, so a save falls after the first one.
     """
     present = list(collection.get(ids=list(ids), include=[])["ids"])
-    one = collection.get(ids=present[:1], include=["embeddings"])["embeddings"] if present else None
-    if present and one is not None and len(one):
-        dimensions = len(one[0])  # one vector read, only for its length
+    if present:
+        vectors = collection.get(ids=present[:1], include=["embeddings"])["embeddings"]
+        assert vectors is not None, "embeddings were asked for"
+        dimensions = len(vectors[0])  # one vector read, only for its length
         blank = [1.0 / math.sqrt(dimensions)] * dimensions  # a unit vector: cosine space
         for _ in range(math.ceil(max(saved_after, 1) / len(present))):
             collection.upsert(
                 ids=present,
                 embeddings=cast(Embeddings, [blank] * len(present)),
                 documents=[""] * len(present),
+                metadatas=[{"summary": ""}] * len(present),
             )
     collection.delete(ids=list(ids))
 

@@ -111,29 +111,40 @@ def test_a_recall_during_the_delete_sees_no_blanked_memory(
 ) -> None:
     """Between `delete_wiped`'s overwrite and its delete, the memory is a blank vector
     with an empty document; a recall or reflection running in that moment (another
-    thread) must not hand the prompt an empty memory. The delete is stopped after the
-    overwrite to hold that moment."""
+    thread) must not hand the prompt an empty memory, nor the summary an older memory
+    kept in its metadata. The delete is stopped after the overwrite to hold that
+    moment."""
     directory = tmp_path / "chroma"
+    chroma = SharedChroma(directory)
     store = CommunityEpisodeStore.for_community(
-        "discord:1", None, client=SharedChroma(directory), embedding_function=embedding_function
+        "discord:1", None, client=chroma, embedding_function=embedding_function
     )
     episodes = _episodes()[:6]
     store.store_many(episodes)
+    older = "An older memory kept its summary in the metadata"
+    with chroma.use():  # the layout of memories stored before summaries were documents
+        chroma.client.get_collection(store.collection_name).upsert(
+            ids=["older"],
+            embeddings=embedding_function([older]),
+            documents=["the member's own words"],
+            metadatas=[{"summary": older, "interaction": 0}],
+        )
+    assert older in store.retrieve(older, n_results=10)
 
     def stalled(self: object, **kwargs: object) -> None:
         raise RuntimeError("stopped between the overwrite and the delete")
 
     monkeypatch.setattr(Collection, "delete", stalled)
     with pytest.raises(RuntimeError, match="stopped"):
-        store.delete([episodes[2].id])
-    blanked = store.stored([episodes[2].id])
-    assert blanked and blanked[0]["document"] == ""  # the moment is held
+        store.delete([episodes[2].id, "older"])
+    blanked = store.stored([episodes[2].id, "older"])
+    assert [row["document"] for row in blanked] == ["", ""]  # the moment is held
 
     everything = store.retrieve("argued", n_results=10, min_relevance=-1.0)
     recent = store.recent_summaries(0, limit=10)
-    assert "" not in everything and "" not in recent
-    assert len(everything) == len(recent) == len(episodes) - 1
-    assert episodes[3].summary in everything and episodes[3].summary in recent
+    for recalled in (everything, recent):
+        assert "" not in recalled and older not in recalled
+        assert len(recalled) == len(episodes) - 1 and episodes[3].summary in recalled
     close_chroma_client(directory)
 
 
