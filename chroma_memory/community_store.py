@@ -300,14 +300,15 @@ class CommunityEpisodeStore(SeedStoreMethods):
         (Chroma reads it only when it loads an index; loading it then saves it, and
         Chroma purges the log up to that point), set back, and the file is rebuilt with
         Chroma's ``chroma vacuum``. A Chroma server applies no new ``sync_threshold`` to
-        an index it holds loaded, and nothing else makes it save: there the blank
-        vectors of :func:`delete_wiped` are written that many times, so the server saves
-        the index with them (without, its saved index kept the forgotten vector).
+        an index it holds loaded (tried: its saved index kept the forgotten vector), and
+        its files are its operator's to vacuum (docs/privacy.md): there the blank vectors
+        of :func:`delete_wiped` are written ``sync_threshold`` times instead, so the
+        server saves the index with them.
         """
         if not ids:
             return
+        embedded = self.chroma if isinstance(self.chroma, SharedChroma) else None
         thresholds: dict[str, int] = {}
-        embedded = isinstance(self.chroma, SharedChroma)
         with self.chroma.use():
             for collection in (self._episodic(), self._semantic(create=False)):
                 if collection is None:
@@ -317,15 +318,14 @@ class CommunityEpisodeStore(SeedStoreMethods):
                 threshold = (
                     SYNC_THRESHOLD if kept in (None, CHROMA_DEFAULT_SYNC_THRESHOLD) else int(kept)
                 )
+                if embedded is None:
+                    delete_wiped(collection, ids, saved_after=threshold)
+                    continue
                 thresholds[collection.name] = threshold
-                # Embedded, the reopen below saves the index; a server saves it only
-                # after `threshold` more writes to it.
-                delete_wiped(collection, ids, saved_after=1 if embedded else threshold)
+                delete_wiped(collection, ids)  # saved by the reopen in `_purge_files`
                 collection.modify(configuration={"hnsw": {"sync_threshold": 1}})
-        if isinstance(self.chroma, SharedChroma):
-            self._purge_files(self.chroma, thresholds)
-        else:  # a Chroma server's files are its operator's to vacuum (docs/privacy.md)
-            self._restore_thresholds(thresholds)
+        if embedded is not None:
+            self._purge_files(embedded, thresholds)
 
     def _purge_files(self, chroma: SharedChroma, thresholds: dict[str, int]) -> None:
         """Reopen (the index loads, is saved, and Chroma purges its log), then rebuild
