@@ -41,7 +41,7 @@ from typing import TextIO
 
 from rich.cells import cell_len
 
-from bot.command_table import split_command
+from bot.command_table import command, split_command
 from bot.interface import ChatRuntime
 from bot.messages import (
     INTERNAL_ERROR,
@@ -73,8 +73,6 @@ BANNER = (
 #: Longest name `/as` accepts; longer ones are cut (platform names are about this long).
 MAX_NAME_CHARS = 64
 HISTORY_FILE = "terminal_history"
-# Commands that forget a member once confirmed.
-FORGETTING = frozenset({"forget-me", "forget-user"})
 # A first word like `/foo` or `/sonalty` is a command; `/r/python` or `/ 2` is not.
 COMMAND_WORD = re.compile(r"/[A-Za-z][\w-]*")
 UNKNOWN_COMMAND = "unknown command {word}, try /sonality help"
@@ -272,8 +270,9 @@ class TerminalAdapter:
             channel_name=CHANNEL,
         )
         result = await self.runtime.run_command(request)
-        if name in FORGETTING and result.ok and not result.confirm_args:
-            result = await self._drop_exports(result)
+        found = command(name)
+        if found is not None and found.forgets and result.ok and not result.confirm_args:
+            result = await self._drop_saved_files(result)
         header = f"[{result.title}]\n" if result.title and self.interactive else ""
         if not result.files:
             self._answer(header + result.text)
@@ -282,7 +281,7 @@ class TerminalAdapter:
         # Scripted, the one answer line is the path, so `$(... | run.py)` gets the file.
         self._answer("\n".join([header + result.text, *paths]) if self.interactive else paths[0])
 
-    async def _drop_exports(self, result: CommandResult) -> CommandResult:
+    async def _drop_saved_files(self, result: CommandResult) -> CommandResult:
         """Delete the my-data exports and timeline pictures this terminal saved: they
         quote or name members, so a forgotten member's words or name would stay in the
         data directory. Which member a forget-user named is the runtime's business, so

@@ -88,6 +88,8 @@ class Command(BaseModel):
     #: The handler writes the moderator log itself (it must leave out the member a
     #: `forget-user` names, and keep the reason it parses).
     audits_itself: bool = False
+    #: Once confirmed, it forgets a member: an adapter drops what it saved of members.
+    forgets: bool = False
 
     def needs_moderator(self, args: tuple[str, ...] = ()) -> bool:
         if self.access is Access.MODERATORS_TO_CHANGE:
@@ -284,6 +286,7 @@ COMMANDS: tuple[Command, ...] = (
             ),
         ),
         private=True,
+        forgets=True,
     ),
     Command(
         name="forget-user",
@@ -306,6 +309,7 @@ COMMANDS: tuple[Command, ...] = (
         access=Access.MODERATORS,
         private=True,
         audits_itself=True,
+        forgets=True,
     ),
     Command(name="help", summary="this list", description="What the /sonality commands do"),
 )
