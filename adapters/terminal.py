@@ -104,6 +104,7 @@ class TerminalAdapter:
         self.history_path = settings.data_dir / HISTORY_FILE
         self.data_dir = settings.data_dir
         self._closed = False
+        self._history_cleared = False
 
     async def start(self) -> None:
         if self.interactive:
@@ -119,12 +120,19 @@ class TerminalAdapter:
         from prompt_toolkit.input import create_input
         from prompt_toolkit.output import create_output
 
-        session: PromptSession[str] = PromptSession(
-            history=FileHistory(str(_private_file(self.history_path))),
-            input=create_input(self.stdin),
-            output=create_output(self.stdout),
-        )
+        terminal_in, terminal_out = create_input(self.stdin), create_output(self.stdout)
+
+        def new_session() -> PromptSession[str]:
+            return PromptSession(
+                history=FileHistory(str(_private_file(self.history_path))),
+                input=terminal_in,
+                output=terminal_out,
+            )
+
+        session = new_session()
         while not self._closed:
+            if self._history_cleared:  # a forget emptied the file: Up must not recall it
+                session, self._history_cleared = new_session(), False
             try:
                 line = await session.prompt_async(
                     f"{self.user.name}> ",
@@ -282,19 +290,26 @@ class TerminalAdapter:
         self._answer("\n".join([header + result.text, *paths]) if self.interactive else paths[0])
 
     async def _drop_saved_files(self, result: CommandResult) -> CommandResult:
-        """Delete the my-data exports and timeline pictures this terminal saved: they
-        quote or name members, so a forgotten member's words or name would stay in the
-        data directory. Which member a forget-user named is the runtime's business, so
-        every such file goes; asking again makes a new one."""
+        """Delete the my-data exports and timeline pictures this terminal saved, and
+        empty its input history: they quote or name members, so a forgotten member's
+        words or name would stay in the data directory. Which member a forget-user named
+        is the runtime's business, and the history does not record who typed a line
+        (`/as` switches), so all of it goes; asking again makes a new file."""
         dropped = await asyncio.to_thread(
             _drop_files,
             self.data_dir,
             (f"{MY_DATA_FILE_PREFIX}*.json", f"{TIMELINE_FILE_PREFIX}*.png"),
         )
-        if not dropped:
-            return result
-        note = f"(Deleted {dropped} saved my-data or timeline file(s) from the data directory.)"
-        return result.model_copy(update={"text": f"{result.text}\n{note}"})
+        cleared = await asyncio.to_thread(_empty_file, self.history_path)
+        self._history_cleared = True  # the editor's copy in memory too, before the next line
+        notes = [result.text]
+        if dropped:
+            notes.append(
+                f"(Deleted {dropped} saved my-data or timeline file(s) from the data directory.)"
+            )
+        if cleared:
+            notes.append("(Cleared the terminal's input history: Up recalls nothing typed before.)")
+        return result.model_copy(update={"text": "\n".join(notes)})
 
     async def _save(self, attachment: Attachment) -> Path:
         """A command's file in the data directory (e.g. data/timeline-v42.png), replacing
@@ -489,6 +504,17 @@ def _pieces(word: str, room: int) -> list[str]:
             piece = ""
         piece += char
     return [*pieces, piece]
+
+
+def _empty_file(path: Path) -> bool:
+    """Truncate `path` in place (its owner-only mode stays); whether it held anything."""
+    try:
+        with path.open("r+b") as fh:
+            held = fh.read(1) != b""
+            fh.truncate(0)
+    except FileNotFoundError:
+        return False
+    return held
 
 
 def _drop_files(directory: Path, patterns: Sequence[str]) -> int:

@@ -147,6 +147,41 @@ async def test_arrow_keys_edit_the_line_and_up_recalls_the_previous_one(
     assert "hello world" in (tmp_path / "data" / "terminal_history").read_text()
 
 
+async def test_a_forget_empties_the_input_history_on_disk_and_in_the_editor(
+    tmp_path: Path, anthropic_server
+) -> None:
+    """The history holds what members said (whoever `/as` made the operator): after a
+    forget, neither the file nor Up may bring a line typed before it back."""
+    history = tmp_path / "data" / "terminal_history"
+    proc, screen, controller = await start_at_terminal(tmp_path, anthropic_server)
+    try:
+        at = await screen.wait_for(PROMPT)
+        os.write(controller, b"zebras are my secret" + ENTER)
+        at = await screen.answered(at)
+        os.write(controller, b"/sonality forget-me" + ENTER)
+        at = await screen.wait_for(PROMPT, await screen.wait_for(b"forget-me confirm", at))
+        assert "zebras" in history.read_text()
+        os.write(controller, b"/sonality forget-me confirm" + ENTER)
+        at = await screen.wait_for(PROMPT, await screen.wait_for(b"input history", at))
+        assert "zebras" not in history.read_text()
+        since = len(chat_requests(anthropic_server))
+        # Before the fix, three steps up were the secret line, sent again by Enter.
+        os.write(controller, UP * 3 + ENTER)
+        at = await screen.wait_for(PROMPT, at)
+        os.write(controller, b"after the forget" + ENTER)
+        await screen.answered(at)
+        sent = [r.last_user_text for r in chat_requests(anthropic_server)[since:]]
+        assert len(sent) == 1
+        assert "after the forget" in sent[0]
+        assert "zebras" not in sent[0]
+        os.write(controller, CTRL_D)
+        assert await asyncio.wait_for(proc.wait(), 60) == 0
+    finally:
+        await stop(proc, screen, controller)
+    assert "zebras" not in history.read_text()
+    assert history.stat().st_mode & 0o777 == 0o600
+
+
 @pytest.mark.parametrize("how", ["Ctrl-C typed", "SIGINT"])
 async def test_the_editor_ends_on_ctrl_c(tmp_path: Path, anthropic_server, how: str) -> None:
     """Typed, Ctrl-C is a key the editor reads; sent as a signal (kill -INT) it goes to
