@@ -327,12 +327,11 @@ class TerminalAdapter:
         status = self.runtime.learning_status(COMMUNITY.id)
         if not status:
             return
-        line = "  · " + status
         if self.interactive:
             width = self._columns()
-            self._print(line if width is None else fit_to_width(line, width))
+            self._print("  · " + status if width is None else fit_status(status, width))
         else:
-            print(line, file=self.stderr, flush=True)
+            print("  · " + status, file=self.stderr, flush=True)
 
     def _finish_stream(self, shown: str, reply: Reply, screen: WrappedStream) -> None:
         """End a streamed answer: what the reply adds after the shown text (a note on a
@@ -471,6 +470,21 @@ def fit_to_width(text: str, width: int) -> str:
         indent = line[: len(line) - len(body)]
         lines.extend(_wrapped(body, width, indent, indent + "  "))
     return "\n".join(lines)
+
+
+def fit_status(status: str, width: int) -> str:
+    """The status line (fields joined by " · ") at `width` columns, broken only between
+    fields: broken between words, "beliefs" ended one line and its count began the
+    next. A field wider than a line is then broken between words after all."""
+    fields = status.split(" · ")
+    lines, line = [], "  · " + fields[0]
+    for field in fields[1:]:
+        if cell_len(line) + cell_len(" · " + field) <= width or width < 20:
+            line += " · " + field
+        else:
+            lines.append(line)
+            line = "    · " + field
+    return fit_to_width("\n".join([*lines, line]), width)
 
 
 def _wrapped(text: str, width: int, first: str, rest: str) -> list[str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.cells import cell_len
 
-from adapters.terminal import WrappedStream, fit_to_width
+from adapters.terminal import WrappedStream, fit_status, fit_to_width
 
 HISTORY = (
     "[History]\n"
@@ -35,6 +35,28 @@ def test_a_continuation_is_indented_past_its_lines_own_indent() -> None:
 def test_a_text_that_fits_or_a_tiny_terminal_is_left_alone() -> None:
     assert fit_to_width(HISTORY, 500) == HISTORY
     assert fit_to_width(HISTORY, 10) == HISTORY
+
+
+STATUS = "ESS 0.02, no argument, on small_talk · v1 · staged 0 · insights 0 · beliefs 0"
+
+
+def test_the_status_line_breaks_between_its_fields_only() -> None:
+    # 81 columns with its "  · ": broken between words, "beliefs" and its "0" parted.
+    assert fit_status(STATUS, 80).split("\n") == [
+        "  · ESS 0.02, no argument, on small_talk · v1 · staged 0 · insights 0",
+        "    · beliefs 0",
+    ]
+    assert fit_status(STATUS, 81) == "  · " + STATUS
+    lines = fit_status(STATUS, 30).split("\n")
+    assert all(cell_len(line) <= 30 for line in lines), lines
+    # The first field alone is wider than 30 columns: it is broken between words.
+    assert lines == [
+        "  · ESS 0.02, no argument, on",
+        "    small_talk",
+        "    · v1 · staged 0",
+        "    · insights 0 · beliefs 0",
+    ]
+    assert fit_status(STATUS, 10) == "  · " + STATUS  # too narrow to wrap usefully
 
 
 REPLY = (
