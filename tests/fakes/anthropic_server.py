@@ -30,6 +30,10 @@ refreshed on every hit; `"ttl": "1h"` for an hour), found at a breakpoint or up 
 blocks before one; a write covers what lies between the read and the last breakpoint.
 Tokens are estimated as one per 4 characters of each block.
 
+Turns follow its rules for roles and text (`_invalid_turns`): "user" or "assistant"
+only, no empty content, no text block that is empty or only whitespace, in the messages
+or the system prompt; the real API refuses each with a 400.
+
 Images follow Anthropic's rules for `image` blocks with a base64 source: a user turn
 only; media type one of JPEG, PNG, GIF, WebP and the one the bytes really are; valid
 base64; at most 5 MB of base64 text; at most 8000 pixels a side (2000 once a request
@@ -868,6 +872,52 @@ def _id(prefix: str) -> str:
     return prefix + uuid.uuid4().hex[:24]
 
 
+def _invalid_turns(body: dict[str, Any]) -> str | None:
+    """The API's rules for roles and text: a role is "user" or "assistant" (consecutive
+    turns of one role are merged, and the first may be either); a message's content is
+    not empty, and no text block is empty or only whitespace, in the messages or the
+    system prompt (the one exception: a last assistant turn, a prefill, may be empty but
+    may not end in whitespace)."""
+    messages: list[Any] = body["messages"]
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
+            return f"messages.{i}.role: Input should be 'user' or 'assistant'"
+        content = message.get("content")
+        prefill = i == len(messages) - 1 and message["role"] == "assistant"
+        texts: list[Any]
+        if isinstance(content, str):
+            texts = [content]
+        elif isinstance(content, list):
+            texts = [
+                b.get("text") for b in content if isinstance(b, dict) and b.get("type") == "text"
+            ]
+        else:
+            return f"messages.{i}.content: Input should be a valid string or list"
+        if not content:
+            if prefill:
+                continue
+            return (
+                f"messages.{i}: all messages must have non-empty content except for the "
+                "optional final assistant message"
+            )
+        for text in texts:
+            if not isinstance(text, str) or not text:
+                return "messages: text content blocks must be non-empty"
+            if not text.strip():
+                return "messages: text content blocks must contain non-whitespace text"
+            if prefill and text != text.rstrip():
+                return "messages: final assistant content cannot end with trailing whitespace"
+    system = body.get("system")
+    blocks = [system] if isinstance(system, str) and system else system or []
+    for block in blocks if isinstance(blocks, list) else []:
+        text = block if isinstance(block, str) else block.get("text")
+        if not isinstance(text, str) or not text:
+            return "system: text content blocks must be non-empty"
+        if not text.strip():
+            return "system: text content blocks must contain non-whitespace text"
+    return None
+
+
 def _invalid(body: dict[str, Any]) -> str | None:
     """The checks the real API makes that a client bug would trip."""
     if not isinstance(body.get("model"), str) or not body["model"]:
@@ -877,6 +927,9 @@ def _invalid(body: dict[str, Any]) -> str | None:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         return "messages: at least one message is required"
+    turns = _invalid_turns(body)
+    if turns is not None:
+        return turns
     images = _invalid_images(body)
     if images is not None:
         return images

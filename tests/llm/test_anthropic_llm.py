@@ -177,6 +177,47 @@ async def test_more_than_four_cache_marks_are_refused_like_the_real_api(
             )
 
 
+@pytest.mark.parametrize(
+    ("messages", "system", "refusal"),
+    [
+        ([{"role": "user", "content": ""}], None, "all messages must have non-empty content"),
+        ([{"role": "user", "content": [{"type": "text", "text": ""}]}], None, "must be non-empty"),
+        ([{"role": "user", "content": " \n"}], None, "must contain non-whitespace text"),
+        (
+            [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Sure "}],
+            None,
+            "cannot end with trailing whitespace",
+        ),
+        ([{"role": "system", "content": "hi"}], None, "Input should be 'user' or 'assistant'"),
+        ([{"role": "user", "content": "hi"}], [{"type": "text", "text": ""}], "system: text"),
+    ],
+    ids=["empty", "empty-block", "whitespace", "prefill-space", "system-role", "empty-system"],
+)
+async def test_empty_or_blank_text_is_refused_like_the_real_api(
+    anthropic_server: AnthropicFake, messages: Any, system: Any, refusal: str
+) -> None:
+    async with anthropic.AsyncAnthropic(
+        api_key=FAKE_API_KEY, base_url=anthropic_server.base_url, max_retries=0
+    ) as client:
+        extra = {} if system is None else {"system": system}
+        with pytest.raises(anthropic.BadRequestError, match=refusal):
+            await client.messages.create(
+                model=DEFAULT_MODEL, max_tokens=20, messages=messages, **extra
+            )
+        # What the API does take: merged turns of one role, an assistant turn first, and
+        # an empty prefill last.
+        await client.messages.create(
+            model=DEFAULT_MODEL,
+            max_tokens=20,
+            messages=[
+                {"role": "assistant", "content": "Hello."},
+                {"role": "user", "content": "hi"},
+                {"role": "user", "content": "again"},
+                {"role": "assistant", "content": ""},
+            ],
+        )
+
+
 async def test_call_tool_forces_the_tool_and_returns_its_input(
     anthropic_server: AnthropicFake,
     llm: AnthropicLLM,
