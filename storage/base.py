@@ -379,6 +379,11 @@ RETRY_SQLSTATES = frozenset({"40001", "40P01"})
 """serialization_failure and deadlock_detected: the transaction was rolled back whole
 and running it again is the documented remedy."""
 
+STALE_BORROWS = 3
+"""Borrows in a row that may find a dead connection before an operation gives up: the
+first makes the pool check all its idle ones, so a second finding one means the server
+keeps dropping new connections too."""
+
 SCOPE_LOCKS = 0x534F4E41
 """The first key of every write-scope advisory lock (the second is the scope's hash),
 so they never meet single-key advisory locks taken elsewhere (the migration lock)."""
@@ -493,12 +498,18 @@ class PostgresEngine:
 
     @contextlib.contextmanager
     def _connection(self) -> Iterator[Any]:
+        """A pooled connection, as `pool.connection()` lends one (its transaction ended
+        on return), that has just answered a round trip (`_answering`)."""
         import psycopg
         from psycopg_pool import PoolClosed, PoolTimeout
 
         try:
-            with self.pool.connection() as raw:
-                yield raw
+            raw = self._answering()
+            try:
+                with raw:  # a pooled connection is not closed here, only its transaction
+                    yield raw
+            finally:
+                self.pool.putconn(raw)
         except PoolClosed:
             raise StorageError("the database is closed") from None
         except PoolTimeout:
@@ -507,6 +518,36 @@ class PostgresEngine:
             if exc.sqlstate in RETRY_SQLSTATES:
                 raise
             raise StorageError(f"PostgreSQL at {self.where}: {first_line(exc)}") from exc
+
+    def _answering(self) -> Any:
+        """A connection from the pool that answers an empty query.
+
+        Why not the pool's own `check`: after a server restart or a failover every idle
+        connection is dead, and psycopg_pool (3.3) tries them one at a time, pausing 1,
+        2, 4, 8, 16 s between tries; with the 8 of a grown pool the operation ran into
+        the pool's 30 s timeout and failed. Here the first dead one makes the pool test
+        every idle connection at once (`pool.check`, which drops the dead and opens new
+        ones), and the next borrow gets a new connection without a pause.
+        """
+        from psycopg_pool import ConnectionPool
+
+        for _ in range(STALE_BORROWS):
+            raw = self.pool.getconn()
+            try:
+                ConnectionPool.check_connection(raw)
+            except Exception as exc:
+                self.pool.putconn(raw)  # a broken connection is closed and replaced
+                log.warning(
+                    "PostgreSQL at %s: a pooled connection was dead (%s); checking the rest",
+                    self.where,
+                    first_line(exc),
+                )
+                self.pool.check()
+                continue
+            return raw
+        raise StorageError(
+            f"PostgreSQL at {self.where}: {STALE_BORROWS} connections in a row were dead"
+        )
 
     async def close(self) -> None:
         if self._busy:
