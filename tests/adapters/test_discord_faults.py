@@ -5,10 +5,12 @@ and texts reach the runtime as valid, bounded text."""
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 from typing import Any
 
+import discord
 import discord.client
 import discord.shard
 import discord.utils
@@ -192,3 +194,26 @@ async def test_without_orjson_bad_text_and_long_names_are_cleaned_at_the_edge(
     assert len(topic) == 1000 and set(topic) == {"x", "\ufffd"}
     for text in (message.text, message.user.name, message.community.name, topic):
         text.encode("utf-8")  # raises on a lone surrogate
+
+
+# --------------------------------------------------------------------------- the fake's rules
+
+
+async def test_the_fake_refuses_an_empty_message_as_discord_does(
+    fake: FakeDiscord, runtime: RecordingRuntime
+) -> None:
+    """Discord answers 50006 to a message of no text (blanks are none) and nothing else,
+    sent or edited to be one; the fake does too, so a bot that sent one would fail here."""
+    _, channel = guild_and_channel(fake)
+    async with running(fake, runtime) as adapter:
+        target = adapter.client.get_channel(channel.id)
+        assert isinstance(target, discord.TextChannel)
+        for blank in ("", " \n "):
+            with pytest.raises(discord.HTTPException) as refused:
+                await target.send(blank)
+            assert (refused.value.status, refused.value.code) == (400, 50006)
+        sent = await target.send("words")
+        with pytest.raises(discord.HTTPException) as refused:
+            await sent.edit(content="  ")
+        assert refused.value.code == 50006
+        await target.send(file=discord.File(io.BytesIO(b"data"), "notes.txt"))  # a file alone

@@ -35,6 +35,10 @@ Facts this server relies on (checked against discord.py 2.7.1):
   webhook (@original edits, follow-ups) works only after that callback and for 15
   minutes. A button press (MESSAGE_COMPONENT, type 3) may also be answered by updating
   the message it is on (callback types 6 and 7), and its @original is that message.
+- A message with no text (blanks are none) and no embed, file, attachment, sticker,
+  component or poll, sent, edited into one, or sent as an interaction answer, is
+  Discord's 400 "Cannot send an empty message" (code 50006); content over 2,000
+  characters is its 400 BASE_TYPE_MAX_LENGTH.
 - A message the bot sends comes back to it as MESSAGE_CREATE (`echo_sent`), and its
   `mentions` are the users it really pinged, by its `allowed_mentions`, not every
   <@id> in the text.
@@ -51,7 +55,7 @@ import math
 import re
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -934,6 +938,8 @@ class FakeDiscord:
             if self._message_faults:
                 status, body, headers = self._message_faults.pop(0)
                 return json_response(body, status=status, headers=headers)
+            if _empty_message(req.json or {}, req.files):
+                return _empty_message_error()
             sent = self._store_sent(int(parts[1]), req.json or {})
             if self.echo_sent:
                 guild = self._guild_of_channel(int(parts[1]))
@@ -968,8 +974,13 @@ class FakeDiscord:
             return json_response(
                 {"message": "Invalid interaction response type", "code": 50035}, status=400
             )
-        interaction.responded = True
         data = body.get("data") or {}
+        if kind == 4 and _empty_message(data, req.files):
+            return _empty_message_error()
+        if kind == 7 and interaction.message is not None:
+            if _empty_message({**interaction.message, **data}, req.files):
+                return _empty_message_error()
+        interaction.responded = True
         if kind in (4, 5):
             flags = int(data.get("flags") or 0) | (128 if kind == 5 else 0)  # 128: loading
             message = self._webhook_message({**data, "flags": flags})
@@ -1013,9 +1024,13 @@ class FakeDiscord:
         if original and method in ("PATCH", "GET"):
             assert interaction.message is not None
             if method == "PATCH":
+                if _empty_message({**interaction.message, **(req.json or {})}, req.files):
+                    return _empty_message_error()
                 self._update(interaction.message, req.json or {})
             return json_response(interaction.message)
         if method == "POST" and len(parts) == 3:  # a follow-up message
+            if _empty_message(req.json or {}, req.files):
+                return _empty_message_error()
             message = self._webhook_message(req.json or {})
             message["channel_id"] = str(interaction.channel_id)
             self.interaction_messages[int(message["id"])] = message
@@ -1073,6 +1088,8 @@ class FakeDiscord:
                 headers=headers,
             )
         content = body.get("content")
+        if _empty_message({**stored, **body}, []):
+            return _empty_message_error(headers)
         if isinstance(content, str) and len(content) > 2000:
             return json_response(
                 {
@@ -1164,3 +1181,18 @@ class FakeDiscord:
             "components": list(body.get("components") or []),
             "webhook_id": str(self.application_id),
         }
+
+
+def _empty_message(message: JSONDict, files: Sequence[tuple[str, bytes]]) -> bool:
+    """What Discord refuses with 50006: a message with no text (spaces and newlines are
+    no text) and no embed, file, attachment, sticker, component or poll."""
+    text = message.get("content")
+    if isinstance(text, str) and text.strip():
+        return False
+    others = ("embeds", "attachments", "sticker_ids", "components", "poll")
+    return not files and not any(message.get(key) for key in others)
+
+
+def _empty_message_error(headers: dict[str, str] | None = None) -> web.Response:
+    body = {"message": "Cannot send an empty message", "code": 50006}
+    return json_response(body, status=400, headers=headers)

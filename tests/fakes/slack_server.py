@@ -10,6 +10,10 @@ this server's host as on Slack's files host: only to `Authorization: Bearer <tok
 a token of the file's workspace with `files:read`. Anything else is answered as Slack
 answers it, with a redirect to the workspace's sign-in page (an HTML page, status 200,
 if followed). Every such request is in `file_requests`.
+
+chat.postMessage checks what Slack checks: blocks against Block Kit's rules
+(`block_errors`: `invalid_blocks`, with Slack's json-pointer messages), and a message
+with no text, blocks or attachments is `no_text`.
 """
 
 from __future__ import annotations
@@ -557,9 +561,11 @@ class FakeSlack:
     ) -> dict[str, Any]:
         if self._identity(token) is None:
             return {"ok": False, "error": "invalid_auth"}
-        _, invalid = _blocks_of(args)
+        blocks, invalid = _blocks_of(args)
         if invalid is not None:
             return invalid
+        if not args.get("text") and not blocks and not args.get("attachments"):
+            return {"ok": False, "error": "no_text"}  # Slack's answer to a message of nothing
         ts = f"{time.time():.6f}"
         return {
             "ok": True,

@@ -341,6 +341,18 @@ async def test_the_fake_refuses_blocks_slack_would_refuse(fake: FakeSlack) -> No
     assert not fake.streams[started["ts"]]["stopped"]  # a refused stop changes nothing
 
 
+async def test_the_fake_refuses_a_message_of_nothing_as_slack_does(fake: FakeSlack) -> None:
+    """chat.postMessage with no text, blocks or attachments is Slack's `no_text`."""
+    client = AsyncWebClient(token=BOT_TOKEN, base_url=fake.base_url)
+    with pytest.raises(SlackApiError) as refused:
+        await client.chat_postMessage(channel="C1", text="")
+    assert refused.value.response["error"] == "no_text"
+    block = [{"type": "section", "text": {"type": "mrkdwn", "text": "hi"}}]
+    with pytest.warns(UserWarning, match="`text` argument is missing"):  # slack_sdk's advice
+        assert (await client.chat_postMessage(channel="C1", blocks=block))["ok"]
+    assert (await client.chat_postMessage(channel="C1", text="hi"))["ok"]
+
+
 async def test_over_socket_mode_a_press_arrives_as_an_interactive_envelope(
     fake: FakeSlack, runtime: RecordingRuntime, store: MemoryStore
 ) -> None:
