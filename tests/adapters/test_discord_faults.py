@@ -206,6 +206,7 @@ async def test_the_fake_refuses_an_empty_message_as_discord_does(
     sent or edited to be one; the fake does too, so a bot that sent one would fail here."""
     _, channel = guild_and_channel(fake)
     async with running(fake, runtime) as adapter:
+        assert adapter.client is not None
         target = adapter.client.get_channel(channel.id)
         assert isinstance(target, discord.TextChannel)
         for blank in ("", " \n "):

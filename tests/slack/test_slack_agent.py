@@ -344,7 +344,7 @@ async def test_the_fake_refuses_blocks_slack_would_refuse(fake: FakeSlack) -> No
 async def test_the_fake_refuses_a_message_of_nothing_as_slack_does(fake: FakeSlack) -> None:
     """chat.postMessage with no text, blocks or attachments is Slack's `no_text`."""
     client = AsyncWebClient(token=BOT_TOKEN, base_url=fake.base_url)
-    with pytest.raises(SlackApiError) as refused:
+    with pytest.raises(SlackApiError) as refused, pytest.warns(UserWarning, match="`text`"):
         await client.chat_postMessage(channel="C1", text="")
     assert refused.value.response["error"] == "no_text"
     block = [{"type": "section", "text": {"type": "mrkdwn", "text": "hi"}}]
