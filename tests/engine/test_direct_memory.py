@@ -158,7 +158,11 @@ async def _forget_while_the_first_delete_runs(
     first = asyncio.create_task(agent.forget_episodes(None, ["m0"]))
     assert await asyncio.to_thread(memory.started.wait, 10)
     rest = [asyncio.create_task(agent.forget_episodes(None, [f"m{i}"])) for i in range(1, 6)]
-    await asyncio.sleep(0.05)  # every one of them is waiting for the first delete
+    for _ in range(100):  # each runs up to the lock the first delete holds, in one step
+        if len(agent._unforgotten_ids) == 5:
+            break
+        await asyncio.sleep(0)
+    assert len(agent._unforgotten_ids) == 5, "the five forgets did not all wait"
     memory.release.set()
     return await asyncio.gather(first, *rest, return_exceptions=True)
 

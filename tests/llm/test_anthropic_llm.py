@@ -204,8 +204,13 @@ async def test_empty_or_blank_text_is_refused_like_the_real_api(
             await client.messages.create(
                 model=DEFAULT_MODEL, max_tokens=20, messages=messages, **extra
             )
-        # What the API does take: merged turns of one role, an assistant turn first, and
-        # an empty prefill last.
+
+
+async def test_turns_the_real_api_takes_are_taken(anthropic_server: AnthropicFake) -> None:
+    """Merged turns of one role, an assistant turn first, and an empty prefill last."""
+    async with anthropic.AsyncAnthropic(
+        api_key=FAKE_API_KEY, base_url=anthropic_server.base_url, max_retries=0
+    ) as client:
         await client.messages.create(
             model=DEFAULT_MODEL,
             max_tokens=20,

@@ -148,10 +148,10 @@ async def test_after_a_restart_a_full_pool_of_dead_connections_costs_one_check(
     and failed."""
     if not backend.postgres:
         pytest.skip("a connection pool is PostgreSQL's")
-    # Eight reads at once, each holding its connection: the pool grows to its 8.
-    await asyncio.gather(
-        *(db._run_read(lambda c: fetchone(c, "SELECT pg_sleep(0.3)")) for _ in range(8))
-    )
+    # Eight reads, each holding its connection until all eight hold one: the pool grows
+    # to its 8.
+    together = threading.Barrier(8)
+    await asyncio.gather(*(db._run_read(lambda c: together.wait(30)) for _ in range(8)))
     pool = db._engine.pool  # type: ignore[attr-defined]
     assert pool.get_stats()["pool_size"] == 8
     backend.run(
