@@ -476,10 +476,12 @@ def fit_status(status: str, width: int) -> str:
     """The status line (fields joined by " · ") at `width` columns, broken only between
     fields: broken between words, "beliefs" ended one line and its count began the
     next. A field wider than a line is then broken between words after all."""
+    if width < 20:
+        return "  · " + status  # too narrow to wrap usefully, as in `fit_to_width`
     fields = status.split(" · ")
     lines, line = [], "  · " + fields[0]
     for field in fields[1:]:
-        if cell_len(line) + cell_len(" · " + field) <= width or width < 20:
+        if cell_len(line) + cell_len(" · " + field) <= width:
             line += " · " + field
         else:
             lines.append(line)
