@@ -38,6 +38,7 @@ from storage import Database
 from tests.chroma_server import ChromaServer, chroma_server  # noqa: F401 (fixture)
 from tests.fakes.anthropic_server import AnthropicFake, Delay, RecordedRequest, Text
 from tests.fakes.slack_server import FakeSlack, post_signed
+from tests.forked_bot import ChildProcess
 from tests.integration.conftest import (
     A,
     command,
@@ -81,7 +82,7 @@ def free_port() -> int:
 
 @dataclass
 class BotProcess:
-    proc: asyncio.subprocess.Process
+    proc: ChildProcess
     port: int
     out: Output
     err: Output

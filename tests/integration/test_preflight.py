@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ from tests.fakes.anthropic_fixtures import FAKE_API_KEY
 from tests.fakes.anthropic_server import AnthropicFake, Fault
 from tests.fakes.openai_fixtures import FAKE_OPENAI_KEY
 from tests.fakes.openai_server import OpenAIFake
+from tests.forked_bot import start_module
 from tests.integration.conftest import make_settings
 from tests.integration.test_process import bot_env
 
@@ -84,16 +84,7 @@ class Ended:
 
 
 async def run(env: dict[str, str], cwd: Path, stdin: bytes = b"") -> Ended:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "app",
-        cwd=cwd,
-        env=env,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
+    proc = await start_module("app", cwd=cwd, env=env)  # forked: tests/forked_bot.py
     out, err = await asyncio.wait_for(proc.communicate(stdin), 120)
     return Ended(proc.returncode, out.decode(), err.decode())
 

@@ -19,6 +19,7 @@ from storage.db import open_database
 from tests.checkout import importing_this_checkout
 from tests.fakes.anthropic_fixtures import FAKE_API_KEY
 from tests.fakes.anthropic_server import Delay, Text
+from tests.forked_bot import ChildProcess, start_module
 from tests.integration.conftest import MODEL_CACHE, ess_requests, eventually, make_settings
 from tests.stack import Stack, on_every_stack
 
@@ -66,12 +67,13 @@ async def _start_bot(
     on: Stack | None = None,
     /,
     **extra_env: str,
-) -> asyncio.subprocess.Process:
-    """`python -m app` on the loopback Anthropic fake; `on` puts it on a test stack."""
+) -> ChildProcess:
+    """`python -m app` on the loopback Anthropic fake; `on` puts it on a test stack.
+
+    Forked from the preloaded Python (tests/forked_bot.py): the program as it runs,
+    without paying the libraries' import again; tests of the start itself spawn."""
     stack_env = {} if on is None else on.settings(data_dir)
-    return await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
+    return await start_module(
         "app",
         cwd=cwd,
         env=bot_env(
@@ -81,8 +83,6 @@ async def _start_bot(
             **{**stack_env, **extra_env},
         ),
         stdin=stdin,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
     )
 
 
