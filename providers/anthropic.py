@@ -44,7 +44,7 @@ from anthropic.types import (
 )
 from anthropic.types import Usage as SDKUsage
 
-from providers import HOSTED_TIMEOUT_SECONDS, OutputCap, capped
+from providers import HOSTED_TIMEOUT_SECONDS, OutputCap, capped, shared_tls_context
 from sonality import config
 from sonality.llm import (
     ChatTurn,
@@ -95,7 +95,7 @@ class AnthropicLLM(LLMClient):
             # The SDK's aiohttp transport: 3.5 instead of 5.2 ms of event-loop CPU per
             # call under 100 chatting communities (the default pool rescans every
             # connection on every request). Retries and timeouts are still the SDK's.
-            http_client=anthropic.DefaultAioHttpClient(),
+            http_client=anthropic.DefaultAioHttpClient(verify=shared_tls_context()),
         )
         if not (self._client.api_key or self._client.auth_token or self._client.credentials):
             raise ValueError("no Anthropic API key: pass api_key or set ANTHROPIC_API_KEY")

@@ -61,7 +61,14 @@ from openai.types.chat import (
 from openai.types.chat.chat_completion_message import ChatCompletionMessage
 from openai.types.shared_params import FunctionDefinition, ResponseFormatJSONSchema
 
-from providers import DEFAULT_MODELS, HOSTED_TIMEOUT_SECONDS, OutputCap, capped, connection_failure
+from providers import (
+    DEFAULT_MODELS,
+    HOSTED_TIMEOUT_SECONDS,
+    OutputCap,
+    capped,
+    connection_failure,
+    shared_tls_context,
+)
 from providers.levels import LevelMemory
 from sonality.llm import (
     ChatTurn,
@@ -141,7 +148,7 @@ class OpenAILLM(LLMClient):
             max_retries=max_retries,
             timeout=timeout,
             # The SDK's aiohttp transport, as in `AnthropicLLM`: cheaper on the event loop.
-            http_client=openai.DefaultAioHttpClient(),
+            http_client=openai.DefaultAioHttpClient(verify=shared_tls_context()),
         )
         # The SDK's own way to send a request without credentials: omit the header
         # explicitly, per request (a client-wide default header does not count).
