@@ -60,6 +60,12 @@ def reflect(state: SpongeState, rng: random.Random) -> str:
     return "reflection"
 
 
+def copied(state: SpongeState) -> SpongeState:
+    """A deep copy through pydantic's JSON (as the store keeps it): 5 times cheaper than
+    `model_copy(deep=True)` on a large state, which cost these tests 12 s of CPU."""
+    return SpongeState.model_validate_json(state.model_dump_json())
+
+
 async def play(db: Database, seed: int, steps: int) -> dict[int, SpongeState]:
     """A scripted history of chat, arguments, reflections and rollbacks; returns each
     version's state as committed."""
@@ -67,7 +73,7 @@ async def play(db: Database, seed: int, steps: int) -> dict[int, SpongeState]:
     store = db.community(CID)
     state = SpongeState()
     await store.commit(StateCommit(state=state, cause="seed", change="seed"))
-    committed = {0: state.model_copy(deep=True)}
+    committed = {0: copied(state)}
     for _ in range(steps):
         roll = rng.random()
         if roll < 0.05 and len(committed) > 2:
@@ -77,12 +83,12 @@ async def play(db: Database, seed: int, steps: int) -> dict[int, SpongeState]:
             loaded.interaction_count = state.interaction_count
             state, cause = loaded, "rollback"
         else:
-            state = state.model_copy(deep=True)
+            state = copied(state)
             step = chat if roll < 0.75 else argue if roll < 0.93 else reflect
             cause = step(state, rng)
         state.version = len(committed)
         await store.commit(StateCommit(state=state, cause=cause, change=cause))
-        committed[state.version] = state.model_copy(deep=True)
+        committed[state.version] = copied(state)
     return committed
 
 
@@ -155,7 +161,7 @@ async def test_a_chat_commit_stores_far_less_than_the_full_state(
     store = db.community(CID)
     state = big_state()
     await store.commit(StateCommit(state=state, cause="seed", change="seed"))
-    state = state.model_copy(deep=True)
+    state = copied(state)
     state.version = 1
     chat(state, random.Random(0))
     await store.commit(StateCommit(state=state, cause="interaction", change="chat"))
@@ -171,7 +177,7 @@ async def test_a_seed_and_a_rollback_are_keyframes(db: Database, backend: Backen
     state = big_state()
     await store.commit(StateCommit(state=state, cause="seed", change="seed"))
     for version, cause in ((1, "interaction"), (2, "rollback"), (3, "interaction")):
-        state = state.model_copy(deep=True)
+        state = copied(state)
         state.version = version
         state.interaction_count += 1
         await store.commit(StateCommit(state=state, cause=cause, change=cause))
@@ -183,7 +189,7 @@ async def test_the_chain_is_cut_after_max_chain_patches(db: Database, backend: B
     state = big_state(150)  # so large that the size rule does not cut the chain first
     await store.commit(StateCommit(state=state, cause="seed", change="seed"))
     for version in range(1, MAX_CHAIN + 3):
-        state = state.model_copy(deep=True)
+        state = copied(state)
         state.version = version
         state.interaction_count += 1
         await store.commit(StateCommit(state=state, cause="interaction", change="tick"))
@@ -200,7 +206,7 @@ async def test_a_store_that_did_not_commit_the_previous_version_writes_a_keyfram
     state = SpongeState()
     await one.commit(StateCommit(state=state, cause="seed", change="seed"))
     for version, writer in ((1, one), (2, two), (3, one), (4, one)):
-        state = state.model_copy(deep=True)
+        state = copied(state)
         state.version = version
         state.interaction_count += 1
         await writer.commit(StateCommit(state=state, cause="interaction", change="x"))
@@ -219,7 +225,7 @@ async def test_a_commit_that_fails_midway_leaves_the_chain_as_it_was(
     state = big_state()
     await store.commit(StateCommit(state=state, cause="seed", change="seed"))
     await store.record_interaction(record("i1"))
-    nxt = state.model_copy(deep=True)
+    nxt = copied(state)
     nxt.version = 1
     chat(nxt, random.Random(1))
 
