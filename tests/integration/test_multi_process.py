@@ -423,7 +423,8 @@ async def test_two_processes_reflect_each_community_once_at_the_nightly_time(
         # The model is slow (the checks at start do not call it): a nightly run lasts
         # seconds, so two processes that both ran the job would overlap.
         two_bots.anthropic.latency = 0.5
-        pair = await start_both_for_nightly(two_bots, db, teams, max(15.0, 2 * start_seconds))
+        # Twice what a start took, at least 8 s; a late start retries further ahead.
+        pair = await start_both_for_nightly(two_bots, db, teams, max(8.0, 2 * start_seconds))
         outcomes = [await nightly_outcome(bot) for bot in pair.bots]
 
         # Both jobs have ended: what the database holds now is the whole result.
