@@ -155,11 +155,22 @@ _preloaded: _Preloaded | None = None
 
 def _the_preloaded() -> _Preloaded | None:
     global _preloaded
-    if not hasattr(os, "pidfd_open") or not hasattr(socket, "send_fds"):
-        return None
     if _preloaded is None:
+        if not _can_fork_here():
+            return None
         _preloaded = _Preloaded()
     return _preloaded
+
+
+def _can_fork_here() -> bool:
+    """Linux 5.3 or later (pidfd_open), where the preloaded Python can watch its children."""
+    if not hasattr(os, "pidfd_open") or not hasattr(socket, "send_fds"):
+        return False
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except OSError:  # an older kernel: ENOSYS
+        return False
+    return True
 
 
 async def start_module(
@@ -185,6 +196,7 @@ async def start_module(
     given: list[int] = []  # the child's descriptors, sent to the preloaded Python
     made: list[int] = []  # those opened here, closed once sent
     ours: list[int] = []  # our ends of the pipes (-1: none)
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         for index, stream in enumerate((stdin, stdout, stderr)):
             child_end, our_end = _ends(stream, reading=index == 0)
@@ -193,11 +205,11 @@ async def start_module(
             if stream in (PIPE, DEVNULL):
                 made.append(child_end)
         request = {"module": module, "args": list(args), "cwd": str(cwd), "env": scrubbed}
-        conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         conn.connect(str(preloaded.socket))
         socket.send_fds(conn, [json.dumps(request).encode()], given)
         answer = conn.recv(64).decode()
     except BaseException:
+        conn.close()
         for fd in ours:
             if fd >= 0:
                 os.close(fd)

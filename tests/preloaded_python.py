@@ -175,7 +175,8 @@ def _stream(fd: int, mode: str, errors: str, unbuffered: bool) -> io.TextIOWrapp
     tty = raw.isatty()
     return io.TextIOWrapper(
         buffer,
-        encoding=os.environ.get("PYTHONIOENCODING", "utf-8").split(":")[0] or "utf-8",
+        # PYTHONIOENCODING's, else the locale's, as this program's own streams got it
+        encoding=os.environ.get("PYTHONIOENCODING", "").split(":")[0] or _REPLACED[fd].encoding,
         errors=errors,
         line_buffering=tty or fd == 2,  # stderr is line-buffered since Python 3.9
         write_through=unbuffered and mode == "w",
