@@ -181,15 +181,17 @@ async def start_module(
     stdin: Stream = PIPE,
     stdout: Stream = PIPE,
     stderr: Stream = PIPE,
+    umask: int = -1,
 ) -> ChildProcess:
-    """`python -m module args` with these streams: forked when it can be, else spawned."""
+    """`python -m module args` with these streams (and `umask`, as asyncio takes it):
+    forked when it can be, else spawned."""
     preloaded = _the_preloaded()
     # What a fresh `python -m app` runs under once it has restarted itself scrubbed.
     scrubbed = scrubbing_environment(env)
     if preloaded is None or not preloaded.takes(scrubbed):
         return await asyncio.create_subprocess_exec(
             sys.executable, "-m", module, *args,
-            cwd=cwd, env=dict(env), stdin=stdin, stdout=stdout, stderr=stderr,
+            cwd=cwd, env=dict(env), stdin=stdin, stdout=stdout, stderr=stderr, umask=umask,
         )  # fmt: skip
     await asyncio.to_thread(preloaded.wait_ready)
     loop = asyncio.get_running_loop()
@@ -204,7 +206,13 @@ async def start_module(
             ours.append(our_end)
             if stream in (PIPE, DEVNULL):
                 made.append(child_end)
-        request = {"module": module, "args": list(args), "cwd": str(cwd), "env": scrubbed}
+        request = {
+            "module": module,
+            "args": list(args),
+            "cwd": str(cwd),
+            "env": scrubbed,
+            "umask": umask,
+        }
         conn.connect(str(preloaded.socket))
         socket.send_fds(conn, [json.dumps(request).encode()], given)
         answer = conn.recv(64).decode()

@@ -10,7 +10,7 @@ from that child's place). Nothing of the project is imported here.
 
 Run as `python -m tests.preloaded_python SOCKET` (tests/forked_bot.py does, once per
 test process). A request on the socket (SOCK_SEQPACKET) is one JSON message
-{"module", "args", "cwd", "env"} carrying three descriptors for stdin, stdout and
+{"module", "args", "cwd", "env", "umask"} carrying three descriptors for stdin, stdout and
 stderr; the answer is `pid N` once forked and `exit CODE` when that child ends (the
 code negative for a signal, as `asyncio` gives it). End of input on this program's
 stdin (the test process is gone) ends it and kills the children still running.
@@ -147,6 +147,8 @@ def serve(path: str) -> dict[str, Any]:
 def become(job: dict[str, Any]) -> None:
     """Take the request's place, environment, arguments and streams, as `-m` would."""
     os.chdir(job["cwd"])
+    if job.get("umask", -1) >= 0:  # as asyncio's `umask=`: else this program's own
+        os.umask(job["umask"])
     os.environ.clear()
     os.environ.update(job["env"])
     sys.path[0] = os.getcwd()  # `python -m` puts the working directory first

@@ -24,9 +24,10 @@ if mode == "wait":
 if mode == "fail":
     raise RuntimeError("the probe failed")
 loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("app", "bot", "sonality"))
+umask = os.umask(0)
 print(json.dumps({
     "argv": sys.argv, "cwd": os.getcwd(), "path0": sys.path[0],
-    "setting": os.environ.get("PROBE_SETTING"), "project_loaded": loaded,
+    "setting": os.environ.get("PROBE_SETTING"), "project_loaded": loaded, "umask": umask,
     "stdin": sys.stdin.read(),
 }))
 print("to stderr", file=sys.stderr)
@@ -43,7 +44,7 @@ async def test_a_forked_child_takes_the_place_arguments_environment_and_streams(
 ) -> None:
     (tmp_path / "probe.py").write_text(PROBE)
     proc = await start_module(
-        "probe", "one", cwd=tmp_path, env=_env(PROBE_SETTING="x", PROBE_EXIT="3")
+        "probe", "one", cwd=tmp_path, env=_env(PROBE_SETTING="x", PROBE_EXIT="3"), umask=0o027
     )
     assert isinstance(proc, ForkedProcess)  # this machine can fork: the spawn is the fallback
     out, err = await asyncio.wait_for(proc.communicate(b"typed in"), 60)
@@ -54,6 +55,7 @@ async def test_a_forked_child_takes_the_place_arguments_environment_and_streams(
     assert seen["cwd"] == seen["path0"] == str(tmp_path)
     assert seen["setting"] == "x"
     assert seen["stdin"] == "typed in"
+    assert seen["umask"] == 0o027
     assert seen["project_loaded"] == []  # the project is imported by the child, not preloaded
 
 

@@ -28,6 +28,7 @@ from chroma_memory.community_store import collection_name_for
 from chroma_memory.server import ServerMemory
 from tests.chroma_server import ChromaServer, free_port, running_chroma_server
 from tests.fakes.anthropic_fixtures import FAKE_API_KEY
+from tests.forked_bot import start_module
 from tests.integration.conftest import (
     BOB,
     A,
@@ -158,9 +159,7 @@ async def test_a_server_that_cannot_be_reached_at_start_is_one_line_and_exit_2(
     """The real `python -m app` (terminal, a message waiting on stdin): no answer, no
     traceback, one line naming the setting."""
     url = f"http://127.0.0.1:{free_port()}"
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
+    proc = await start_module(  # forked: tests/forked_bot.py
         "app",
         cwd=tmp_path,
         env=bot_env(
@@ -169,9 +168,6 @@ async def test_a_server_that_cannot_be_reached_at_start_is_one_line_and_exit_2(
             ANTHROPIC_BASE_URL=anthropic_server.base_url,
             CHROMA_URL=url,
         ),
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
     )
     out, err = await asyncio.wait_for(proc.communicate(b"hello, is anyone there?\n"), 120)
     assert proc.returncode == 2, err.decode()

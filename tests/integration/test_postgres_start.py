@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import sys
 from pathlib import Path
 
 import psycopg
@@ -19,15 +18,14 @@ from app.backup import BackupError, backup, restore
 from storage import Database
 from storage.migrations import SCHEMA_VERSION
 from tests.fakes.anthropic_fixtures import FAKE_API_KEY
+from tests.forked_bot import start_module
 from tests.integration.conftest import make_settings
 from tests.integration.test_process import bot_env
 from tests.pg import PostgresServer
 
 
 async def run_bot(data: Path, base_url: str, database_url: str) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
+    proc = await start_module(  # forked: tests/forked_bot.py
         "app",
         cwd=data.parent,
         env=bot_env(
@@ -36,9 +34,6 @@ async def run_bot(data: Path, base_url: str, database_url: str) -> tuple[int, st
             ANTHROPIC_BASE_URL=base_url,
             DATABASE_URL=database_url,
         ),
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
     )
     out, err = await asyncio.wait_for(proc.communicate(b"hello, is anyone there?\n"), 120)
     assert proc.returncode is not None

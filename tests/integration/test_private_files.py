@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import stat
-import sys
 from pathlib import Path
 
 from tests.fakes.anthropic_fixtures import FAKE_API_KEY
 from tests.fakes.anthropic_server import AnthropicFake
+from tests.forked_bot import start_module
 from tests.integration.conftest import ess_requests
 from tests.integration.test_logging import discord_bot
 from tests.integration.test_process import bot_env
@@ -26,17 +26,8 @@ WORD = "quokkazanzibarish"
 
 async def run_bot(tmp_path: Path, *args: str, stdin: bytes = b"", **env: str) -> tuple[str, str]:
     """`python -m app ...` started with umask 022; (stdout, stderr) after it exits 0."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "app",
-        *args,
-        cwd=tmp_path,
-        env=bot_env(tmp_path / "data", **env),
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        umask=SHELL_UMASK,
+    proc = await start_module(  # forked (tests/forked_bot.py), with the shell's umask
+        "app", *args, cwd=tmp_path, env=bot_env(tmp_path / "data", **env), umask=SHELL_UMASK
     )
     out, err = await asyncio.wait_for(proc.communicate(stdin), 120)
     assert proc.returncode == 0, err.decode()
