@@ -31,6 +31,7 @@ import tempfile
 import time
 from asyncio.streams import FlowControlMixin
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
@@ -45,30 +46,23 @@ STREAM_LIMIT = 2**16
 Stream = int | IO[str] | IO[bytes] | None
 
 
+@dataclass(eq=False)
 class ForkedProcess:
     """A forked child the preloaded Python reports on: pid, streams, exit code."""
 
-    def __init__(
-        self,
-        pid: int,
-        ended: asyncio.Future[int],
-        stdin: asyncio.StreamWriter | None,
-        stdout: asyncio.StreamReader | None,
-        stderr: asyncio.StreamReader | None,
-    ) -> None:
-        self.pid = pid
-        self.stdin = stdin
-        self.stdout = stdout
-        self.stderr = stderr
-        self._ended = ended
-        self.watcher: asyncio.Task[None] | None = None
+    pid: int
+    ended: asyncio.Future[int]  # its exit code, from the preloaded Python's report
+    watcher: asyncio.Task[None]  # reads that report (held here: asyncio holds tasks weakly)
+    stdin: asyncio.StreamWriter | None
+    stdout: asyncio.StreamReader | None
+    stderr: asyncio.StreamReader | None
 
     @property
     def returncode(self) -> int | None:
-        return self._ended.result() if self._ended.done() else None
+        return self.ended.result() if self.ended.done() else None
 
     async def wait(self) -> int:
-        return await asyncio.shield(self._ended)
+        return await asyncio.shield(self.ended)
 
     async def communicate(self, input: bytes | None = None) -> tuple[bytes, bytes]:
         if self.stdin is not None and input is not None:  # as asyncio: None leaves it open
@@ -81,7 +75,7 @@ class ForkedProcess:
         return out, err
 
     def send_signal(self, sig: int) -> None:
-        if self._ended.done():
+        if self.ended.done():
             raise ProcessLookupError(self.pid)  # as asyncio says of an ended process
         os.kill(self.pid, sig)
 
@@ -93,7 +87,7 @@ class ForkedProcess:
 
     def __del__(self) -> None:
         # asyncio kills a child whose transport is dropped while it runs; so do we.
-        if not self._ended.done():
+        if not self.ended.done():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, signal.SIGKILL)
 
@@ -246,9 +240,7 @@ async def start_module(
     writer = await _writer(loop, ours[0]) if ours[0] >= 0 else None
     reader_out = await _reader(loop, ours[1]) if ours[1] >= 0 else None
     reader_err = await _reader(loop, ours[2]) if ours[2] >= 0 else None
-    process = ForkedProcess(pid, ended, writer, reader_out, reader_err)
-    process.watcher = watcher  # asyncio holds tasks weakly
-    return process
+    return ForkedProcess(pid, ended, watcher, writer, reader_out, reader_err)
 
 
 def _ends(stream: Stream, *, reading: bool) -> tuple[int, int]:
