@@ -40,6 +40,7 @@ from sonality.agent import SonalityAgent
 from sonality.llm import LLMClient
 from sonality.store import InteractionRecord
 from storage import Database, StorageError, open_database
+from storage.chroma_log import index_chroma_log
 from storage.models import usage_role
 
 if TYPE_CHECKING:
@@ -204,10 +205,12 @@ async def use_secret_key(db: Database, settings: Settings) -> None:
 def open_memory(settings: Settings) -> MemoryHost:
     """Chroma for every community: a Chroma server with CHROMA_URL, else in this
     process. One client, reopened (embedded only) when too many memory indexes are
-    open."""
+    open; Chroma's write log indexed once its file exists (storage.chroma_log)."""
     if settings.chroma_url is not None:
         return open_server_memory(settings)
-    return LocalMemory(settings.resolved_chroma_dir, max_open=settings.chroma_max_open)
+    memory = LocalMemory(settings.resolved_chroma_dir, max_open=settings.chroma_max_open)
+    index_chroma_log(settings.resolved_chroma_dir)
+    return memory
 
 
 def open_server_memory(settings: Settings) -> MemoryHost:

@@ -17,7 +17,9 @@ Figures:
      capacity it gives (cores ÷ CPU per message); 3b the reply time outside the model
      with messages arriving at half that capacity (see docs/performance.md);
      3m with SONALITY_CHROMA_MAX_OPEN=100, every active community's index open
-     (what the default bound of 32 costs in CPU); 3s the CPU per message
+     (what the default bound of 32 costs in CPU); 3h with 300 memories each to start
+     with; 3k with 900 quiet communities known whose last writes wait in Chroma's
+     write log; 3s the CPU per message
      over two bot processes on PostgreSQL and a Chroma server, the servers' beside
      it (see bench/scale.py)
   4. 1,000 known communities, 100 active: memory of the bot's process
@@ -86,13 +88,17 @@ def _figure_2(work: Path, args: argparse.Namespace) -> None:
     asyncio.run(figure_own_time(work, args.episodes, args.messages))
 
 
-def _capacity(max_open: int | None = None, history: int = 0) -> FigureRun:
+def _capacity(max_open: int | None = None, history: int = 0, quiet: int = 0) -> FigureRun:
     """Figure 3 and its variants: 100 communities, LLM latency 200 ms, cap 32."""
 
     def run(work: Path, args: argparse.Namespace) -> None:
         from bench.run import figure_capacity
 
-        asyncio.run(figure_capacity(work, 100, 0.2, 32, args.seconds, max_open, history=history))
+        asyncio.run(
+            figure_capacity(
+                work, 100, 0.2, 32, args.seconds, max_open, history=history, quiet=quiet
+            )
+        )
 
     return run
 
@@ -200,6 +206,12 @@ FIGURES: tuple[Figure, ...] = (
         "figure 3 with 300 memories in each community to start with (a community after "
         "about 300 messages; figure 3's start with one)",
         _capacity(history=300),
+    ),
+    Figure(
+        "3k",
+        "figure 3 with 900 more communities known, each with 15 memories waiting in "
+        "Chroma's write log (what a long-running bot's log holds)",
+        _capacity(quiet=900),
     ),
     Figure(
         "3s",

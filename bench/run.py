@@ -584,6 +584,12 @@ def embedded_episodes(n: int, embed: EmbeddingFunction[Documents]) -> list[Episo
     ]
 
 
+#: Figure 3k: a quiet community's memories, fewer than Chroma's 32 writes between two
+#: saves of an index (chroma_memory.community_store.SYNC_THRESHOLD), so all of them wait
+#: in Chroma's write log, as a community's last writes do in a long-running bot.
+QUIET_MEMORIES = 15
+
+
 def seed_memories(chroma_dir: Path, community_ids: Sequence[str], per_community: int) -> None:
     """`per_community` memories in each community's collection, as after that many
     messages (figure 3h: what is measured is opening and querying indexes of that size)."""
@@ -605,6 +611,7 @@ async def figure_capacity(
     seconds: float,
     max_open: int | None = None,
     history: int = 0,
+    quiet: int = 0,
 ) -> None:
     """Figure 3: what one message costs the bot in CPU, and how fast it answers when
     the machine is half busy. See docs/performance.md ("Figure 3: capacity") for why
@@ -617,11 +624,16 @@ async def figure_capacity(
     3b: messages arrive at half that capacity (an open loop, as members send them), and
     the reply time outside the model is measured from each message's arrival.
     With `max_open`, Chroma may keep that many collections open (figure 3m); with
-    `history`, each community starts with that many memories (figure 3h)."""
-    data = work / f"capacity-{max_open}-{history}"
+    `history`, each community starts with that many memories (figure 3h); with `quiet`,
+    that many more communities are known, each with `QUIET_MEMORIES` memories that
+    Chroma has not yet saved in an index, and send nothing (figure 3k)."""
+    data = work / f"capacity-{max_open}-{history}-{quiet}"
     groups = [Community(id=f"bench:c{i}", name=f"c{i}") for i in range(communities)]
     if history:
         await asyncio.to_thread(seed_memories, data / "chromadb", [c.id for c in groups], history)
+    if quiet:
+        known = [f"bench:q{i}" for i in range(quiet)]
+        await asyncio.to_thread(seed_memories, data / "chromadb", known, QUIET_MEMORIES)
     load = os.getloadavg()[0]  # the machine is shared: say how busy it was
     extra: dict[str, Any] = {} if max_open is None else {"SONALITY_CHROMA_MAX_OPEN": max_open}
     with llm_server(latency) as url:
@@ -637,6 +649,8 @@ async def figure_capacity(
     setting = "" if max_open is None else f", SONALITY_CHROMA_MAX_OPEN={max_open}"
     if history:
         setting += f", {history} memories each to start with"
+    if quiet:
+        setting += f", {quiet:,} more communities known ({QUIET_MEMORIES} unsaved memories each)"
     report(
         f"3a. bot CPU per answered message, {communities} active communities{setting}",
         f"{fmt_ms(busy.cpu_per_reply)} ({busy.cpu:.1f} s CPU over {busy.replies} replies "
