@@ -20,6 +20,7 @@ file is its operator's (docs/scaling.md).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sqlite3
 from pathlib import Path
@@ -43,9 +44,8 @@ def index_chroma_log(chroma_dir: Path, *, timeout_seconds: float = 30.0) -> bool
     if not path.is_file():
         return False
     try:
-        with sqlite3.connect(path, timeout=timeout_seconds) as conn:
+        with contextlib.closing(sqlite3.connect(path, timeout=timeout_seconds)) as conn, conn:
             conn.execute(_CREATE)
-        conn.close()
     except sqlite3.Error as err:
         log.warning("could not index Chroma's write log in %s (%s): recalls read more", path, err)
         return False
