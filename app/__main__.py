@@ -31,6 +31,8 @@ def main(argv: list[str] | None = None) -> int:
         os.execv(sys.executable, [sys.executable, "-m", "evaluate", *args[1:]])
     from app.backup import COMMANDS as BACKUP_COMMANDS
     from app.backup import run_command as run_backup_command
+    from app.chroma_log_command import COMMAND as CHROMA_LOG_COMMAND
+    from app.chroma_log_command import run_command as run_chroma_log_command
     from app.cli import HEALTHCHECK_COMMAND, parse_args
     from app.move_data import COMMAND as MIGRATE_COMMAND
     from app.move_data import run_command as run_migrate_command
@@ -41,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_backup_command(parsed)
     if parsed.command == MIGRATE_COMMAND:  # SQLite + local Chroma -> servers: app/move_data.py
         return run_migrate_command(parsed)
+    if parsed.command == CHROMA_LOG_COMMAND:  # a Chroma server's files: app/chroma_log_command.py
+        return run_chroma_log_command(parsed)
     if parsed.command == HEALTHCHECK_COMMAND:  # ask the running bot's /healthz
         from app.healthcheck import main as healthcheck
 

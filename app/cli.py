@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 
 from app.backup import add_commands as add_backup_commands
+from app.chroma_log_command import add_command as add_chroma_log_command
 from app.invocation import program
 from app.move_data import add_command as add_migrate_command
 from bot.settings import Settings
@@ -96,6 +97,7 @@ def build_parser() -> tuple[
     )
     add_backup_commands(commands)  # backup DEST, restore SOURCE (app/backup.py)
     add_migrate_command(commands)  # migrate --to-database URL --to-chroma URL (app/move_data.py)
+    add_chroma_log_command(commands)  # index-chroma-log PATH (app/chroma_log_command.py)
     commands.add_parser(
         HEALTHCHECK_COMMAND,
         help="ask the running bot's /healthz (exit 0 healthy, 1 not)",
