@@ -47,7 +47,10 @@ def run_command(args: argparse.Namespace) -> int:
         )
         return 2
     if not index_chroma_log(database.parent):
-        print(f"{COMMAND}: {database} was left as it was (the warning above says why)")
+        print(
+            f"{COMMAND}: {database} was left as it was (the warning above says why)",
+            file=sys.stderr,
+        )
         return 1
     print(f"Chroma's write log in {database} is indexed by collection")
     return 0

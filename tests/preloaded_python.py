@@ -109,10 +109,13 @@ def serve(path: str) -> dict[str, Any]:
                 os._exit(0)
             if key.data == "accept":
                 conn, _ = listener.accept()
+                fds: list[int] = []
                 try:
                     message, fds, _flags, _addr = socket.recv_fds(conn, MAX_REQUEST, 3)
                     job = json.loads(message)
                 except (OSError, ValueError):
+                    for fd in fds:  # a request that cannot be read keeps no descriptor
+                        os.close(fd)
                     conn.close()
                     continue
                 pid = os.fork()

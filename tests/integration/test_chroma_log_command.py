@@ -62,3 +62,15 @@ def test_a_directory_without_chromas_file_is_one_line_and_exit_2(
     assert err.count("\n") == 0
     assert f"no chroma.sqlite3 in {tmp_path}" in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_file_that_is_not_chromas_is_left_alone_and_exit_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    garbage = b"not a database, " * 512
+    (tmp_path / "chroma.sqlite3").write_bytes(garbage)
+    assert run_command(parse_args([COMMAND, str(tmp_path)])) == 1
+    shown = capsys.readouterr()
+    assert shown.out == ""
+    assert "was left as it was" in shown.err
+    assert (tmp_path / "chroma.sqlite3").read_bytes() == garbage

@@ -8,6 +8,7 @@ each load scans every community's unsaved writes (storage/chroma_log.py).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sqlite3
 from collections.abc import Iterator
@@ -45,11 +46,15 @@ def chroma_dir(tmp_path: Path) -> Iterator[Path]:
     close_chroma_client(path)
 
 
+def rows(db: Path, statement: str, parameters: tuple[object, ...] = ()) -> list[Any]:
+    """`statement`'s rows (committed), on a connection of its own."""
+    with contextlib.closing(sqlite3.connect(db)) as conn, conn:
+        return conn.execute(statement, parameters).fetchall()
+
+
 def plan(db: Path, statement: str, parameters: tuple[object, ...]) -> str:
-    with sqlite3.connect(db) as conn:
-        rows = conn.execute(f"EXPLAIN QUERY PLAN {statement}", parameters).fetchall()
-    conn.close()
-    return " | ".join(str(row[-1]) for row in rows)
+    found = rows(db, f"EXPLAIN QUERY PLAN {statement}", parameters)
+    return " | ".join(str(row[-1]) for row in found)
 
 
 def test_the_bots_memory_indexes_the_log_and_chroma_replays_and_purges_it(
@@ -80,12 +85,8 @@ def test_the_bots_memory_indexes_the_log_and_chroma_replays_and_purges_it(
         recalled = store.retrieve(SUMMARIES[name], n_results=5, min_relevance=-1.0)
         kept = range(1, 3) if name == "tax" else range(3)
         assert sorted(recalled) == sorted(f"{SUMMARIES[name]} ({i})" for i in kept), name
-    with sqlite3.connect(db) as conn:
-        logged = [row[0] for row in conn.execute("SELECT id FROM embeddings_queue")]
-        deletion = conn.execute(
-            "SELECT vector, metadata FROM embeddings_queue WHERE id = 'tax-0'"
-        ).fetchall()
-    conn.close()
+    logged = [row[0] for row in rows(db, "SELECT id FROM embeddings_queue")]
+    deletion = rows(db, "SELECT vector, metadata FROM embeddings_queue WHERE id = 'tax-0'")
     assert deletion == [(None, "{}")]  # the deletion itself: no words, no vector
     # The forget-me saved the tax index and the purge dropped its rows up to that save
     # (the last one, the deletion, stays); the other communities' unsaved rows stay.
@@ -103,16 +104,16 @@ def test_indexing_is_idempotent_and_a_file_that_cannot_take_it_only_warns(
 
     made = tmp_path / "made"
     made.mkdir()
-    with sqlite3.connect(made / "chroma.sqlite3") as conn:
-        conn.execute("CREATE TABLE embeddings_queue (seq_id INTEGER PRIMARY KEY, topic TEXT)")
-    conn.close()
+    rows(
+        made / "chroma.sqlite3",
+        "CREATE TABLE embeddings_queue (seq_id INTEGER PRIMARY KEY, topic TEXT)",
+    )
     assert index_chroma_log(made) is True
     assert index_chroma_log(made) is True
-    with sqlite3.connect(made / "chroma.sqlite3") as conn:
-        indexes = conn.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'embeddings_queue'"
-        ).fetchall()
-    conn.close()
+    indexes = rows(
+        made / "chroma.sqlite3",
+        "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'embeddings_queue'",
+    )
     assert indexes == [(LOG_INDEX,)]
 
     locked = sqlite3.connect(made / "chroma.sqlite3", isolation_level=None)
