@@ -300,7 +300,9 @@ class CommandHandlers:
         missing = [str(v) for v, s in ((a, old), (b, new)) if s is None]
         if old is None or new is None:
             raise _UsageError(f"There is no version {', '.join(missing)}.")
-        return CommandResult(text=diff_states(old, new), title=f"Diff v{a} → v{b}")
+        return CommandResult(
+            text=diff_states(old, new) or "No differences.", title=f"Diff v{a} → v{b}"
+        )
 
     async def _cmd_status(self, request: CommandRequest) -> CommandResult:
         agent = await self._agent_for(request.community)
@@ -483,13 +485,19 @@ class CommandHandlers:
                 title="Forgotten",
                 private=True,
             )
-        moved = diff_states(before, agent.sponge)
+        moved = diff_states(before, agent.sponge) or "No opinion changed."
+        # Only a reflection writes members into the self-description: before the first
+        # one it is still the seed's, and there is nothing of theirs to wait for.
+        narrative = (
+            "\nMy self-description still reflects them until the next reflection rewrites it "
+            "without their insights; a moderator can run `/sonality reflect` to do that now."
+            if before.last_reflection_at > 0
+            else ""
+        )
         return CommandResult(
             text=(
                 f"Forgotten, as {done.pseudonym}: messages, replies and their influence on my "
-                f"opinions (v{done.version}).\n{moved}\nMy self-description still reflects "
-                "them until the next reflection rewrites it without their insights; a "
-                "moderator can run `/sonality reflect` to do that now."
+                f"opinions (v{done.version}).\n{moved}{narrative}"
             ),
             title="Forgotten",
             private=True,
@@ -785,7 +793,7 @@ def actor_name(user: User) -> str:
 
 def diff_states(old: SpongeState, new: SpongeState) -> str:
     """What changed between two versions, and only that: counters, beliefs, updates
-    still cooling, narrative."""
+    still cooling, narrative (empty when nothing did)."""
     lines = []
     if old.interaction_count != new.interaction_count:
         lines.append(f"Interactions: {old.interaction_count} → {new.interaction_count}")
@@ -819,7 +827,7 @@ def diff_states(old: SpongeState, new: SpongeState) -> str:
             _sentences(old.snapshot), _sentences(new.snapshot), lineterm="", n=0
         )
         lines.extend(line for line in diff if not line.startswith(("---", "+++", "@@")))
-    return "\n".join(lines) or "No differences."
+    return "\n".join(lines)
 
 
 def _sentences(text: str) -> list[str]:

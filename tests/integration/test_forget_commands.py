@@ -63,6 +63,8 @@ async def test_forget_me_asks_first_then_forgets_the_member(runtime, llm_server)
     done = await command(runtime, "forget-me", "confirm", moderator=False)
     assert done.ok and "Forgotten, as member-" in done.text
     assert "canary_rent_control" in done.text  # the per-topic change is shown
+    # No reflection has run: the self-description is the seed's, nothing to wait for.
+    assert "self-description" not in done.text
     without = agent.sponge.opinion_vectors["canary_rent_control"]
     assert without < 0 < with_alice  # only Bob's argument is left
     raw = file_bytes(runtime.db.path)
@@ -71,6 +73,18 @@ async def test_forget_me_asks_first_then_forgets_the_member(runtime, llm_server)
     assert len(await runtime.db.member_interaction_ids(A.id, CAROL.id)) == 4
     history = await command(runtime, "history", moderator=False)
     assert "[forget-me by member-" in history.text
+
+
+async def test_after_a_reflection_forget_me_says_the_self_description_lags(runtime, llm_server):
+    for rule in RULES:
+        llm_server.brain.ess_rule(**rule)
+    await argue(runtime)
+    assert (await command(runtime, "reflect")).ok
+    agent = runtime.registry.get(A.id)
+    assert agent is not None and agent.sponge.last_reflection_at > 0
+
+    done = await command(runtime, "forget-me", "confirm", moderator=False)
+    assert done.ok and "self-description still reflects them" in done.text
 
 
 async def test_forget_user_is_for_moderators_and_never_logs_the_member(runtime, llm_server):
