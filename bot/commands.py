@@ -439,7 +439,14 @@ class CommandHandlers:
             actor_name=request.caller.name,
             action="forget-user",
             args="(member withheld)",
-            reason=reason if allowed else "refused: not a moderator",
+            # A line that named nobody may hold part of a name in its "reason".
+            reason=(
+                "refused: not a moderator"
+                if not allowed
+                else reason
+                if target.member is not None
+                else "refused: no single member named"
+            ),
             allowed=allowed,
         )
         if not allowed:
@@ -450,9 +457,14 @@ class CommandHandlers:
             raise _UsageError("Usage: `/sonality forget-user <member> <reason>`.")
         if target.candidates:
             listed = ", ".join(f"{m.name or m.id} ({m.id})" for m in target.candidates)
+            one_name = len({(m.name or m.id).casefold() for m in target.candidates}) == 1
+            which = (
+                f"Several members here are called {target.named}"
+                if one_name
+                else "The start of that line names several members here"
+            )
             raise _UsageError(
-                f"Several members here are called {target.named}: {listed}. Name one by "
-                "mention or id. Nothing was forgotten."
+                f"{which}: {listed}. Name one by mention or id. Nothing was forgotten."
             )
         if target.member is None:
             raise _UsageError(

@@ -234,11 +234,13 @@ class Target:
 def resolve_member(members: Sequence[KnownMember], words: Sequence[str]) -> Target:
     """The member `words` start with, and the rest of the line as the reason.
 
-    Matched exactly, in this order: a mention (`<@U2|bob>`, `<@123>`); an id; a name
-    the member spoke under (case aside, an `@` before it allowed); a terminal name (the
-    adapter's `terminal-<name>`). A name of several words is tried longest first. No
-    member, or several with the name, gives `member` None (`candidates` lists several).
-    """
+    Matched exactly: a mention (`<@U2|bob>`, `<@123>`), or a first word that is a
+    member's id (what Discord's member picker sends; an id wins over any name); else a
+    name the member spoke under (case aside, an `@` before it allowed) or a terminal
+    name (the adapter's `terminal-<name>`), of one word or several. When the line's
+    start reads as the names of different members ("Bob" and "Bob asked"), or one name
+    is several members', `member` is None and `candidates` lists them: the reason must
+    never decide who is forgotten."""
     text = " ".join(w for w in words if w).strip()
     mention = _MENTION.match(text)
     if mention is not None:
@@ -246,15 +248,21 @@ def resolve_member(members: Sequence[KnownMember], words: Sequence[str]) -> Targ
         rest = text[mention.end() :].strip()
         return Target(found[0] if found else None, rest, mention.group(0))
     parts = text.split()
-    for size in range(len(parts), 0, -1):
-        named = " ".join(parts[:size])
-        found = _named(members, named)
-        if found:
-            rest = " ".join(parts[size:])
-            if len(found) > 1:
-                return Target(None, rest, named, tuple(found))
-            return Target(found[0], rest, named)
-    return Target(None, " ".join(parts[1:]), parts[0] if parts else "")
+    if not parts:
+        return Target(None, "", "")
+    by_id = [m for m in members if m.id == parts[0].removeprefix("@")]
+    if by_id:
+        return Target(by_id[0], " ".join(parts[1:]), parts[0])
+    matches = [(size, _named(members, " ".join(parts[:size]))) for size in range(len(parts), 0, -1)]
+    matches = [(size, found) for size, found in matches if found]
+    if not matches:
+        return Target(None, " ".join(parts[1:]), parts[0])
+    size, found = matches[0]  # the longest name that matches
+    named, rest = " ".join(parts[:size]), " ".join(parts[size:])
+    every = {m.id: m for _, more in matches for m in more}
+    if len(every) > 1:
+        return Target(None, rest, named, tuple(every.values()))
+    return Target(found[0], rest, named)
 
 
 def _named(members: Sequence[KnownMember], named: str) -> list[KnownMember]:

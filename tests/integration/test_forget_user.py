@@ -94,3 +94,44 @@ async def test_forget_me_of_a_member_with_nothing_kept_writes_no_version(runtime
     )
     assert done.ok and "Nothing to forget" in done.text
     assert await runtime.db.community(A.id).versions(limit=100) == versions
+
+
+async def test_the_picked_id_wins_over_a_display_name_that_takes_in_the_reason(
+    runtime: Any,
+) -> None:
+    """Discord's member picker sends an id, then the reason. A member whose display name
+    is that id and the reason's first word must not be forgotten in the picked one's place."""
+    victim = User(id="123456789012345678", name="Vic")
+    eve = User(id="876543210987654321", name="123456789012345678 asked")
+    await say(runtime, "I think rent control is great.", user=victim)
+    await say(runtime, "Hello everyone.", user=eve)
+    eve_rows = await runtime.db.member_interaction_ids(A.id, eve.id)
+
+    done = await command(runtime, "forget-user", victim.id, "asked by DM")
+    assert done.ok and "Forgotten" in done.text
+    assert await runtime.db.member_interaction_ids(A.id, victim.id) == []
+    assert await runtime.db.member_interaction_ids(A.id, eve.id) == eve_rows
+    [logged, *_] = await runtime.db.moderator_actions(A.id)
+    assert logged.reason == "asked by DM"
+
+
+async def test_a_line_whose_start_names_two_members_forgets_neither(runtime: Any) -> None:
+    bob, bob_asked = User(id="u-bob", name="Bob"), User(id="u-bob-asked", name="Bob asked")
+    await say(runtime, "hello", user=bob)
+    await say(runtime, "hi there", user=bob_asked)
+    versions = await runtime.db.community(A.id).versions(limit=100)
+
+    refused = await command(runtime, "forget-user", "Bob", "asked", "by", "email")
+    assert not refused.ok and "names several members" in refused.text, refused.text
+    assert "Bob (u-bob)" in refused.text and "Bob asked (u-bob-asked)" in refused.text
+    assert await runtime.db.community(A.id).versions(limit=100) == versions
+    assert await runtime.db.member_interaction_ids(A.id, bob.id)
+    assert await runtime.db.member_interaction_ids(A.id, bob_asked.id)
+
+
+async def test_a_refused_line_leaves_no_part_of_a_name_in_the_moderator_log(runtime: Any) -> None:
+    await say(runtime, "hello", user=User(id="u-jo", name="Jo Smith"))
+    refused = await command(runtime, "forget-user", "Jo", "Smithe", "asked", "by", "email")
+    assert not refused.ok and "Nothing was forgotten" in refused.text
+    [logged, *_] = await runtime.db.moderator_actions(A.id)
+    assert "Smith" not in logged.reason and logged.reason == "refused: no single member named"
