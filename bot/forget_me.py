@@ -163,7 +163,7 @@ async def reapply_after_rollback(
     """After a rollback to `target`: if a forget-me happened after it, or a message was
     taken back (deleted or edited), replay the opinions again so the restored state
     holds none of their influence. Returns whether it re-applied."""
-    later = [f for f in await db.finished_forgets(community_id) if (f.version or 0) > target]
+    later = await db.forgets_after(community_id, target)
     deleted = await db.deletions_after(community_id, target)
     if not later and not deleted:
         return False

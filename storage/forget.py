@@ -327,14 +327,17 @@ class ForgetStore(SqlBase):
         )
         return [_request(r) for r in rows]
 
-    async def finished_forgets(self, community_id: str) -> list[ForgetRequest]:
-        """Finished requests of a community, oldest first (a rollback re-applies them)."""
-        rows = await self._fetchall(
-            f"SELECT {_COLUMNS} FROM forget_requests WHERE community_id = ? "
-            "AND finished_at IS NOT NULL ORDER BY id",
-            (community_id,),
+    async def forgets_after(self, community_id: str, version: int) -> bool:
+        """Whether a forget-me of the community is under way, or finished in a version
+        after `version`: a rollback to `version` must re-apply it. One under way counts
+        whatever its version: it may have committed its replay already, and its erase
+        has not yet cleaned the stored states a rollback restores."""
+        row = await self._fetchone(
+            "SELECT 1 FROM forget_requests WHERE community_id = ? "
+            "AND (finished_at IS NULL OR version > ?) LIMIT 1",
+            (community_id, version),
         )
-        return [_request(r) for r in rows]
+        return row is not None
 
     async def set_forget_version(self, request_id: int, version: int) -> None:
         await self._run_write(

@@ -5,12 +5,15 @@ Finding 1: Alice's reply is slow; she confirms forget-me meanwhile. Her message 
 either erased with the rest or never recorded: no row in `interactions` or
 `conversation_turns`, and nothing learned from it, not even after a restart.
 Finding 3: what she says after her forget-me is learned at once, like anyone's.
+A moderator's rollback between her forget-me's replay and its erase keeps her forgotten.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from app.wiring import open_runtime
 from bot.messages import ReplyKind
@@ -100,3 +103,38 @@ async def test_after_forget_me_the_member_is_learned_again_at_once(
         assert [(u.topic, u.member) for u in agent.sponge.staged_opinion_updates] == [
             ("rent_control", ALICE.id)
         ]
+
+
+async def test_a_rollback_between_the_replay_and_the_erase_keeps_the_member_forgotten(
+    runtime: Any, anthropic_server: AnthropicFake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Her forget-me has committed its replayed version, and its erase is still to
+    come, when a moderator rolls back to before it: the restored state must be replayed
+    without her again, or her staged moves come back and the next commit stores her id."""
+    teach(anthropic_server)
+    await say(runtime, "The survey favours rent control (argfor).")
+    await say(runtime, "A vacancy study says otherwise (argvs).", user=BOB)
+    await say(runtime, "And the follow-up agrees (argfor).")
+    agent = runtime.registry.get(A.id)
+    assert agent is not None
+    assert ALICE.id in {u.member for u in agent.sponge.staged_opinion_updates}
+    before = agent.sponge.version
+    erase = runtime.db.erase_member
+    rolled: list[Any] = []
+
+    async def rollback_first(request: Any, words: Any, at: Any) -> int:
+        rolled.append(await command(runtime, "rollback", str(before), "oops", user=BOB))
+        return await erase(request, words, at)
+
+    monkeypatch.setattr(runtime.db, "erase_member", rollback_first)
+    done = await command(runtime, "forget-me", "confirm", moderator=False)
+    monkeypatch.setattr(runtime.db, "erase_member", erase)
+    assert done.ok and "Forgotten" in done.text
+    assert [r.ok for r in rolled] == [True]
+
+    assert ALICE.id not in agent.sponge.model_dump_json()
+    await say(runtime, "Unrelated chatter.", user=BOB)
+    store = runtime.db.community(A.id)
+    [latest] = await store.versions(limit=1)
+    state = await store.state_at(latest.version)
+    assert state is not None and ALICE.id not in state.model_dump_json()

@@ -74,6 +74,7 @@ async def test_a_forgotten_member_leaves_no_id_or_words_and_the_gate_closes(
     assert (await db.begin_forget(CID, MEMBER, "mod", "", at(4))).id == request.id  # resumes
     words = await db.member_words(CID, MEMBER)
     assert summary in words.texts
+    assert await db.forgets_after(CID, 1)  # under way: a rollback now must re-apply it
     assert await db.erase_member(request, words, at(5)) > 0
 
     assert rows_holding(backend, MEMBER) == []
@@ -83,7 +84,23 @@ async def test_a_forgotten_member_leaves_no_id_or_words_and_the_gate_closes(
     assert versions[0].actor == request.pseudonym
     assert request.pseudonym in versions[0].change
     assert await db.open_forgets() == []
-    assert [r.pseudonym for r in await db.finished_forgets(CID)] == [request.pseudonym]
+    assert not await db.forgets_after(CID, 0)  # finished, without a version of its own
     # The gate was open only inside erase_member's transaction.
     with pytest.raises(backend.integrity_error, match="append-only"):
         backend.run("UPDATE personality_versions SET change = 'edited' WHERE version = 1")
+
+
+async def test_forgets_after_counts_one_under_way_and_those_finished_later(db: Database) -> None:
+    """What a rollback to a version must re-apply (`reapply_after_rollback`): a forget-me
+    under way, whatever its version (its replay may be committed, its erase not yet
+    done), and finished ones whose version is newer; none of another community."""
+    await db.community(CID).commit(StateCommit(state=state(0), cause="seed", change="seed"))
+    assert not await db.forgets_after(CID, 0)
+    request = await db.begin_forget(CID, MEMBER, requested_by="self", reason="", at=at(1))
+    assert await db.forgets_after(CID, 9)  # under way, no version yet
+    await db.set_forget_version(request.id, 5)
+    assert await db.forgets_after(CID, 9)  # under way, replay committed
+    await db.begin_forget("slack:T2", "U0OTHER", requested_by="self", reason="", at=at(1))
+    await db.erase_member(request, await db.member_words(CID, MEMBER), at(2))
+    assert await db.forgets_after(CID, 4)
+    assert not await db.forgets_after(CID, 5)  # T2's open request is T2's alone
