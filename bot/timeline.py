@@ -220,7 +220,7 @@ or `in_thread` for callers without one (tests, scripts)."""
 #: What the worker imports as it starts: this module, and what `render_png` draws with.
 WORKER_PRELOAD = ("bot.timeline", "matplotlib.backends.backend_agg", "matplotlib.figure")
 
-_CacheKey = tuple[str, str, str | None, int | None, int, int, bool]
+_CacheKey = tuple[str, str, str | None, int | None, int, int, bool, tuple[Any, ...]]
 
 
 async def in_thread(fn: Callable[[Any], Any], arg: Any) -> Any:
@@ -233,10 +233,13 @@ class Timelines:
 
     An answer is kept by community, its name, topic, days and the versions it covers
     (first, last, cut or not). Anything that changes what is drawn (a message, a
-    rollback, a forget-me) commits a version and so makes a new key; identical requests
-    that arrive while one is being made wait for it rather than make it again. Names
-    are read when an answer is made: a member who renames shows under the old name
-    until the next version.
+    rollback, a forget-me) commits a version and so makes a new key. A forget-me's or a
+    message deletion's erase comes after its version and adds none, so the key also
+    holds the community's finished erasures (`erasures_finished`), read before the
+    answer's data: one read mid-erase is never served once the erase finished, in any
+    process on the database. Identical requests that arrive while one is being made
+    wait for it rather than make it again. Names are read when an answer is made: a
+    member who renames shows under the old name until the next version.
     """
 
     def __init__(
@@ -257,10 +260,12 @@ class Timelines:
         try:
             topic, days = parse_args(request.args)
             name = request.community.name or await _stored_name(self._db, cid)
+            # Before the data: an answer read mid-erase is kept under the old marker.
+            erased = await self._db.community(cid).erasures_finished()
             span = await read_range(self._db, cid, days, now)
         except TimelineError as exc:
             return _answer_error(exc)
-        key = (cid, name, topic, days, span.first, span.last, span.truncated)
+        key = (cid, name, topic, days, span.first, span.last, span.truncated, erased)
         kept = self._cache.get(key)
         if kept is not None:
             self._cache.move_to_end(key)

@@ -300,6 +300,25 @@ class CommunityStore:
         cid = self.community_id
         return await self._db._run_read(lambda conn: version_range(conn, cid, since, at_most))
 
+    async def erasures_finished(self) -> tuple[Any, ...]:
+        """A marker that changes whenever a forget-me or a message deletion of this
+        community finishes: per journal, how many finished rows and the newest finish.
+
+        Their erase adds no version, so a view kept by version range (the timeline)
+        reads this before its data and keeps it in its key: a view read mid-erase is
+        never found again once the erase finished, in any process on this database.
+        The count alone could come back after pruning; the newest finish time does not.
+        """
+        finished = "WHERE community_id = ? AND finished_at IS NOT NULL"
+        row = await self._db._fetchone(
+            f"SELECT (SELECT COUNT(*) FROM forget_requests {finished}), "
+            f"(SELECT MAX(finished_at) FROM forget_requests {finished}), "
+            f"(SELECT COUNT(*) FROM message_deletions {finished}), "
+            f"(SELECT MAX(finished_at) FROM message_deletions {finished})",
+            (self.community_id,) * 4,
+        )
+        return () if row is None else tuple(row)
+
     async def version_span(self, low: int, high: int) -> VersionSpan:
         """The rows to rebuild every version from `low` to `high`, read in one go; the
         caller replays them where it likes (`VersionSpan.replay`)."""
