@@ -45,7 +45,7 @@ from bot.settings import Settings
 from sonality.agent import SonalityAgent
 from sonality.ess import normalize_topic
 from sonality.llm import ChatTurn, LLMError, TextSink
-from sonality.prompts import with_image_note
+from sonality.prompts import member_words, with_image_note
 from sonality.store import Speaker
 from storage import Database
 from storage.deletion import DeletionCause, MessageDeletion
@@ -66,6 +66,14 @@ class _Answering:
 
     community_id: str
     text: str
+
+
+def _same_words(kept: str, words: str) -> bool:
+    """Whether `words`, an update's text, are those of `kept`, a message as answered:
+    kept with the note `with_image_note` added when pictures came with it, which an
+    update (the words alone) does not carry. A message that merely ends like a note is
+    kept as it was written, so it is compared as it is too."""
+    return kept == words or member_words(kept) == words
 
 
 def _platform(community: Community) -> str:
@@ -419,7 +427,7 @@ class Runtime:
         if not olds:
             return False  # never answered: an edit is not a new message to the bot
         new = None if text is None else text.strip()[: self.settings.max_message_chars]
-        if new is not None and all(old == new for old in olds):
+        if new is not None and all(_same_words(old, new) for old in olds):
             return False  # the same words (a link preview, an embed): nothing to do
         where = answering[0].community_id if answering else None
         await self._take_back(ref, "edited", where)
