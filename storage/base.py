@@ -51,7 +51,7 @@ import random
 import re
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, date, datetime, tzinfo
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
@@ -561,6 +561,47 @@ def first_line(exc: BaseException) -> str:
     return text[0] if text else type(exc).__name__
 
 
+REBUILD_PAUSE_FACTOR = 3.0
+"""After a rebuild of the SQLite file, the next waits this many times as long as it took."""
+REBUILD_PAUSE_LIMIT = 60.0
+"""...but never longer than this many seconds."""
+
+
+class PacedRebuilds:
+    """The SQLite file's rebuilds (VACUUM) after erasures, joined and paced.
+
+    A rebuild holds the one connection every community uses for as long as the whole
+    file takes to copy, and any member can ask for one: a forget-me after a message or a
+    refused moderator command. So a rebuild that starts after an erase committed covers
+    it, and erases that wait for the same one share it; and a rebuild starts no sooner
+    than `REBUILD_PAUSE_FACTOR` times the last one's length after it ended, so rebuilds
+    hold the database at most a quarter of the time whoever asks. The erase waits for
+    its rebuild: when it returns, the file holds no copy of what it erased."""
+
+    def __init__(self) -> None:
+        self._lock = asyncio.Lock()
+        self._asked = 0  # erases that asked, in order
+        self._covered = 0  # erases committed before the last rebuild started
+        self._next_at = 0.0  # time.monotonic() when the next rebuild may start
+
+    async def after_erase(self, rebuild: Callable[[], Awaitable[object]]) -> None:
+        """Call once the erase is committed; returns once a rebuild started since ran."""
+        self._asked += 1
+        mine = self._asked
+        async with self._lock:
+            if self._covered >= mine:
+                return
+            await asyncio.sleep(max(0.0, self._next_at - time.monotonic()))
+            covers = self._asked
+            started = time.monotonic()
+            await rebuild()
+            ended = time.monotonic()
+            self._covered = covers
+            self._next_at = ended + min(
+                REBUILD_PAUSE_LIMIT, REBUILD_PAUSE_FACTOR * (ended - started)
+            )
+
+
 class SqlBase:
     """The engine + transaction helpers; package-internal (only `storage` speaks SQL)."""
 
@@ -574,6 +615,7 @@ class SqlBase:
         # lock, see the module docstring.
         self._close_lock = asyncio.Lock()
         self._closed = False
+        self._rebuilds = PacedRebuilds()
 
     @property
     def _conn(self) -> aiosqlite.Connection:
@@ -625,7 +667,9 @@ class SqlBase:
                 await self._run_outside_transaction(lambda conn: execute(conn, f"VACUUM {names}"))
             return
         if rebuild:
-            await self._run_outside_transaction(lambda conn: fetchall(conn, "VACUUM"))
+            await self._rebuilds.after_erase(
+                lambda: self._run_outside_transaction(lambda conn: fetchall(conn, "VACUUM"))
+            )
         await self._run_outside_transaction(
             lambda conn: fetchall(conn, "PRAGMA wal_checkpoint(TRUNCATE)")
         )

@@ -534,7 +534,8 @@ class ForgetStore(SqlBase):
             return changed
 
         changed = await self._run_write(work, scope=cid)
-        await self._scrub_deleted(FORGET_TABLES, rebuild=True)
+        if changed:  # a member of whom nothing was kept leaves nothing to scrub
+            await self._scrub_deleted(FORGET_TABLES, rebuild=True)
         return changed
 
     # ------------------------------------------------------------------ restoring
