@@ -109,9 +109,10 @@ async def finish_forget(
             version = state.version
         await db.set_forget_version(request.id, version)
     _step(3)
-    # Chroma first: the interactions rows, which hold the episode ids, and the audit
-    # rows, which hold the insights drawn from the member's messages, go in erase_member.
-    ids = await db.member_interaction_ids(cid, member)
+    # Chroma first: the interaction and evidence rows, which hold the episode ids, and
+    # the audit rows, which hold the insights drawn from the member's messages, go in
+    # erase_member.
+    ids = await db.member_episode_ids(cid, member)
     ids += await semantic_ids(db, agent, cid, words.texts)
     await agent.forget_episodes(member, ids)
     await db.erase_member(request, words, datetime.now(UTC))

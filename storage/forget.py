@@ -441,6 +441,18 @@ class ForgetStore(SqlBase):
         )
         return [str(r[0]) for r in rows]
 
+    async def member_episode_ids(self, community_id: str, member_id: str) -> list[str]:
+        """The ids of the memories the member's messages made (an episode's id is its
+        message's): of the messages still kept, and of those whose rows retention has
+        deleted while the evidence log, and Chroma, keep them."""
+        rows = await self._fetchall(
+            "SELECT id FROM interactions WHERE community_id = ? AND speaker_id = ? "
+            "UNION SELECT interaction_id FROM evidence_log WHERE community_id = ? "
+            "AND member = ? AND interaction_id IS NOT NULL AND interaction_id <> ''",
+            (community_id, member_id, community_id, member_id),
+        )
+        return sorted(str(r[0]) for r in rows)
+
     # ------------------------------------------------------------------ erasing
 
     async def erase_member(self, request: ForgetRequest, words: MemberWords, at: datetime) -> int:
