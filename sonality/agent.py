@@ -146,6 +146,9 @@ class SonalityAgent:
         # The latest exchange (seed attribute); per-user history is the host's.
         self.conversation: list[dict[str, str]] = []
         self.last_ess: ESSResult | None = None
+        # Whose rating `last_ess` is (interaction id, speaker): a forget-me of the
+        # speaker, or taking the message back, takes it away too (`_replayed`).
+        self._last_ess_of: tuple[str, str] | None = None
         self.previous_snapshot: str | None = None
         self._lock = asyncio.Lock()
         # Members this process forgot: a queued message of theirs is learned only if the
@@ -434,7 +437,7 @@ class SonalityAgent:
             interaction_id=record.id,
             evidence=evidence,
         )
-        self.last_ess = ess
+        self.last_ess, self._last_ess_of = ess, (record.id, record.speaker.id)
         if committed:
             self._log_change(f"opinion moved (v{state.version}): {'; '.join(committed)}")
         if outcome is not None:
@@ -817,6 +820,10 @@ class SonalityAgent:
             finally:
                 await asyncio.to_thread(release_in_slices, steps)
         change += f"; changed: {', '.join(moved)}" if moved else "; no opinion changed"
+        if self._last_ess_of is not None and (
+            self._last_ess_of[0] in without_interactions or self._last_ess_of[1] in without_members
+        ):
+            self.last_ess = self._last_ess_of = None
         await self._commit(
             state,
             cause=cause,

@@ -122,3 +122,24 @@ async def test_a_rollback_to_before_forget_me_keeps_the_member_forgotten(runtime
     assert back.ok
     assert agent.sponge.opinion_vectors == forgotten
     assert agent.sponge.opinion_vectors != with_alice
+
+
+async def test_status_no_longer_describes_a_forgotten_members_last_message(
+    runtime, llm_server
+) -> None:
+    """`status` names the last message's rating and topic; once its author is forgotten
+    it must not, while a message of someone else's still shows."""
+    for rule in RULES:
+        llm_server.brain.ess_rule(**rule)
+    await say(runtime, "A vacancy survey shows rent control shrinks supply.", user=BOB)
+    await say(runtime, f"The {TOKEN} study shows rent control keeps people housed.", user=ALICE)
+    before = await command(runtime, "status", user=CAROL, moderator=False)
+    assert "Last message: ESS 0.90" in before.text, before.text  # Alice's
+
+    assert (await command(runtime, "forget-me", "confirm", moderator=False)).ok
+    after = await command(runtime, "status", user=CAROL, moderator=False)
+    assert "Last message" not in after.text, after.text
+
+    await say(runtime, "A vacancy survey shows rent control shrinks supply.", user=BOB)
+    again = await command(runtime, "status", user=CAROL, moderator=False)
+    assert "Last message: ESS 0.80" in again.text
