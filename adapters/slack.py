@@ -127,6 +127,12 @@ REACTION_LEAD_SECONDS = 1.0
 # users.info answers (names, admin flags) are reused this long: fresh enough for a
 # demoted admin, cheap enough for a busy channel under Slack's rate limits.
 USER_CACHE_SECONDS = 60.0
+# The most mentions of one message looked up with users.info (any other mention is named
+# only if its member is cached, else left as `@U…`): a message of made-up `<@U…>` must
+# not spend the workspace's users.info limit, which the admin check of commands shares.
+MAX_MENTION_LOOKUPS = 10
+# Slack's answer for a member id it does not know (a made-up mention): cached as nameless.
+_NO_SUCH_USER = frozenset({"user_not_found", "user_not_visible"})
 # response_url accepts at most 5 posts; longer command output is cut with a note.
 MAX_RESPONSE_POSTS = 5
 # How long close() lets in-flight replies finish before cancelling them.
@@ -1062,13 +1068,29 @@ class SlackAdapter:
             log.warning("Slack %s failed (team=%s channel=%s): %r", what, team, channel, e)
         return None
 
-    async def _user(self, client: AsyncWebClient, team: str, user_id: str) -> _UserInfo | None:
+    async def _user(
+        self, client: AsyncWebClient, team: str, user_id: str, *, ask: bool = True
+    ) -> _UserInfo | None:
+        """The member as users.info describes them, cached; without `ask`, only if cached.
+        A member Slack does not know is cached too, nameless and no admin; a failed call
+        (throttled, network) is not, and is asked again next time."""
         key = (team, user_id)
         cached = self._users.get(key)
         now = time.monotonic()
         if cached is not None and now - cached.fetched_at < USER_CACHE_SECONDS:
             return cached
-        resp = await self._call("users.info", team, None, client.users_info(user=user_id))
+        if not ask:
+            return None
+
+        async def users_info() -> Any:
+            try:
+                return await client.users_info(user=user_id)
+            except SlackApiError as e:
+                if _api_error(e) in _NO_SUCH_USER:
+                    return {}
+                raise
+
+        resp = await self._call("users.info", team, None, users_info())
         if resp is None:
             return None
         user = resp.get("user") or {}
@@ -1353,8 +1375,10 @@ class SlackAdapter:
         self, client: AsyncWebClient, team: str, raw: str, context: AsyncBoltContext
     ) -> str:
         names: dict[str, str] = {}
-        for uid in {m.group(1) for m in _USER_MENTION.finditer(raw)} - {context.bot_user_id}:
-            info = await self._user(client, team, uid)
+        mentioned = dict.fromkeys(m.group(1) for m in _USER_MENTION.finditer(raw))
+        mentioned.pop(context.bot_user_id or "", None)
+        for i, uid in enumerate(mentioned):
+            info = await self._user(client, team, uid, ask=i < MAX_MENTION_LOOKUPS)
             if info is not None and info.name:
                 names[uid] = info.name
         return clean_text(from_slack_text(raw, context.bot_user_id, names))
