@@ -595,6 +595,9 @@ class _UsageError(ValueError):
 #: The largest whole number SQLite stores. A larger one cannot even be looked up (the
 #: binding raises OverflowError), so every command number is checked against it first.
 MAX_COMMAND_NUMBER = 2**63 - 1
+#: The highest daily limit a moderator can set, in dollars: more is "off" in practice,
+#: and a number like 1e308 would be answered with three hundred digits.
+MAX_DAILY_LIMIT_USD = 100_000
 #: How much of a bad argument an answer repeats (a pasted wall of digits stays short).
 MAX_SHOWN_ARG = 24
 
@@ -646,6 +649,11 @@ def _usd_arg(raw: str) -> float:
         ) from None
     if not math.isfinite(value) or value < 0:
         raise _UsageError("The daily limit must be a number of dollars, 0 or more.")
+    if value > MAX_DAILY_LIMIT_USD:
+        raise _UsageError(
+            f"The daily limit must be at most ${MAX_DAILY_LIMIT_USD:,} a day; "
+            "`/sonality budget off` removes it."
+        )
     return value
 
 

@@ -189,9 +189,11 @@ async def test_a_moderator_raises_the_limit_turns_it_off_or_back_to_the_default(
     override = await budgeted.db.budget_override(A.id)
     assert override is None
 
-    for bad in ("lots", "-3", "nan"):
+    for bad in ("lots", "-3", "nan", "1e308", "100000.01"):
         refused = await command(budgeted, "budget", bad)
         assert not refused.ok and refused.private, bad
+        assert len(refused.text) < 120, refused.text
+    assert (await command(budgeted, "budget", "100000")).ok
 
 
 async def test_a_member_may_look_at_the_budget_but_not_change_it(
