@@ -574,10 +574,13 @@ class CommunityStore:
 
         Idempotent per id: recording the same interaction again changes nothing, so a
         retried handler can't double-count usage or queue the message twice. Refused
-        (False, nothing written) when the speaker ran forget-me after the message was
-        asked (`record.created_at`) or is being forgotten now (`forgotten_since`), or
-        when the message was deleted since (`deleted_since`): a reply in flight during
-        a forget-me or a deletion leaves nothing behind.
+        (False) when the speaker ran forget-me after the message was asked
+        (`record.created_at`) or is being forgotten now (`forgotten_since`), or when the
+        message was deleted since (`deleted_since`): a reply in flight during a
+        forget-me or a deletion leaves nothing of the member behind. Its usage is
+        written all the same, with no word or id of theirs: the reply was paid for, and
+        a day's spend read back after a restart, or by another process, must count it
+        (else deleting each message while it is answered would lift the daily limit).
         """
         cid = self.community_id
         tz = self._db.tz
@@ -615,17 +618,18 @@ class CommunityStore:
         def work(conn: Conn) -> bool:
             advance_time(conn, cid, "last_activity_at", record.created_at)
             inserted = execute(conn, insert.format(guard=anyone), (*params, cid, asked, cid, asked))
+            refused = False
             if not inserted:
-                if forgotten_since(conn, cid, record.speaker.id, record.created_at):
-                    return False
-                if deleted_since(conn, cid, record.message_ref, record.created_at):
-                    return False
-                inserted = execute(conn, insert.format(guard="1 = 1"), params)
-            if inserted:
+                refused = forgotten_since(
+                    conn, cid, record.speaker.id, record.created_at
+                ) or deleted_since(conn, cid, record.message_ref, record.created_at)
+                if not refused:
+                    inserted = execute(conn, insert.format(guard="1 = 1"), params)
+            if inserted or refused:
                 insert_usage(
                     conn, cid, "reply", record.model, record.reply_usage, record.created_at, tz
                 )
-            return True
+            return not refused
 
         return await self._db._run_write(work, scope=cid)
 
