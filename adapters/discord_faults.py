@@ -49,8 +49,14 @@ class TolerantWebSocket(DiscordWebSocket):
     Why here and like this: the decode is the first thing `received_message` does with
     a whole frame, before any state changes, and a frame must be decompressed exactly
     once; so this decompresses, hands the parent the text (which it then does not
-    decompress again) and catches only a decoding error. Event parsers run their
-    handlers as separate tasks, so their errors never arrive here.
+    decompress again) and catches only a decoding error.
+
+    An event discord.py decodes but cannot read (a field missing, a null where an object
+    belongs) raises in its parser, which runs inline here (only the handlers it
+    dispatches are tasks): a `KeyError` or `TypeError` that would end the client just
+    the same, and with it the process. Such a dispatch is skipped too, after discord.py
+    has taken its sequence number; READY and RESUMED are not (a session that did not
+    start must not look started), nor anything that is not a dispatch.
     """
 
     async def received_message(self, msg: Any, /) -> None:
@@ -74,6 +80,33 @@ class TolerantWebSocket(DiscordWebSocket):
                 self.shard_id,
                 exc,
             )
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
+            skipped = _unreadable_dispatch(msg)
+            if skipped is None:
+                raise
+            log.warning(
+                "Discord: skipped a gateway event discord.py could not read (%s, seq %s, "
+                "shard %s): %s: %s",
+                skipped,
+                self.sequence,
+                self.shard_id,
+                type(exc).__name__,
+                exc,
+            )
+
+
+def _unreadable_dispatch(frame: str) -> str | None:
+    """The event name of `frame` if it is a dispatch a parser may skip, else None."""
+    try:
+        decoded = json.loads(frame)
+    except ValueError:
+        return None
+    if not isinstance(decoded, dict) or decoded.get("op") != DiscordWebSocket.DISPATCH:
+        return None
+    event = decoded.get("t")
+    if not isinstance(event, str) or event in ("READY", "RESUMED"):
+        return None
+    return event
 
 
 class GatewayClass:

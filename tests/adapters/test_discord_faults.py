@@ -155,6 +155,52 @@ async def test_an_undecodable_gateway_event_is_skipped_and_the_bot_stays_connect
     assert discord.shard.DiscordWebSocket is DiscordWebSocket
 
 
+@pytest.mark.parametrize("broken", ["no-author", "null-author", "no-id", "update-no-channel"])
+async def test_an_event_discord_py_cannot_read_is_skipped_and_the_bot_stays_connected(
+    fake: FakeDiscord,
+    runtime: RecordingRuntime,
+    alice: FakeUser,
+    caplog: pytest.LogCaptureFixture,
+    broken: str,
+) -> None:
+    """A field missing or null: discord.py's parser, which runs inline, raises a
+    KeyError or TypeError that would end the client (and the process). The event is
+    logged and skipped; the next message is answered on the same session."""
+    _, channel = guild_and_channel(fake)
+    mention = f"<@{fake.bot.id}>"
+    async with running(fake, runtime):
+        bad = fake.message_payload(
+            channel_id=channel.id,
+            author=alice,
+            content=f"{mention} quillfeather",
+            mentions=[fake.bot],
+            reply_to=None,
+            ping=True,
+            attachments=None,
+        )
+        event = "MESSAGE_CREATE"
+        if broken == "no-author":
+            del bad["author"]
+        elif broken == "null-author":
+            bad["author"] = None
+        elif broken == "no-id":
+            del bad["id"]
+        else:
+            event = "MESSAGE_UPDATE"
+            del bad["channel_id"]
+        await fake.dispatch(event, bad, guild_id=fake.guilds[0].id)
+        await fake.message_create(
+            channel=channel, author=alice, content=f"{mention} still there?", mentions=[fake.bot]
+        )
+        [sent] = await wait_sent(fake)
+    assert sent.json["content"] == "echo: still there?"
+    assert [m.text for m in runtime.messages] == ["still there?"]
+    assert len(fake.identifies) == 1, "the session was kept, not reconnected"
+    [skipped] = [r for r in caplog.records if "could not read" in r.getMessage()]
+    assert skipped.levelno == logging.WARNING and event in skipped.getMessage()
+    assert "quillfeather" not in skipped.getMessage(), "the log names the event, not its text"
+
+
 async def test_without_orjson_bad_text_and_long_names_are_cleaned_at_the_edge(
     fake: FakeDiscord,
     runtime: RecordingRuntime,
