@@ -587,15 +587,23 @@ class DiscordAdapter:
         stream: StreamedReply,
         on_start: Started,
     ) -> Reply | None:
-        """The runtime's answer, once the message's images are fetched from the CDN. A
-        message that did not address the bot (a free channel's) is handed over without
-        them: no picture is downloaded for a message the bot may well not answer."""
-        if incoming.addressed:
-            files = [
-                AttachedFile(a.filename, a.url, a.size, a.content_type) for a in message.attachments
-            ]
-            incoming = await self._images.attach(incoming, files)
-        return await self._runtime.handle(incoming, on_text=stream.feed, on_start=on_start)
+        """The runtime's answer; the message's images are fetched from the CDN once the
+        runtime has let it through (`attach`). A message that did not address the bot
+        (a free channel's) is handed over without them: no picture is downloaded for a
+        message the bot may well not answer."""
+        files = [
+            AttachedFile(a.filename, a.url, a.size, a.content_type) for a in message.attachments
+        ]
+
+        async def attach(incoming: IncomingMessage) -> IncomingMessage:
+            return await self._images.attach(incoming, files)
+
+        return await self._runtime.handle(
+            incoming,
+            on_text=stream.feed,
+            on_start=on_start,
+            attach=attach if files and incoming.addressed else None,
+        )
 
     async def _on_deleted(
         self, guild_id: int | None, message_ids: Sequence[int], cached: discord.Message | None

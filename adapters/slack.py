@@ -1305,13 +1305,16 @@ class SlackAdapter:
                 text=text,
                 addressed=addressed,
             )
-            # Not for a message that did not address the bot (a free channel's): no
-            # picture is downloaded for a message the bot may well not answer.
+            # Fetched once the runtime lets the message through, and not for one that
+            # did not address the bot (a free channel's): no picture is downloaded for a
+            # message the bot may well not answer.
             files = [_attached(f) for f in event.get("files") or [] if isinstance(f, dict)]
-            if files and addressed:  # private files: fetched with the bot token (files:read)
-                token = context.bot_token or client.token or ""
-                auth = {"Authorization": f"Bearer {token}"}
-                message = await self._images.attach(message, files, auth)
+            # Private files: fetched with the bot token (files:read).
+            auth = {"Authorization": f"Bearer {context.bot_token or client.token or ''}"}
+
+            async def attach(message: IncomingMessage) -> IncomingMessage:
+                return await self._images.attach(message, files, auth)
+
             stream: SlackStream | None = None
             # A bot's answer is posted whole with chat.postMessage, whose text is escaped
             # so that no mention in it can ping anyone (a streamed one is markdown).
@@ -1342,6 +1345,7 @@ class SlackAdapter:
                     message,
                     on_text=stream.feed if stream is not None else None,
                     on_start=on_start,
+                    attach=attach if files and addressed else None,
                 )
             except Exception:
                 log.exception(

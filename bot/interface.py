@@ -15,6 +15,8 @@ from sonality.llm import TextSink
 
 #: Called once the runtime has decided to answer a message, before it asks the model.
 Started = Callable[[], Awaitable[None]]
+#: Adds a message's files (downloads its pictures): `ImageFetcher.attach`, bound.
+Attach = Callable[[IncomingMessage], Awaitable[IncomingMessage]]
 
 
 class ChatRuntime(Protocol):
@@ -23,9 +25,14 @@ class ChatRuntime(Protocol):
         message: IncomingMessage,
         on_text: TextSink | None = None,
         on_start: Started | None = None,
+        attach: Attach | None = None,
     ) -> Reply | None:
         """Answer one message (None: ignored, e.g. empty, not addressed in a mention
         channel, anything in an `off` channel, or a free channel's message past its pace).
+
+        `attach`, for a message with files, adds them: the runtime calls it only once
+        the channel's mode and the member's flood limit let the message through, so no
+        picture is downloaded for a message that gets no answer.
 
         `on_start` is awaited once the runtime has decided to answer, before any model
         call: the adapter shows that it is working (Discord's typing indicator, Slack's

@@ -23,7 +23,7 @@ from bot.commands import CommandHandlers, describe_ess, ranked_topics
 from bot.community_removal import CommunityRemovals
 from bot.deletion import message_ref, take_back
 from bot.forget_journal import ForgetJournal
-from bot.interface import Started
+from bot.interface import Attach, Started
 from bot.messages import (
     BUDGET_REACHED,
     CUT_OFF,
@@ -148,18 +148,23 @@ class Runtime:
         message: IncomingMessage,
         on_text: TextSink | None = None,
         on_start: Started | None = None,
+        attach: Attach | None = None,
     ) -> Reply | None:
         if message.user.is_bot:
-            return await self._handle_bot(message, on_text, on_start)
+            return await self._handle_bot(message, on_text, on_start, attach)
         if self._accepting and not self.removals.is_removed(message.community.id):
             await self.bot_exchanges.person_wrote(message.community.id, message.channel_id)
-        return await self._answer(message, on_text, on_start)
+        return await self._answer(message, on_text, on_start, attach)
 
     async def person_wrote(self, community_id: str, channel_id: str) -> None:
         await self.bot_exchanges.person_wrote(community_id, channel_id)
 
     async def _handle_bot(
-        self, message: IncomingMessage, on_text: TextSink | None, on_start: Started | None
+        self,
+        message: IncomingMessage,
+        on_text: TextSink | None,
+        on_start: Started | None,
+        attach: Attach | None,
     ) -> Reply | None:
         """Another bot's message: answered only if the operator listed it, at most
         SONALITY_BOT_EXCHANGES times in a row in the channel, and never learned from."""
@@ -176,7 +181,7 @@ class Runtime:
             return None  # an `off` channel: no reply, so none counted against the run
         if not await self.bot_exchanges.claim(community.id, message.channel_id):
             return None
-        reply = await self._answer(message, on_text, on_start, learn=False)
+        reply = await self._answer(message, on_text, on_start, attach, learn=False)
         if reply is not None and reply.kind is ReplyKind.NOTICE and not reply.streamed:
             # "Slow down", "spending limit reached", "model unavailable" are for people;
             # to a bot they would only be one more message to answer.
@@ -188,17 +193,19 @@ class Runtime:
         message: IncomingMessage,
         on_text: TextSink | None,
         on_start: Started | None,
+        attach: Attach | None = None,
         *,
         learn: bool = True,
     ) -> Reply | None:
         """Answer one message as its channel's mode says (`bot.channels`); with `learn`
-        off, nothing of it is learned."""
+        off, nothing of it is learned. Its files are attached (`attach`) once the
+        channel's mode and the flood limit let it through."""
         if not self._accepting:
             return None
         if self.removals.is_removed(message.community.id):
             return None  # removed from there: not a word until it is added back
         text = message.text.strip()
-        if not text and not message.images and not message.file_notes:
+        if not text and not message.images and not message.file_notes and attach is None:
             return None
         community, user = message.community, message.user
         hearing = await self._hearing(message)
@@ -216,6 +223,10 @@ class Runtime:
         if verdict is Verdict.WARN:
             log.info("rate limited %s in %s", user.id, community.id)
             return Reply(text=SLOW_DOWN, kind=ReplyKind.NOTICE)
+        if attach is not None:
+            message = await attach(message)
+            if not text and not message.images and not message.file_notes:
+                return None
         if not text and not message.images:
             # Only files the model cannot see: say why, and ask the model nothing.
             if unprompted:

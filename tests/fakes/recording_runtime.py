@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from typing import Literal
 
 from bot.command_table import needs_moderator
-from bot.interface import Started
+from bot.interface import Attach, Started
 from bot.messages import (
     CommandRequest,
     CommandResult,
@@ -68,7 +68,10 @@ class RecordingRuntime:
         message: IncomingMessage,
         on_text: TextSink | None = None,
         on_start: Started | None = None,
+        attach: Attach | None = None,
     ) -> Reply | None:
+        if attach is not None and self.hears(message):  # as the runtime: only if answered
+            message = await attach(message)
         self.messages.append(message)
         if not self.hears(message):
             return None

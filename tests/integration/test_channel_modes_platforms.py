@@ -214,6 +214,31 @@ async def test_discord_free_channel_fetches_no_picture_of_an_unprompted_message(
         assert len(fake.cdn_requests) == 1
 
 
+async def test_discord_off_channel_fetches_no_picture_of_a_mention(
+    tmp_path: Path, llm: AnthropicLLM, anthropic_server: AnthropicFake
+) -> None:
+    """A mention with four pictures in an `off` channel: the runtime answers nothing
+    there, so nothing is downloaded either (4 x 3.75 MB a message, before)."""
+    async with (
+        discord_server() as (fake, guild),
+        discord_bot(fake, tmp_path / "data", llm) as runtime,
+    ):
+        off, plain = guild.channels[1], guild.channels[2]
+        assert "now `off`" in await channel_command(fake, guild, off, "off")
+        await fake.message_create(
+            channel=off,
+            author=MEMBER,
+            content=f"<@{fake.bot.id}> look at zanzibarquill",
+            mentions=[fake.bot],
+            attachments=[fake.attachment(off, f"p{i}.png", picture("image/png")) for i in range(4)],
+        )
+        barrier = await say(fake, plain, "barrier", mention=True)
+        await answered(fake, barrier)
+        await settle(runtime)
+        assert asked(anthropic_server, "zanzibarquill") == 0
+        assert fake.cdn_requests == []
+
+
 async def test_discord_off_channel_is_silent_with_no_llm_request_and_modes_survive_a_restart(
     tmp_path: Path, llm: AnthropicLLM, anthropic_server: AnthropicFake
 ) -> None:
