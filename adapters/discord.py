@@ -37,6 +37,7 @@ from adapters.chunking import split_message
 from adapters.discord_commands import build_group
 from adapters.discord_confirm import ConfirmView
 from adapters.discord_faults import GatewayClass, answer_command_error
+from adapters.discord_files import fit_attachments
 from adapters.sanitize import MAX_COMMUNITY_NAME_CHARS, clean_command, clean_name, clean_text
 from bot.command_table import PRIVATE_COMMANDS, needs_moderator
 from bot.images import AttachedFile, ImageFetcher
@@ -930,11 +931,10 @@ class DiscordAdapter:
     ) -> None:
         heading = f"**{result.title}**\n" if result.title else ""
         shown = result.button_text if view is not None and result.button_text else result.text
-        text = heading + (shown.strip() or "(nothing to show)")
-        files = [
-            discord.File(io.BytesIO(f.data), filename=f.name, description=f.description or None)
-            for f in result.files
-        ]
+        files, left_out = await asyncio.to_thread(
+            fit_attachments, result.files, interaction.filesize_limit
+        )
+        text = heading + "\n".join([shown.strip() or "(nothing to show)", *left_out])
         if len(text) > ATTACH_THRESHOLD:
             files.append(discord.File(io.BytesIO(text.encode()), filename=f"sonality-{name}.txt"))
             chunks = [f"{heading}The full output is attached ({len(text):,} characters)."]

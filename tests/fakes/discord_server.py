@@ -189,6 +189,11 @@ class FakeInteraction:
 _CALLBACK_TYPES = {2: {4, 5, 9}, 3: {4, 5, 6, 7, 9}, 4: {8}}
 
 
+#: The largest file Discord takes in a server without boosts, as interactions announce it
+#: (`attachment_size_limit`); a larger one is refused with 413, code 40005.
+ATTACHMENT_SIZE_LIMIT = 8 * 1024 * 1024
+
+
 class FakeDiscord:
     """One fake Discord: start(), point the client at api_base / gateway_url, script it."""
 
@@ -682,7 +687,7 @@ class FakeDiscord:
             "channel_id": str(channel.id),
             "app_permissions": str((1 << 53) - 1),
             "locale": "en-US",
-            "attachment_size_limit": 8 * 1024 * 1024,
+            "attachment_size_limit": ATTACHMENT_SIZE_LIMIT,
             "entitlements": [],
             "data": {
                 "id": str(self.snowflake()),
@@ -777,7 +782,7 @@ class FakeDiscord:
             "app_permissions": str((1 << 53) - 1),
             "locale": "en-US",
             "guild_locale": "en-US",
-            "attachment_size_limit": 8 * 1024 * 1024,
+            "attachment_size_limit": ATTACHMENT_SIZE_LIMIT,
             "entitlements": [],
             "authorizing_integration_owners": {"0": str(guild.id)},
             "context": 0,
@@ -882,6 +887,9 @@ class FakeDiscord:
         webhook_route = path.startswith(("/interactions/", "/webhooks/"))
         if not webhook_route and recorded.headers.get("Authorization") != f"Bot {self.token}":
             return json_response({"message": "401: Unauthorized", "code": 0}, status=401)
+        if any(len(data) > ATTACHMENT_SIZE_LIMIT for _, data in files):
+            # As Discord: a file over the limit the interaction announced is refused whole.
+            return json_response({"message": "Request entity too large", "code": 40005}, status=413)
         return await self._route(request.method, path, recorded)
 
     async def _route(self, method: str, path: str, req: RecordedRequest) -> web.StreamResponse:
