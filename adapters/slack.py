@@ -32,6 +32,7 @@ Design notes (the WHY):
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import re
@@ -131,6 +132,10 @@ USER_CACHE_SECONDS = 60.0
 # only if its member is cached, else left as `@U…`): a message of made-up `<@U…>` must
 # not spend the workspace's users.info limit, which the admin check of commands shares.
 MAX_MENTION_LOOKUPS = 10
+# ...and at most this many a minute per workspace, whatever the messages: the rest of
+# users.info's limit stays for authors and the admin check, which a member posting many
+# messages of made-up mentions would otherwise use up (moderators then refused).
+MENTION_LOOKUPS_PER_MINUTE = 20
 # Slack's answer for a member id it does not know (a made-up mention): cached as nameless.
 _NO_SUCH_USER = frozenset({"user_not_found", "user_not_visible"})
 # response_url accepts at most 5 posts; longer command output is cut with a note.
@@ -723,6 +728,8 @@ class SlackAdapter:
         self._moderators = settings.slack_moderators
         self._answer_bots = settings.answer_bot_ids
         self._users: dict[tuple[str, str], _UserInfo] = {}
+        # team -> when its mentions were last looked up (`MENTION_LOOKUPS_PER_MINUTE`).
+        self._mention_lookups: dict[str, collections.deque[float]] = {}
         # (team, user) -> the channel of that user's DM with the bot (it never changes).
         self._bot_dms: dict[tuple[str, str], str] = {}
         # Teams whose workspace answered `unknown_method` to chat.startStream.
@@ -1382,10 +1389,23 @@ class SlackAdapter:
         mentioned = dict.fromkeys(m.group(1) for m in _USER_MENTION.finditer(raw))
         mentioned.pop(context.bot_user_id or "", None)
         for i, uid in enumerate(mentioned):
-            info = await self._user(client, team, uid, ask=i < MAX_MENTION_LOOKUPS)
+            info = await self._user(client, team, uid, ask=False)
+            if info is None and i < MAX_MENTION_LOOKUPS and self._may_look_up(team):
+                info = await self._user(client, team, uid)
             if info is not None and info.name:
                 names[uid] = info.name
         return clean_text(from_slack_text(raw, context.bot_user_id, names))
+
+    def _may_look_up(self, team: str) -> bool:
+        """Whether one more mention of `team` may be looked up this minute (and count it)."""
+        now = time.monotonic()
+        recent = self._mention_lookups.setdefault(team, collections.deque())
+        while recent and now - recent[0] >= 60.0:
+            recent.popleft()
+        if len(recent) >= MENTION_LOOKUPS_PER_MINUTE:
+            return False
+        recent.append(now)
+        return True
 
     async def _post_reply(
         self,

@@ -14,7 +14,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from adapters.slack import MAX_MENTION_LOOKUPS
+from adapters.slack import MAX_MENTION_LOOKUPS, MENTION_LOOKUPS_PER_MINUTE
 from providers.anthropic import AnthropicLLM
 from tests.fakes.anthropic_server import AnthropicFake
 from tests.fakes.slack_server import FakeSlack, message_changed_event
@@ -43,8 +43,18 @@ def looked_up(fake: FakeSlack) -> list[str]:
     return [str(c.args.get("user")) for c in fake.calls("users.info")]
 
 
-def test_the_cap_is_small() -> None:
-    assert 1 <= MAX_MENTION_LOOKUPS <= 10
+async def test_a_workspace_looks_up_a_few_mentions_a_minute_whatever_the_messages(
+    bot: SlackBot, fake: FakeSlack
+) -> None:
+    """Messages each with new made-up mentions: past `MENTION_LOOKUPS_PER_MINUTE` in the
+    minute, mentions are named from the cache only, so the author lookups (and the admin
+    check of commands) keep the rest of users.info's limit."""
+    for batch in range(4):
+        ids = " ".join(f"<@UNEW{batch}{i:02d}>" for i in range(MAX_MENTION_LOOKUPS))
+        await bot.mention(f"<@UBOT> ask {ids}", user="U1", team="T1")
+    made_up = [u for u in looked_up(fake) if u.startswith("UNEW")]
+    assert len(made_up) == MENTION_LOOKUPS_PER_MINUTE < 4 * MAX_MENTION_LOOKUPS
+    assert "U1" in looked_up(fake)  # the author was looked up all the same
 
 
 async def test_made_up_mentions_cost_a_few_lookups_and_a_repeat_none(
