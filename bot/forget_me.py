@@ -96,25 +96,33 @@ async def finish_forget(
         )
         await journal.record([entry], "would not forget this member again")
     version = request.version
+
+    # Chroma first: the interaction and evidence rows, which hold the episode ids, and
+    # the audit rows, which hold the insights drawn from the member's messages, go in
+    # erase_member.
+    async def memories() -> list[str]:
+        ids = await db.member_episode_ids(cid, member)
+        return ids + await semantic_ids(db, agent, cid, words.texts)
+
     _step(2)
+    deleted = False
     if version is None and kept:
         version = await committed_before_a_crash(db, cid, "forget-me", request.pseudonym)
         if version is None:
+            # The memories go with the replay, before the agent is let go (a reflection
+            # could read them otherwise).
             state = await agent.forget_member(
                 member,
                 actor=request.pseudonym,
                 drop_insights=words.texts,
                 drop_topics=words.topics,
+                memories=memories,
             )
-            version = state.version
+            version, deleted = state.version, True
         await db.set_forget_version(request.id, version)
     _step(3)
-    # Chroma first: the interaction and evidence rows, which hold the episode ids, and
-    # the audit rows, which hold the insights drawn from the member's messages, go in
-    # erase_member.
-    ids = await db.member_episode_ids(cid, member)
-    ids += await semantic_ids(db, agent, cid, words.texts)
-    await agent.forget_episodes(member, ids)
+    if not deleted:
+        await agent.forget_episodes(member, await memories())
     await db.erase_member(request, words, datetime.now(UTC))
     log.info(
         "%s: forgot a member as %s (%s)",

@@ -634,6 +634,7 @@ class SonalityAgent:
         drop_insights: Collection[str] = (),
         drop_topics: Collection[str] = (),
         change: str = "forget-me: opinions replayed without one member",
+        memories: Callable[[], Awaitable[Collection[str]]] | None = None,
     ) -> SpongeState:
         """Undo a member's influence: a new version in which everything the evidence log
         derives is replayed from the seed without their messages
@@ -644,6 +645,10 @@ class SonalityAgent:
         the log as it stands: after a rollback to a version from before a forget-me, the
         log (which no longer holds the forgotten member's messages) gives the restored
         state without their influence.
+
+        `memories`, if given, names the member's memories once the new version is in,
+        and they are deleted before the agent is let go: a reflection in between would
+        read their summaries and fold them into the narrative and new insights.
         """
         without = () if member is None else (member,)
         self._forgotten.update(without)
@@ -657,6 +662,8 @@ class SonalityAgent:
                 drop_topics=drop_topics,
             )
             self._forgot_at.update(dict.fromkeys(without, state.version))
+            if memories is not None:
+                await self.forget_episodes(member, await memories())
             return state
 
     async def withdraw_message(

@@ -10,6 +10,7 @@ A moderator's rollback between her forget-me's replay and its erase keeps her fo
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from tests.integration.conftest import (
     command,
     ess_requests,
     make_settings,
+    prompt_of,
     say,
 )
 from tests.integration.forget_scenario import file_bytes, reply_in_flight
@@ -138,3 +140,45 @@ async def test_a_rollback_between_the_replay_and_the_erase_keeps_the_member_forg
     [latest] = await store.versions(limit=1)
     state = await store.state_at(latest.version)
     assert state is not None and ALICE.id not in state.model_dump_json()
+
+
+async def test_a_reflection_asked_during_forget_me_never_reads_the_members_memories(
+    runtime: Any, anthropic_server: AnthropicFake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A moderator's reflect arrives just as the forget-me's replay is committed, before
+    its memories are deleted from Chroma. The reflection reads the recent memories'
+    summaries into its prompt: it must wait until hers are gone, or her words live on
+    in the narrative and in the insights it writes."""
+    anthropic_server.brain.ess_rule(
+        contains="(glimmer)",
+        score=0.8,
+        direction="supports",
+        topics=["rent_control"],
+        novelty=0.8,
+        reasoning_type="empirical_data",
+        source_reliability="peer_reviewed",
+        summary="The sender cites the glimmerfox housing survey.",
+    )
+    await say(runtime, "The survey favours rent control (glimmer).")
+    await say(runtime, "Nice weather today.", user=BOB)
+    agent = runtime.registry.get(A.id)
+    assert agent is not None
+    await agent.flush_episodes()
+    delete = agent.memory.forget
+    reflecting: list[asyncio.Task[Any]] = []
+
+    async def reflect_first(ids: Any) -> None:
+        if not reflecting:
+            reflecting.append(asyncio.create_task(command(runtime, "reflect", user=BOB)))
+            await asyncio.sleep(0.3)  # time enough to run, were the agent let go
+        await delete(ids)
+
+    monkeypatch.setattr(agent.memory, "forget", reflect_first)
+    before = len(anthropic_server.requests)
+    done = await command(runtime, "forget-me", "confirm", moderator=False)
+    assert done.ok and "Forgotten" in done.text
+    [reflected] = await asyncio.gather(*reflecting)
+    assert reflected.ok, reflected.text
+    asked = [prompt_of(r) for r in anthropic_server.requests[before:]]
+    assert asked, "the reflection asked the model nothing"
+    assert not [p for p in asked if "glimmerfox" in p]
