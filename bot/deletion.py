@@ -123,26 +123,35 @@ async def finish_deletion(
     # message being deleted): its words are read only once that commit is in, by the
     # withdrawal (which takes back messages deleted meanwhile in the same replay) or
     # after `stop_learning`.
+    async def memories() -> list[str]:
+        words = await db.message_words(cid, interaction_id)
+        return [interaction_id, *await semantic_ids(db, agent, cid, words.texts)]
+
     version = deletion.version
     if version is None:
         version = await committed_before_a_crash(db, cid, "message-deleted", deletion.label)
+    deleted = False
     if version is None:
+        # Its memories go with the replay, before the agent is let go (a reflection
+        # could read them otherwise).
         state = await agent.withdraw_message(
             interaction_id,
             actor=deletion.label,
             change=CHANGES[deletion.cause],
             words=dropped,
+            memories=memories,
         )
         if state is not None:
             await db.set_deletion_version(deletion.id, state.version)
-            version = state.version
+            version, deleted = state.version, True
     else:
         await agent.stop_learning(interactions=(interaction_id,))
         if deletion.version is None:
             await db.set_deletion_version(deletion.id, version)
     words = await db.message_words(cid, interaction_id)
     insights = await semantic_ids(db, agent, cid, words.texts)
-    await agent.forget_episodes(None, [interaction_id, *insights])
+    if not deleted:
+        await agent.forget_episodes(None, [interaction_id, *insights])
     await db.erase_message(deletion, words, datetime.now(UTC), tuple(insights))
     log.info(
         "%s: took back a message its author %s (%s)",

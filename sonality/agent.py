@@ -634,7 +634,7 @@ class SonalityAgent:
         drop_insights: Collection[str] = (),
         drop_topics: Collection[str] = (),
         change: str = "forget-me: opinions replayed without one member",
-        memories: Callable[[], Awaitable[Collection[str]]] | None = None,
+        memories: MemoryIds | None = None,
     ) -> SpongeState:
         """Undo a member's influence: a new version in which everything the evidence log
         derives is replayed from the seed without their messages
@@ -675,6 +675,7 @@ class SonalityAgent:
         drop_insights: Collection[str] = (),
         drop_topics: Collection[str] = (),
         words: MessageWords | None = None,
+        memories: MemoryIds | None = None,
     ) -> SpongeState | None:
         """Undo one message's influence (its author deleted or edited it): a new version
         replayed from the seed without it, as `forget_member` does for a member. None
@@ -682,6 +683,9 @@ class SonalityAgent:
         if given, is asked for more insights and topics to drop once no learning of the
         message is under way (what that learning wrote is then in the store), as
         `stop_learning` would wait for; the call returns after such a moment too.
+        `memories`, if given, names the message's memories once the replay is in: they
+        are deleted before the agent is let go, as `forget_member` does, when the call
+        returns a version.
 
         Messages withdrawn within a moment of each other (a bulk delete), while another
         change holds the agent, or in the pause after the last withdrawal's replay (a
@@ -699,6 +703,7 @@ class SonalityAgent:
             drop_insights=tuple(drop_insights),
             drop_topics=tuple(drop_topics),
             words=words,
+            memories=memories,
         )
         self._withdrawals.append(mine)
         while not mine.done:
@@ -760,6 +765,10 @@ class SonalityAgent:
                 drop_insights=sorted({t for w, _ in taken for t in w.drop_insights}),
                 drop_topics=sorted({t for w, _ in taken for t in w.drop_topics}),
             )
+        # Their memories go before the agent is let go: a reflection would read them.
+        ids = [i for w, _ in taken if w.memories is not None for i in await w.memories()]
+        if ids:
+            await self.forget_episodes(None, ids)
         for withdrawal, at in zip(batch, learned, strict=True):
             withdrawal.state = None if at is None else state
             withdrawal.done = True
@@ -875,6 +884,8 @@ def _erased(
 #: What a withdrawn message left to drop besides its influence: its insights' texts and
 #: its own topics, read from the host's records once its learning is over.
 MessageWords = Callable[[], Awaitable[tuple[Collection[str], Collection[str]]]]
+#: Names a message's (or member's) memories once its replay is in (`forget_member`).
+MemoryIds = Callable[[], Awaitable[Collection[str]]]
 
 
 class Withdrawal(BaseModel):
@@ -886,6 +897,7 @@ class Withdrawal(BaseModel):
     drop_insights: tuple[str, ...]
     drop_topics: tuple[str, ...]
     words: MessageWords | None = None
+    memories: MemoryIds | None = None
     #: When it was withdrawn (`time.monotonic`): the gathering time counts from it.
     arrived: float = Field(default_factory=time.monotonic)
     done: bool = False

@@ -34,7 +34,15 @@ from bot.runtime import Runtime
 from sonality.agent import MessageWords
 from storage.deletion import MessageDeletion
 from tests.fakes.anthropic_server import AnthropicFake, Delay
-from tests.integration.conftest import A, B, command, ess_requests, eventually, make_settings
+from tests.integration.conftest import (
+    A,
+    B,
+    command,
+    ess_requests,
+    eventually,
+    make_settings,
+    prompt_of,
+)
 from tests.integration.deletion_scenario import (
     ARGUER,
     CHATTER,
@@ -523,3 +531,48 @@ async def test_a_backup_from_before_a_deletion_restored_takes_the_message_back_a
     async with open_runtime(restored, llm=llm) as runtime:
         [again] = await runtime.db.community(A.id).versions(limit=1)
         assert again.version == latest.version
+
+
+async def test_a_reflection_asked_during_a_deletion_never_reads_its_memory(
+    runtime: Runtime, anthropic_server: AnthropicFake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As with forget-me (test_forget_inflight.py): a reflect that arrives once the
+    deletion's replay is in, before the message's memory is deleted from Chroma, waits
+    for it, so the summary never reaches the reflection's prompt."""
+    anthropic_server.brain.ess_rule(
+        contains="(glimmer)",
+        score=0.8,
+        direction="supports",
+        topics=["rent_control"],
+        novelty=0.8,
+        reasoning_type="empirical_data",
+        source_reliability="peer_reviewed",
+        summary="The sender cites the glimmerfox housing survey.",
+    )
+    ari, chas = USERS[ARGUER], USERS[CHATTER]
+    said = IncomingMessage(
+        community=A, channel_id="c1", user=ari, text="A survey (glimmer).", message_id="g1"
+    )
+    assert await runtime.handle(said) is not None
+    await runtime.handle(IncomingMessage(community=A, channel_id="c1", user=chas, text="Hi."))
+    await runtime.drain()
+    agent = runtime.registry.get(A.id)
+    assert agent is not None
+    await agent.flush_episodes()
+    delete = agent.memory.forget
+    reflecting: list[asyncio.Task[Any]] = []
+
+    async def reflect_first(ids: Any) -> None:
+        if not reflecting:
+            reflecting.append(asyncio.create_task(command(runtime, "reflect", user=chas)))
+            await asyncio.sleep(0.3)  # time enough to run, were the agent let go
+        await delete(ids)
+
+    monkeypatch.setattr(agent.memory, "forget", reflect_first)
+    before = len(anthropic_server.requests)
+    assert await runtime.message_deleted(PLATFORM, "g1") == 1
+    [reflected] = await asyncio.gather(*reflecting)
+    assert reflected.ok, reflected.text
+    asked = [prompt_of(r) for r in anthropic_server.requests[before:]]
+    assert asked, "the reflection asked the model nothing"
+    assert not [p for p in asked if "glimmerfox" in p]
