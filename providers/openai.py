@@ -632,7 +632,7 @@ def _as_object(arguments: object) -> dict[str, Any] | None:
         return None
     try:
         value = json.loads(arguments)
-    except ValueError:
+    except (ValueError, RecursionError):  # a model looping on brackets nests deep
         return None
     return value if isinstance(value, dict) else None
 
@@ -644,7 +644,7 @@ def first_json_object(text: str) -> dict[str, Any] | None:
     while start != -1:
         try:
             value, _ = decoder.raw_decode(text, start)
-        except ValueError:
+        except (ValueError, RecursionError):  # a model looping on brackets nests deep
             value = None
         if isinstance(value, dict):
             return value

@@ -381,6 +381,24 @@ def test_first_json_object_finds_the_object_in_prose_and_fences(
     assert first_json_object(text) == expected
 
 
+#: A local model looping on brackets until its token cap: Python's JSON parser gives up
+#: on such nesting with RecursionError, not ValueError.
+BRACKET_LOOP = '{"score": 0.4, "topics": ' + "[" * 1500
+
+
+async def test_a_model_looping_on_brackets_gives_an_empty_input_not_an_error(
+    openai_server: OpenAIFake, openai_llm: OpenAILLM
+) -> None:
+    """Whatever level asked it: no JSON object, so the caller gets no input (ESS then
+    falls back to its defaults) rather than an error, and every answer's usage counts."""
+    assert first_json_object(BRACKET_LOOP) is None
+    openai_server.enqueue(Text(BRACKET_LOOP), Text(BRACKET_LOOP), Text(BRACKET_LOOP))
+    result = await openai_llm.call_tool(system=[], messages=HELLO, tool=TOOL, max_tokens=200)
+    assert result.tool_input == {}
+    served = range(len(openai_server.responses))
+    assert len(served) >= 1 and result.usage == served_usage(openai_server, *served)
+
+
 async def test_a_client_bug_is_not_mistaken_for_a_missing_feature(
     openai_server: OpenAIFake, openai_llm: OpenAILLM
 ) -> None:
