@@ -236,6 +236,8 @@ def _manifest(settings: Settings, root: Path, facts: DatabaseFacts) -> dict[str,
             "data_dir": str(settings.data_dir.absolute()),
             "database": str(settings.resolved_database_path.absolute()),
             "chroma_dir": str(settings.resolved_chroma_dir.absolute()),
+            # Which forget journal stays behind with the data directory (`restore`).
+            "forget_journal": ForgetJournal.in_data_dir(settings.data_dir).journal_id(),
         },
         "database": {"file": DATABASE_FILE, "bytes": database_bytes, **asdict(facts)},
         "chroma": {"dir": CHROMA_DIR} if (root / CHROMA_DIR).is_dir() else None,
@@ -322,6 +324,7 @@ def restore(
                 f"error: {chroma} already holds memories: restore into an empty data directory "
                 f"(set SONALITY_DATA_DIR to a new one, or move this one aside)"
             )
+        _same_journal(here, manifest, given=journal is not None or without_journal)
         forgotten, deleted = _forget_entries(here, journal, without_journal)
         tag = uuid.uuid4().hex[:8]
         database.parent.mkdir(parents=True, exist_ok=True)
@@ -364,6 +367,23 @@ def describe_reapplied(manifest: dict[str, Any]) -> str:
     return (
         f"forget journal: {' and '.join(parts)} made after this backup were journaled "
         "again; the bot finishes them when it starts, before learning anything"
+    )
+
+
+def _same_journal(here: ForgetJournal, manifest: dict[str, Any], *, given: bool) -> None:
+    """Refuse a restore into a data directory whose forget journal is not the one the
+    backup's data directory kept (a bot started once in a new directory made its own),
+    unless a journal was named or its loss acknowledged: the forget-me requests made
+    after the backup are in the other one, and would come back."""
+    theirs = (manifest.get("source") or {}).get("forget_journal")
+    mine = here.journal_id()
+    if given or theirs is None or mine is None or mine == theirs:
+        return
+    raise BackupError(
+        f"error: {here.path} is the forget journal of another data directory than the one "
+        "this backup was made from, so forget-me requests made there after the backup "
+        f"would come back: pass --forget-journal with that directory's {JOURNAL_FILE} (or "
+        "--without-forget-journal if it is lost)"
     )
 
 

@@ -27,6 +27,7 @@ import logging
 import os
 import tempfile
 import threading
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -82,10 +83,18 @@ class ForgetJournal:
 
     def ensure(self) -> None:
         """Create the file (empty) if missing, so a data directory a bot has run in
-        always has one (a restore into it then knows no forget-me was lost)."""
+        always has one (a restore into it then knows no forget-me was lost), and give
+        a file from before journals had ids one."""
         with self._lock:
-            if not self.path.exists():
-                self._write([], [])
+            if not self.path.exists() or self._header_id() is None:
+                self._write(*self._read())
+
+    def journal_id(self) -> str | None:
+        """The file's own random id, written when it was made: a backup records it, so
+        a restore can tell this data directory's journal from another's (None: no file,
+        or one from before ids)."""
+        with self._lock:
+            return self._header_id()
 
     def entries(self) -> list[JournalEntry]:
         """Every forget-me in the file (none if there is no file)."""
@@ -122,6 +131,8 @@ class ForgetJournal:
         """Add to `other` the entries of this file it lacks."""
         mine, my_deleted = self.read()
         with other._lock:
+            if not other.path.exists():  # a copy of this journal: it keeps its id
+                other._write([], [], journal_id=self.journal_id())
             theirs, their_deleted = other._read()
             known = {e.pseudonym for e in theirs}
             labels = {d.label for d in their_deleted}
@@ -246,10 +257,26 @@ class ForgetJournal:
                 f"cannot read the forget journal {self.path} ({exc})"
             ) from None
 
-    def _write(self, entries: list[JournalEntry], deleted: list[DeletionEntry]) -> None:
+    def _header_id(self) -> str | None:
+        try:
+            with open(self.path, encoding="utf-8") as fh:
+                head = json.loads(fh.readline())
+        except (OSError, ValueError):
+            return None
+        found = head.get("journal_id") if isinstance(head, dict) else None
+        return found if isinstance(found, str) and found else None
+
+    def _write(
+        self,
+        entries: list[JournalEntry],
+        deleted: list[DeletionEntry],
+        *,
+        journal_id: str | None = None,
+    ) -> None:
         """The whole file in format 2: atomically (a temporary file renamed over it),
-        private, and on disk."""
-        lines = [_line({"format": FORMAT, "about": ABOUT})]
+        private, and on disk; with `journal_id`, else the file's own, else a new one."""
+        journal_id = journal_id or self._header_id() or uuid.uuid4().hex
+        lines = [_line({"format": FORMAT, "about": ABOUT, "journal_id": journal_id})]
         lines += [_line(_item(e)) for e in entries]
         lines += [_line(_item(d)) for d in deleted]
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -114,3 +114,38 @@ async def test_restoring_in_place_keeps_the_forget_me(
     assert put_back.returncode == 0, put_back.stderr
     await assert_forgotten_after_start(data, llm)
     assert "journaled again" in put_back.stdout
+
+
+async def test_restoring_where_another_bot_ran_needs_the_old_forget_journal(
+    tmp_path: Path, llm: Any, anthropic_server: AnthropicFake
+) -> None:
+    """A new host's data directory where the bot was started once has a journal of its
+    own, empty: the backup's directory kept the forget-me made after it, so the restore
+    is refused until that journal is named, as for a directory with no journal."""
+    data, backup = await chatted_then_backed_up_then_forgot(tmp_path, llm, anthropic_server)
+    other = tmp_path / "other"
+    async with open_runtime(settings_for(other), llm=llm):
+        pass
+    for name in ("sonality.sqlite3", "sonality.sqlite3-wal", "sonality.sqlite3-shm"):
+        (other / name).unlink(missing_ok=True)
+    shutil.rmtree(other / "chromadb")
+    close_chroma_client(other / "chromadb")
+    assert (other / FILE_NAME).exists()
+
+    refused = await asyncio.to_thread(bot_command, tmp_path, other, "restore", str(backup))
+    assert refused.returncode == 2
+    [line] = refused.stderr.splitlines()
+    assert "another data directory" in line and "--forget-journal" in line
+    assert not (other / "sonality.sqlite3").exists()
+
+    put_back = await asyncio.to_thread(
+        bot_command,
+        tmp_path,
+        other,
+        "restore",
+        str(backup),
+        "--forget-journal",
+        str(data / FILE_NAME),
+    )
+    assert put_back.returncode == 0, put_back.stderr
+    await assert_forgotten_after_start(other, llm)
