@@ -19,7 +19,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
@@ -138,17 +138,30 @@ class ReflectionScheduler:
                 log.info("nightly reflection: another process runs it")
             else:
                 due = await self.runtime.db.communities_needing_nightly()
+                failed = 0
                 for community_id in due:
-                    if await self._reflect(community_id, "nightly", now):
+                    # `_reflect` catches its own errors: one community's failure never
+                    # stops the others' reflections.
+                    result = await self._reflect(community_id, "nightly", now)
+                    if result == "reflected":
                         done.append(community_id)
+                    elif result == "failed":
+                        failed += 1
                 log.info(
                     "nightly reflection: %d of %d community(ies) reflected", len(done), len(due)
                 )
+                if failed:
+                    log.warning(
+                        "nightly reflection: %d community(ies) failed; tried again next time",
+                        failed,
+                    )
         self._publish_next()
         return done
 
     async def run_idle(self, now: datetime | None = None) -> list[str]:
-        """Reflect loaded communities that went quiet with insights waiting."""
+        """Reflect loaded communities that went quiet with insights waiting. Returns the
+        communities whose reflection was tried, even if the model failed it (the next
+        nightly run tries again: a failed reflection is not marked done)."""
         now = now or self.clock()
         quiet_for = timedelta(minutes=self.runtime.settings.idle_reflect_minutes)
         done = []
@@ -161,14 +174,17 @@ class ReflectionScheduler:
             if self._idle_tried.get(community_id) == last:
                 continue
             self._idle_tried[community_id] = last
-            async with self.runtime.db.job_run(f"idle:{community_id}") as mine:
-                if not mine:
-                    continue
-                await agent.catch_up()  # another process may have reflected it already
-                if agent.sponge.pending_insights and await self._reflect(
-                    community_id, "idle", now, agent
-                ):
-                    done.append(community_id)
+            try:  # one community's trouble must not stop the others' (nor housekeeping)
+                async with self.runtime.db.job_run(f"idle:{community_id}") as mine:
+                    if not mine:
+                        continue
+                    await agent.catch_up()  # another process may have reflected it already
+                    if agent.sponge.pending_insights and (
+                        await self._reflect(community_id, "idle", now, agent) != "skipped"
+                    ):
+                        done.append(community_id)
+            except Exception:
+                log.exception("idle reflection for %s failed", community_id)
         return done
 
     async def run_housekeeping(self, now: datetime | None = None) -> None:
@@ -274,25 +290,44 @@ class ReflectionScheduler:
 
     async def _reflect(
         self, community_id: str, trigger: str, now: datetime, agent: SonalityAgent | None = None
-    ) -> bool:
+    ) -> Literal["reflected", "failed", "skipped"]:
         """Reflect one community. A loaded agent is used as it is: looking it up through
-        the registry would count as use and keep an idle community from being evicted."""
+        the registry would count as use and keep an idle community from being evicted.
+
+        Only a reflection that ran is marked done: one the model failed (or that raised)
+        leaves the community due, so the next nightly run tries it again. Never raises
+        for one community's trouble, so a job goes on with the others."""
         if community_id in self._running:
             log.info("%s reflection for %s skipped: one is running", trigger, community_id)
-            return False
-        if await self.runtime.budget.exhausted(community_id):
-            # Reflection needs the model, and the learning it would wait for is held
-            # until midnight: waiting here would stall every other community's job.
-            log.info("%s reflection for %s skipped: spending limit reached", trigger, community_id)
-            return False
+            return "skipped"
         self._running.add(community_id)
         try:
+            if self.runtime.removals.is_removed(community_id):
+                # The bot left it: its data waits for erasure; loading it would pay the
+                # model to reflect a community nobody talks to.
+                log.info("%s reflection for %s skipped: removed", trigger, community_id)
+                return "skipped"
+            if await self.runtime.budget.exhausted(community_id):
+                # Reflection needs the model, and the learning it would wait for is held
+                # until midnight: waiting here would stall every other community's job.
+                log.info(
+                    "%s reflection for %s skipped: spending limit reached", trigger, community_id
+                )
+                return "skipped"
             if agent is None:
                 agent = self.runtime.registry.get(community_id)
             if agent is None:
                 agent = await self.runtime.registry.agent_for(Community(id=community_id))
             await agent.drain()
             outcome = await agent.reflect_now(trigger)
+            if not outcome.ran:
+                log.warning(
+                    "%s reflection for %s failed (%s); tried again next time",
+                    trigger,
+                    community_id,
+                    outcome.error or "not run",
+                )
+                return "failed"
             await self.runtime.db.mark_reflected(community_id, now)
             log.info(
                 "%s reflection for %s: ran=%s accepted=%s",
@@ -301,10 +336,10 @@ class ReflectionScheduler:
                 outcome.ran,
                 outcome.accepted,
             )
-            return True
+            return "reflected"
         except Exception:
             log.exception("%s reflection for %s failed", trigger, community_id)
-            return False
+            return "failed"
         finally:
             self._running.discard(community_id)
 

@@ -253,11 +253,14 @@ class Database(
     async def communities_needing_nightly(self) -> list[str]:
         """Communities with activity after their last reflection (or never reflected).
 
-        Quiet communities are skipped so the nightly job spends no tokens on them.
+        Quiet communities are skipped so the nightly job spends no tokens on them, and so
+        are those the bot was removed from (their data only waits for erasure), whichever
+        process heard of the removal.
         """
         rows = await self._fetchall(
             "SELECT id FROM communities WHERE last_activity_at IS NOT NULL "
             "AND (last_reflection_time IS NULL OR last_activity_at > last_reflection_time) "
+            "AND id NOT IN (SELECT community_id FROM community_removals) "
             "ORDER BY id"
         )
         return [str(r[0]) for r in rows]
