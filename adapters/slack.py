@@ -271,12 +271,20 @@ _STRIKE = re.compile(r"~~(?=\S)(.+?)(?<=\S)~~")
 _B = "\x01"  # bold placeholder, so italics conversion can't touch converted bold
 
 
+def _shown_link(m: re.Match[str]) -> str:
+    """A markdown link with its address in sight: "text (<url>)". Slack shows a masked
+    link (`<url|text>`) without any warning, and the text can be a member's words the
+    model repeated ("[the moderators' notice](https://…)")."""
+    label, url = m.group(1), m.group(2)
+    return f"<{url}>" if label.strip() == url else f"{label} (<{url}>)"
+
+
 def _prose_to_mrkdwn(text: str) -> str:
     text = _escape(text, keep_quotes=True)
     text = _RULE.sub("──────────", text)
     text = _HEADING.sub(lambda m: _B + m.group(1).replace("**", "") + _B, text)
     text = _BULLET.sub(r"\1• ", text)
-    text = _LINK.sub(lambda m: f"<{m.group(2)}|{m.group(1).replace('|', '¦')}>", text)
+    text = _LINK.sub(_shown_link, text)
     text = _AUTOLINK.sub(r"<\1>", text)
     text = _BOLD.sub(lambda m: _B + (m.group(1) or m.group(2)) + _B, text)
     text = _ITALIC.sub(r"_\1_", text)

@@ -388,9 +388,19 @@ def test_markdown_to_mrkdwn() -> None:
         "- item\n> quoted\n`a<b`\n```py\nif a < b and **c**:\n```"
     )
     assert to_mrkdwn(md) == (
-        "*Title*\n*bold* and _it_ and ~gone~, <https://x.y/?a=1&amp;b=2|site>\n"
+        "*Title*\n*bold* and _it_ and ~gone~, site (<https://x.y/?a=1&amp;b=2>)\n"
         "• item\n> quoted\n`a&lt;b`\n```\nif a &lt; b and **c**:\n```"
     )
+
+
+def test_a_masked_link_is_shown_with_its_address() -> None:
+    """The model may repeat a member's link under words of theirs: Slack would show only
+    the words, so the address is shown beside them."""
+    md = "See [the moderators' notice](https://evil.example/login) or [x](mailto:a@b.c)."
+    assert to_mrkdwn(md) == (
+        "See the moderators' notice (<https://evil.example/login>) or x (<mailto:a@b.c>)."
+    )
+    assert to_mrkdwn("[https://a.b/c](https://a.b/c)") == "<https://a.b/c>"
 
 
 def test_slack_text_to_plain() -> None:
