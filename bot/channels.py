@@ -153,12 +153,15 @@ class ChannelModes:
             )
         return MEANING[mode]
 
-    async def status_line(self, community_id: str) -> str:
-        """One `status` line: the default and the channels set apart from it."""
+    async def status_line(self, community_id: str, *, names: bool) -> str:
+        """One `status` line: the default and the channels set apart from it, by name
+        for a moderator (`names`), else how many (see `run_channel_command`)."""
         apart = _apart(await self.settings(community_id), self.default)
         line = f"Channels: {self.default} unless set"
-        if apart:
+        if apart and names:
             line += " (" + "; ".join(f"{_name(s)}: {s.mode}" for s in apart) + ")"
+        elif apart:
+            line += f" ({len(apart)} set apart; moderators see which)"
         return line
 
 
@@ -213,14 +216,19 @@ async def run_channel_command(modes: ChannelModes, request: CommandRequest) -> C
         f"{modes.meaning(current)}."
     ]
     apart = _apart(settings, modes.default)
-    if apart:
+    if apart and not request.is_moderator:
+        # A moderator may set a private channel apart: its name is not for everyone.
+        lines.append(
+            f"{len(apart)} channel(s) are set apart from the default (`{modes.default}`); "
+            "moderators see which."
+        )
+    elif apart:
         lines.append(f"Channels set apart from the default (`{modes.default}`):")
         for setting in apart:
-            line = f"• {_name(setting)}: `{setting.mode}`"
-            if request.is_moderator:  # who changed what is for those who run the community
-                who = setting.set_by_name or setting.set_by_id
-                line += f", set by {who} on {setting.set_at:%Y-%m-%d}"
-            lines.append(line)
+            who = setting.set_by_name or setting.set_by_id
+            lines.append(
+                f"• {_name(setting)}: `{setting.mode}`, set by {who} on {setting.set_at:%Y-%m-%d}"
+            )
     else:
         lines.append(f"Every other channel follows the default (`{modes.default}`).")
     return CommandResult(text="\n".join(lines), title="Channel")

@@ -337,7 +337,9 @@ class CommandHandlers:
             e = agent.last_ess
             lines.append(f"Last message: {describe_ess(e)}")
         if not is_dm(request.community.id):
-            lines.append(await self._channels.status_line(request.community.id))
+            lines.append(
+                await self._channels.status_line(request.community.id, names=request.is_moderator)
+            )
         if request.is_moderator:  # members' votes are for those who run the community
             feedback = await self._db.feedback_counts(request.community.id)
             if feedback.total:

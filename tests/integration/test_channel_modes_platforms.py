@@ -269,11 +269,14 @@ async def test_discord_off_channel_is_silent_with_no_llm_request_and_modes_survi
             assert len(replied) == 2
             assert all("are you there" not in prompt_of(r) for r in after)
 
-            # Commands still work in the `off` channel, and list both modes.
+            # Commands still work in the `off` channel: a member sees how many channels
+            # are set apart, a moderator (Manage Server) which.
             looked = await channel_command(fake, guild, off, user=MEMBER, permissions=SEND_MESSAGES)
             assert looked.startswith("**Channel**\nThis channel: `off`: I answer nothing here")
-            assert f"#{free.name} ({free.id}): `free`" in looked
-            assert f"#{off.name} ({off.id}): `off`" in looked
+            assert "2 channel(s) are set apart" in looked and free.name not in looked
+            listed = await channel_command(fake, guild, off)
+            assert f"#{free.name} ({free.id}): `free`" in listed
+            assert f"#{off.name} ({off.id}): `off`" in listed
 
 
 async def test_discord_free_is_refused_without_the_intent(
