@@ -37,6 +37,7 @@ from typing import Any
 
 from aiohttp import web
 
+from app.logs import hide_credentials
 from bot.interface import Adapter, StartupError
 from bot.settings import Settings
 from providers.forwarding import ForwardingLLM
@@ -109,7 +110,9 @@ class LLMHealth:
             record.failing_since = now
         record.last_failure = now
         record.consecutive_failures += 1
-        record.last_error = " ".join(str(error).split())[:200]
+        # Scrubbed whole, then cut: a model client names its endpoint in its errors, and
+        # that URL may carry a proxy's `user:password@` (OPENAI_BASE_URL).
+        record.last_error = hide_credentials(" ".join(str(error).split()))[:200]
 
     @property
     def last_success(self) -> datetime | None:

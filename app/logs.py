@@ -25,6 +25,10 @@ notices (connected, retrying) stay; the libraries that print request bodies or
 statement parameters below WARNING (Bolt, aiosqlite) and the HTTP clients' line per
 request are kept at WARNING. The bot's own DEBUG lines name ids and sizes, never what a
 member wrote, so DEBUG is safe to turn on to look into a problem.
+
+No line shows the `user:password@` of a URL (`hide_credentials`): OPENAI_BASE_URL or
+ANTHROPIC_BASE_URL may carry a proxy's credentials, and the model clients name their
+endpoint in their errors and notices, so every line is scrubbed as it is formatted.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from __future__ import annotations
 import json
 import logging
 import logging.handlers
+import re
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -61,11 +66,34 @@ QUIET_LOGGERS = ("httpx", "httpcore", "httpx2", "httpcore2", "slack_bolt", "aios
 #: `log.info(..., extra={"community": community_id})`; JSON lines carry it as a field.
 COMMUNITY = "community"
 
+#: The credentials of a URL: what lies between `scheme://` and the last `@` before the
+#: host ends (a password with an unescaped `@` included); a quote or space ends the URL.
+_URL_CREDENTIALS = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://)[^\s/?#\"<>]*@")
 
-class JsonFormatter(logging.Formatter):
-    """One JSON object per record, on one line (a traceback travels inside it)."""
+
+def hide_credentials(text: str) -> str:
+    """`text` with the `user:password@` (or `token@`) of every URL in it replaced by
+    `***@`, as a log line, an error or /healthz may show a configured endpoint."""
+    if "@" not in text:
+        return text
+    return _URL_CREDENTIALS.sub(r"\1***@", text)
+
+
+class TextFormatter(logging.Formatter):
+    """The plain text line (`TEXT_FORMAT`), without a URL's credentials."""
 
     def format(self, record: logging.LogRecord) -> str:
+        return hide_credentials(super().format(record))
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record, on one line (a traceback travels inside it), without
+    a URL's credentials."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return hide_credentials(self._entry(record))
+
+    def _entry(self, record: logging.LogRecord) -> str:
         entry: dict[str, object] = {
             "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname,
@@ -99,7 +127,7 @@ def configure_logging(
     Raises `StartupError` naming SONALITY_LOG_FILE when that file cannot be opened.
     """
     formatter: logging.Formatter = (
-        JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT)
+        JsonFormatter() if log_format == "json" else TextFormatter(TEXT_FORMAT)
     )
     handlers: list[logging.Handler] = []
     if interactive_terminal:

@@ -11,6 +11,10 @@ than one that starts and retries per message.
 
 The check uses its own short-lived SDK client with one retry and a short timeout, so a
 dead endpoint costs seconds, not the minutes the chat client would patiently wait.
+
+An endpoint is named without the `user:password@` its URL may carry (a proxy's
+credentials in OPENAI_BASE_URL or ANTHROPIC_BASE_URL): the lines here reach the log and
+the terminal.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from app.logs import hide_credentials
 from bot.interface import StartupError
 from bot.settings import Settings
 from providers import connection_failure, is_local_endpoint
@@ -52,12 +57,12 @@ class _Endpoint:
 
     @property
     def where(self) -> str:
-        return self.url or self.default_url
+        return hide_credentials(self.url or self.default_url)
 
     @property
     def url_named(self) -> str:
         if self.url:
-            return f"{self.url_setting}={self.url}"
+            return f"{self.url_setting}={hide_credentials(self.url)}"
         return f"{self.default_url} ({self.url_setting} unset)"
 
 
@@ -80,7 +85,8 @@ def timeout_line(settings: Settings) -> str:
     if settings.llm_timeout_seconds is not None:
         why = "SONALITY_LLM_TIMEOUT_SECONDS"
     elif is_local_endpoint(settings.llm_base_url):
-        why = f"the default for a local endpoint ({settings.llm_base_url})"
+        where = hide_credentials(settings.llm_base_url or "")
+        why = f"the default for a local endpoint ({where})"
     else:
         why = "the default for a hosted API; SONALITY_LLM_TIMEOUT_SECONDS changes it"
     return f"LLM calls time out after {settings.llm_timeout:g}s ({why})"
@@ -194,7 +200,7 @@ def _short(sdk: ModuleType, err: Exception) -> str:
         return f"no answer within {CHECK_TIMEOUT_SECONDS:g}s"
     if isinstance(err, sdk.APIStatusError):
         return f"status {err.status_code}"
-    return f"{type(err).__name__}: {str(err)[:120]}"
+    return f"{type(err).__name__}: {hide_credentials(str(err))[:120]}"
 
 
 # --- storage ---------------------------------------------------------------------------

@@ -152,6 +152,7 @@ def _shown_value(value: Any, field: FieldInfo | None) -> str:
     if field is not None and SecretStr in _plain_types(field.annotation):
         return "(hidden)"
     text = " ".join(str(value).split()) if isinstance(value, str) else repr(value)
+    text = logs.hide_credentials(text)  # a URL's user:password@ is never printed
     return text if len(text) <= MAX_SHOWN_VALUE else text[: MAX_SHOWN_VALUE - 1] + "…"
 
 

@@ -31,14 +31,36 @@ from providers.pricing import ModelPrice
 from providers.vision import known_to_take_images
 from sonality import config as engine_config
 
+#: The upper bounds of the settings that become a date span, a sleep, a count or a size.
+#: Why every such setting has one: a "forever" value such as 999999 days or 1e10 minutes
+#: passes a lower bound, then overflows `datetime` in the middle of retention or of
+#: every reply (`now - timedelta(...)`), stopping that work silently instead of being
+#: refused at start. Each bound is far above any sensible value and far below an
+#: overflow. Days: 100 years, "forever" for a retention.
+MAX_DAYS = 36_500
+#: Minutes (a conversation's memory, idle times): a year.
+MAX_MINUTES = 365 * 24 * 60
+#: Seconds of a wait or window for which a day is already far too long.
+DAY_SECONDS = 86_400
+#: The most of anything counted (interactions, messages in a window): a million.
+MAX_COUNT = 1_000_000
+#: As `bot.commands.MAX_DAILY_LIMIT_USD`, the most a moderator may set per community.
+MAX_DAILY_BUDGET_USD = 100_000
+
+#: Far above any real bot's shard count; keeps a typo like "0-99999999" from
+#: building a list of a hundred million shard ids.
+MAX_SHARD_ID = 65_535
+
 
 def _engine(name: str) -> Any:
-    """The field of an engine tunable: its default and bounds are the engine's own."""
+    """The field of an engine tunable: its default and bounds are the engine's own, and
+    below `MAX_COUNT` where the engine sets no upper one (a count of interactions)."""
     low, high = engine_config.LIMITS[name]
     return Field(
         default=engine_config.DEFAULTS[name],
         ge=low,
         le=None if math.isinf(high) else high,
+        lt=MAX_COUNT if math.isinf(high) else None,
         alias=f"SONALITY_{name}",
     )
 
@@ -69,17 +91,20 @@ class Settings(BaseSettings):
     # {"llama3.1:8b": {"input": 0, "output": 0}}
     prices: dict[str, ModelPrice] = Field(default_factory=dict, alias="SONALITY_PRICES")
     # Default daily spending limit per community in USD; unset = no limit.
-    daily_budget_usd: float | None = Field(default=None, ge=0, alias="SONALITY_DAILY_BUDGET_USD")
-    # The most one member may spend of a community's daily limit, as a share of it
-    # (0.5: half); 1 turns the rule off. See bot/budget.py.
-    member_budget_share: float = Field(
-        default=0.5, ge=0, le=1, alias="SONALITY_MEMBER_BUDGET_SHARE"
+    daily_budget_usd: float | None = Field(
+        default=None, ge=0, le=MAX_DAILY_BUDGET_USD, alias="SONALITY_DAILY_BUDGET_USD"
     )
-    max_concurrent_llm: int = Field(default=16, ge=1, alias="SONALITY_MAX_CONCURRENT_LLM")
-    llm_max_retries: int = Field(default=3, ge=0, alias="SONALITY_LLM_MAX_RETRIES")
+    # The most one member may spend of a community's daily limit, as a share of it
+    # (0.5: half); 1 turns the rule off. See bot/budget.py. More than 0: a share of 0
+    # would refuse every member of a community with a limit, from its first message.
+    member_budget_share: float = Field(
+        default=0.5, gt=0, le=1, alias="SONALITY_MEMBER_BUDGET_SHARE"
+    )
+    max_concurrent_llm: int = Field(default=16, ge=1, le=1000, alias="SONALITY_MAX_CONCURRENT_LLM")
+    llm_max_retries: int = Field(default=3, ge=0, le=20, alias="SONALITY_LLM_MAX_RETRIES")
     # Unset: 60 s, or 300 s for a server on this machine or network (`llm_timeout`).
     llm_timeout_seconds: float | None = Field(
-        default=None, gt=0, alias="SONALITY_LLM_TIMEOUT_SECONDS"
+        default=None, gt=0, le=3600, alias="SONALITY_LLM_TIMEOUT_SECONDS"
     )
     # --- local models (docs/models.md "Running a local model") ---------------------
     # The most output tokens a call of each role may ask for (usage_role: reply,
@@ -124,7 +149,7 @@ class Settings(BaseSettings):
     # communities active) near 300 MB; 100 would spare each message reopening its index
     # there (figure 3a: 12 ms of CPU instead of 17-18) but takes the process past 500 MB.
     # Set it above the communities chatting at once if the memory is there.
-    chroma_max_open: int = Field(default=32, ge=1, alias="SONALITY_CHROMA_MAX_OPEN")
+    chroma_max_open: int = Field(default=32, ge=1, le=10_000, alias="SONALITY_CHROMA_MAX_OPEN")
     # A Chroma server (`chroma run`) for episodes instead of the local directory, so
     # several bot processes can share them: http://host:port (https:// for TLS).
     chroma_url: str | None = Field(default=None, alias="CHROMA_URL")
@@ -144,35 +169,46 @@ class Settings(BaseSettings):
     # Retention, applied hourly by the housekeeping job (storage/retention.py). Days the
     # text of answered messages (the member's words and the reply) is kept; nothing
     # reads it once the message is learned, moderators looking into a report get a
-    # season.
-    message_retention_days: int = Field(default=90, ge=1, alias="SONALITY_MESSAGE_RETENTION_DAYS")
+    # season. Every span in days is at most MAX_DAYS (100 years: "forever").
+    message_retention_days: int = Field(
+        default=90, ge=1, le=MAX_DAYS, alias="SONALITY_MESSAGE_RETENTION_DAYS"
+    )
     # Days the audit trail (ESS ratings, reflections, rollbacks), moderator actions and
     # daily token usage are kept: a year of "who changed what, and what did it cost".
-    audit_retention_days: int = Field(default=365, ge=1, alias="SONALITY_AUDIT_RETENTION_DAYS")
+    audit_retention_days: int = Field(
+        default=365, ge=1, le=MAX_DAYS, alias="SONALITY_AUDIT_RETENTION_DAYS"
+    )
     # Days a community's data is kept after the bot is removed from it (Discord guild
     # left/kicked, Slack app uninstalled or its tokens revoked); 0 = erased at once. Long
     # enough to survive an accidental kick, short enough not to keep a community that left.
     delete_after_removal_days: int = Field(
-        default=30, ge=0, alias="SONALITY_DELETE_AFTER_REMOVAL_DAYS"
+        default=30, ge=0, le=MAX_DAYS, alias="SONALITY_DELETE_AFTER_REMOVAL_DAYS"
     )
     # Fernet key that encrypts stored Slack installation tokens (multi-workspace mode).
     secret_key: SecretStr | None = Field(default=None, alias="SONALITY_SECRET_KEY")
 
     # --- conversation ------------------------------------------------------------
-    max_message_chars: int = Field(default=4000, ge=100, alias="SONALITY_MAX_MESSAGE_CHARS")
-    buffer_turns: int = Field(default=12, ge=0, alias="SONALITY_BUFFER_TURNS")
-    buffer_chars: int = Field(default=12000, ge=0, alias="SONALITY_BUFFER_CHARS")
-    buffer_ttl_minutes: float = Field(default=120.0, gt=0, alias="SONALITY_BUFFER_TTL_MINUTES")
-    rate_limit_messages: int = Field(default=6, ge=1, alias="SONALITY_RATE_LIMIT_MESSAGES")
+    max_message_chars: int = Field(
+        default=4000, ge=100, le=100_000, alias="SONALITY_MAX_MESSAGE_CHARS"
+    )
+    buffer_turns: int = Field(default=12, ge=0, le=1000, alias="SONALITY_BUFFER_TURNS")
+    buffer_chars: int = Field(default=12000, ge=0, le=500_000, alias="SONALITY_BUFFER_CHARS")
+    # Minutes become `now - timedelta(...)` in every reply: at most MAX_MINUTES (a year).
+    buffer_ttl_minutes: float = Field(
+        default=120.0, gt=0, le=MAX_MINUTES, alias="SONALITY_BUFFER_TTL_MINUTES"
+    )
+    rate_limit_messages: int = Field(
+        default=6, ge=1, le=MAX_COUNT, alias="SONALITY_RATE_LIMIT_MESSAGES"
+    )
     rate_limit_window_seconds: float = Field(
-        default=60.0, gt=0, alias="SONALITY_RATE_LIMIT_WINDOW_SECONDS"
+        default=60.0, gt=0, le=DAY_SECONDS, alias="SONALITY_RATE_LIMIT_WINDOW_SECONDS"
     )
     # Whether members' images go to the reply model: "auto" when SONALITY_MODEL is one
     # the bot knows to read images (providers/vision.py), "on" always (a local vision
     # model), "off" never. Without it a member's image gets a note that it was not read.
     vision: Literal["auto", "on", "off"] = Field(default="auto", alias="SONALITY_VISION")
     agent_idle_evict_minutes: float = Field(
-        default=30.0, gt=0, alias="SONALITY_AGENT_IDLE_EVICT_MINUTES"
+        default=30.0, gt=0, le=MAX_MINUTES, alias="SONALITY_AGENT_IDLE_EVICT_MINUTES"
     )
     # Where the bot speaks in a channel no moderator set with `/sonality channel`:
     # `mention` (@mentions and replies to it), `free` (every member's message, paced by
@@ -183,7 +219,7 @@ class Settings(BaseSettings):
     # In a `free` channel, at most one reply per this many seconds to messages that did
     # not mention the bot (0: no pause); mentions are always answered.
     free_channel_seconds: float = Field(
-        default=20.0, ge=0, le=86_400, alias="SONALITY_FREE_CHANNEL_SECONDS"
+        default=20.0, ge=0, le=DAY_SECONDS, alias="SONALITY_FREE_CHANNEL_SECONDS"
     )
     # Other bots the bot may answer (bot/bot_exchanges.py): their ids, comma-separated
     # (a Discord bot's user id; a Slack bot's B…, U… or A… id). Empty: every bot ignored.
@@ -197,9 +233,15 @@ class Settings(BaseSettings):
     # set it instead of SONALITY_NIGHTLY_HOUR (`nightly_at` is what the scheduler uses).
     nightly_time: time | None = Field(default=None, alias="SONALITY_NIGHTLY_TIME")
     timezone: str = Field(default="UTC", alias="SONALITY_TIMEZONE")
-    nightly_jitter_seconds: int = Field(default=900, ge=0, alias="SONALITY_NIGHTLY_JITTER_SECONDS")
-    idle_reflect_minutes: float = Field(default=30.0, gt=0, alias="SONALITY_IDLE_REFLECT_MINUTES")
-    idle_check_seconds: float = Field(default=60.0, gt=0, alias="SONALITY_IDLE_CHECK_SECONDS")
+    nightly_jitter_seconds: int = Field(
+        default=900, ge=0, le=DAY_SECONDS, alias="SONALITY_NIGHTLY_JITTER_SECONDS"
+    )
+    idle_reflect_minutes: float = Field(
+        default=30.0, gt=0, le=MAX_MINUTES, alias="SONALITY_IDLE_REFLECT_MINUTES"
+    )
+    idle_check_seconds: float = Field(
+        default=60.0, gt=0, le=DAY_SECONDS, alias="SONALITY_IDLE_CHECK_SECONDS"
+    )
 
     # --- terminal ------------------------------------------------------------------
     terminal_user: str = Field(
@@ -215,7 +257,9 @@ class Settings(BaseSettings):
         default="wss://gateway.discord.gg/", alias="DISCORD_GATEWAY_URL"
     )
     discord_dev_guild_id: int | None = Field(default=None, alias="DISCORD_DEV_GUILD_ID")
-    discord_shard_count: int | None = Field(default=None, ge=1, alias="DISCORD_SHARD_COUNT")
+    discord_shard_count: int | None = Field(
+        default=None, ge=1, le=MAX_SHARD_ID + 1, alias="DISCORD_SHARD_COUNT"
+    )
     # The shards this process runs, of DISCORD_SHARD_COUNT in all: "0,1", "0-3" or
     # "0-3,8". Unset: all of them. Every guild's events go to one shard, so to one process.
     discord_shard_ids: str | None = Field(default=None, alias="DISCORD_SHARD_IDS")
@@ -246,14 +290,14 @@ class Settings(BaseSettings):
     health_port: int | None = Field(default=None, ge=1, le=65535, alias="SONALITY_HEALTH_PORT")
     health_host: str = Field(default="127.0.0.1", min_length=1, alias="SONALITY_HEALTH_HOST")
     health_llm_failing_seconds: float = Field(
-        default=300.0, gt=0, alias="SONALITY_HEALTH_LLM_FAILING_SECONDS"
+        default=300.0, gt=0, le=7 * DAY_SECONDS, alias="SONALITY_HEALTH_LLM_FAILING_SECONDS"
     )
 
     # --- logging (app/logs.py): stdout by default, a rotated file only when named -------
     log_level: str = Field(default="INFO", alias="SONALITY_LOG_LEVEL")
     log_file: Path | None = Field(default=None, alias="SONALITY_LOG_FILE")
     log_file_max_bytes: int = Field(
-        default=10 * 1024 * 1024, ge=1000, alias="SONALITY_LOG_FILE_MAX_BYTES"
+        default=10 * 1024 * 1024, ge=1000, le=1_000_000_000, alias="SONALITY_LOG_FILE_MAX_BYTES"
     )
     log_file_backups: int = Field(default=5, ge=1, le=1000, alias="SONALITY_LOG_FILE_BACKUPS")
     log_format: Literal["text", "json"] = Field(default="text", alias="SONALITY_LOG_FORMAT")
@@ -301,6 +345,19 @@ class Settings(BaseSettings):
     def nightly_at(self) -> time:
         """When the nightly reflection runs, in `timezone` (before jitter)."""
         return self.nightly_time or time(self.nightly_hour)
+
+    @field_validator("anthropic_base_url", "openai_base_url")
+    @classmethod
+    def _no_credentials_in_url(cls, value: str | None) -> str | None:
+        """The model clients send their key in a header, and the HTTP library refuses a
+        URL with a `user:password@` beside it (the OpenAI client at start, with a
+        traceback; Anthropic's on every call): refused here in one line instead."""
+        if value is not None and "@" in urlsplit(value.strip()).netloc:
+            raise ValueError(
+                "must not hold a user name or password (user:password@host): the key goes "
+                "in ANTHROPIC_API_KEY or OPENAI_API_KEY"
+            )
+        return value
 
     @field_validator("chroma_url")
     @classmethod
@@ -540,10 +597,6 @@ RESERVED_REQUEST_FIELDS = frozenset(
 #: sentence for 7,781 characters), and `frequency_penalty` is the repetition control
 #: that llama.cpp, Ollama, vLLM and LM Studio all accept under OpenAI's own name.
 LOCAL_MODEL_OPTIONS: dict[str, float] = {"frequency_penalty": 0.5}
-
-#: Far above any real bot's shard count; keeps a typo like "0-99999999" from
-#: building a list of a hundred million shard ids.
-MAX_SHARD_ID = 65_535
 
 
 def parse_shard_ids(text: str) -> list[int]:
