@@ -223,6 +223,40 @@ class Runtime:
         if verdict is Verdict.WARN:
             log.info("rate limited %s in %s", user.id, community.id)
             return Reply(text=SLOW_DOWN, kind=ReplyKind.NOTICE)
+        # From here the message is being answered: an edit or a deletion that arrives
+        # while its pictures download or its agent loads takes it back as well
+        # (`message_edited`, and `asked_at` for the record).
+        arrived = datetime.now(UTC)
+        limit = self.settings.max_message_chars
+        truncated = len(text) > limit
+        if truncated:
+            log.info("cut a %d-char message from %s in %s", len(text), user.id, community.id)
+            text = text[:limit]
+        ref = (
+            ""
+            if message.message_id is None
+            else message_ref(_platform(community), message.message_id)
+        )
+        with self._answering_now(ref, _Answering(community.id, text)):
+            return await self._answer_now(
+                message, text, ref, arrived, truncated, unprompted, on_text, on_start, attach, learn
+            )
+
+    async def _answer_now(
+        self,
+        message: IncomingMessage,
+        text: str,
+        ref: str,
+        arrived: datetime,
+        truncated: bool,
+        unprompted: bool,
+        on_text: TextSink | None,
+        on_start: Started | None,
+        attach: Attach | None,
+        learn: bool,
+    ) -> Reply | None:
+        """`_answer` once the message is let through: its files, the budget, the model."""
+        community, user = message.community, message.user
         if attach is not None:
             message = await attach(message)
             if not text and not message.images and not message.file_notes:
@@ -247,17 +281,6 @@ class Runtime:
 
         sink = counted if on_text is not None else None
 
-        limit = self.settings.max_message_chars
-        truncated = len(text) > limit
-        if truncated:
-            log.info("cut a %d-char message from %s in %s", len(text), user.id, community.id)
-            text = text[:limit]
-        ref = (
-            ""
-            if message.message_id is None
-            else message_ref(_platform(community), message.message_id)
-        )
-
         spender = SPENDER.set(Spender(user.id, limited=not message.trusted))
         try:
             if await self.budget.exhausted(community.id):
@@ -268,16 +291,16 @@ class Runtime:
             now = datetime.now(UTC)
             self.last_message_at[community.id] = now
             history = self._history(community.id, user.id, now)  # read during retrieval
-            with self._answering_now(ref, _Answering(community.id, text)):
-                reply = await agent.respond(
-                    text,
-                    _speaker(user),
-                    history,
-                    on_text=sink,
-                    images=message.images,
-                    message_ref=ref,
-                    learn=learn,
-                )
+            reply = await agent.respond(
+                text,
+                _speaker(user),
+                history,
+                on_text=sink,
+                images=message.images,
+                message_ref=ref,
+                learn=learn,
+                asked_at=arrived,
+            )
         except MemberShareExceeded:  # spent while this message waited for its turn
             return None if unprompted else await self._share_notice(community.id, user.id)
         except BudgetExceeded:  # reached while this message waited for its turn
@@ -312,6 +335,7 @@ class Runtime:
             "answered %s in %s: %d chars in, %d out", user.id, community.id, len(text), len(reply)
         )
         if truncated:
+            limit = self.settings.max_message_chars
             reply += (
                 f"\n\n(Your message was very long, so I only read its first {limit:,} characters.)"
             )

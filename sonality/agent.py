@@ -16,6 +16,7 @@ import math
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
+from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -312,6 +313,7 @@ class SonalityAgent:
         message_ref: str = "",
         *,
         learn: bool = True,
+        asked_at: datetime | None = None,
     ) -> str:
         """Answer one message with one LLM call and queue it for learning.
 
@@ -322,11 +324,14 @@ class SonalityAgent:
         (kept with the record, see `InteractionRecord.message_ref`). With `learn` off
         the message is answered and forgotten: no outbox row, no ESS, no memory; only
         the reply's tokens are kept. Raises `LLMError` when there is no whole reply;
-        nothing is recorded then.
+        nothing is recorded then. `asked_at` is when the message arrived (now, if not
+        given): a forget-me of the speaker, or a deletion of the message, from then on
+        refuses the record, so a host that did work before calling (fetching pictures)
+        passes the time it began.
         """
         if self._closed:
             raise RuntimeError("agent is closed")
-        asked_at = utcnow()  # a forget-me of the speaker from now on refuses the record
+        asked_at = asked_at or utcnow()
         speaker = speaker or ANONYMOUS
         user_message = with_image_note(user_message, len(images))
         hidden = self.sponge.hidden_ranges
