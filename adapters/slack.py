@@ -1168,10 +1168,21 @@ class SlackAdapter:
         messages: DMs through message.im, channels through message.channels /
         message.groups): the runtime takes back what it kept of it. Slack does not say
         who deleted it (see bot/deletion.py)."""
+        await self._deleted(body, event, context, event.get("deleted_ts"))
+
+    async def _deleted(
+        self,
+        body: dict[str, Any],
+        event: dict[str, Any],
+        context: AsyncBoltContext,
+        ts: Any,
+    ) -> None:
+        """The runtime takes back the message at `ts` of the event's channel (from
+        `message_deleted`, or the `tombstone` that replaces a deleted thread parent).
+        Taking back again a message already taken back changes nothing."""
         team = _team_of(body, context)
         channel = event.get("channel")
-        ts = event.get("deleted_ts")
-        if not team or not channel or not ts:
+        if not team or not channel or not ts or not isinstance(ts, str):
             log.debug("Slack deletion without team/channel/ts ignored: %s", body.get("event_id"))
             return
         workspace = f"{PLATFORM}:{team}"
@@ -1193,11 +1204,20 @@ class SlackAdapter:
         words are taken back and the new ones answered as a new message, in the same
         thread (see bot/deletion.py). A DM is always for the bot; in a channel, the new
         text addresses it if it mentions it, and otherwise goes to the runtime as a
-        message that did not (a free channel answers those too)."""
+        message that did not (a free channel answers those too).
+
+        A deleted message that has thread replies (every channel message the bot
+        answered: it answers in the message's thread) is not `message_deleted`: Slack
+        replaces it with a `tombstone` ("This message was deleted.", same ts) and sends
+        `message_deleted` only once its last reply is gone. The tombstone is that
+        deletion."""
         team = _team_of(body, context)
         channel = event.get("channel")
         edited = event.get("message")
         if not team or not channel or not isinstance(edited, dict) or not edited.get("ts"):
+            return
+        if edited.get("subtype") == "tombstone":
+            await self._deleted(body, event, context, edited.get("ts"))
             return
         if self._is_from_bot(edited) or edited.get("subtype") not in _HUMAN_SUBTYPES:
             return

@@ -26,7 +26,7 @@ import json
 import re
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -1228,6 +1228,50 @@ def message_changed_event(
         "event_ts": edited_ts,
         "message": message,
         "previous_message": previous,
+        "channel_type": _channel_type(channel),
+    }
+    return event_envelope(team, event_id, event)
+
+
+def message_tombstoned_event(
+    *,
+    team: str,
+    event_id: str,
+    channel: str,
+    ts: str,
+    previous: dict[str, Any],
+    replies: Sequence[tuple[str, str]],
+    event_ts: str = "1800000000.000300",
+) -> dict[str, Any]:
+    """The message at `ts`, a thread parent with `replies` ((user, ts) each), was
+    deleted: Slack sends no `message_deleted` while a reply is left but this
+    `message_changed`, whose message is a `tombstone` in its place (same ts, posted by
+    Slackbot); `previous` is the message as it was."""
+    users = list(dict.fromkeys(user for user, _ in replies))
+    tombstone: dict[str, Any] = {
+        "type": "message",
+        "subtype": "tombstone",
+        "text": "This message was deleted.",
+        "user": "USLACKBOT",
+        "hidden": True,
+        "ts": ts,
+        "thread_ts": ts,
+        "parent_user_id": "USLACKBOT",
+        "reply_count": len(replies),
+        "reply_users_count": len(users),
+        "latest_reply": max(reply_ts for _, reply_ts in replies),
+        "reply_users": users,
+        "is_locked": False,
+    }
+    event = {
+        "type": "message",
+        "subtype": "message_changed",
+        "hidden": True,
+        "channel": channel,
+        "ts": event_ts,
+        "event_ts": event_ts,
+        "message": tombstone,
+        "previous_message": {**previous, "ts": ts, "thread_ts": ts},
         "channel_type": _channel_type(channel),
     }
     return event_envelope(team, event_id, event)

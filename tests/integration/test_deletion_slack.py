@@ -6,12 +6,16 @@ real runtime.
 In a channel (the app subscribed to the channel's messages) the argument that moved a
 belief is deleted: the opinions equal, within 1e-9, those of a workspace that never saw
 it; its word and ids are in no table and no file of Chroma; the version says "deleted
-by its author". In a DM (message.im) an edited argument is taken back and the new
+by its author". The same when the argument, a thread parent (the bot answers in the
+message's thread), is deleted while its replies are left: Slack then replaces it with a
+`tombstone` (`message_changed`) and sends `message_deleted` only later, which then
+changes nothing. In a DM (message.im) an edited argument is taken back and the new
 words answered as a new message; an edit that changes no word does nothing.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -25,6 +29,7 @@ from tests.fakes.slack_server import (
     FakeUser,
     message_changed_event,
     message_deleted_event,
+    message_tombstoned_event,
 )
 from tests.integration.deletion_scenario import (
     ARGUER,
@@ -133,6 +138,81 @@ async def test_a_deleted_channel_argument_takes_its_influence_back(
     assert agent.episodes.stored([str(interaction_id)]) == []
     settings = slack_settings(tmp_path / "data", bot.fake)
     assert files_holding([settings.resolved_chroma_dir], [WORD]) == []
+
+
+async def test_a_deleted_thread_parent_is_taken_back_at_its_tombstone(
+    bot: SlackBot,
+    tmp_path: Path,
+    anthropic_server: AnthropicFake,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The bot answered the argument in its thread, so deleting it leaves a tombstone
+    (Slack sends no message_deleted while the bot's reply is there): that takes it
+    back. A message_deleted for it afterwards (once the replies are gone) is harmless."""
+    teach(anthropic_server.brain)
+    replies: dict[str, dict[str, object]] = {}
+
+    async def say(community: str, role: Role, text: str) -> str:
+        reply = await bot.mention(f"<@UBOT> {text}", team=community, user=IDS[role])
+        ts = str(reply["thread_ts"])  # the ts of the message it answers, in its thread
+        replies[ts] = reply
+        return ts
+
+    played = await play(say, "T1", "T2")
+    ts = played.deleted
+    assert replies[ts]["channel"] == CHANNEL and replies[ts]["thread_ts"] == ts
+    agent, never_saw = await bot.agent("slack:T1"), await bot.agent("slack:T2")
+    heard_all = agent.sponge.model_copy(deep=True)
+    assert OWN_TOPIC in heard_all.opinion_vectors
+    ref = f"slack:{CHANNEL}/{ts}"
+    interaction_id = await interaction_of(bot.runtime.db, ref)
+    needles = [WORD, f"{CHANNEL}/{ts}", str(interaction_id)]
+    assert await tables_holding(bot.runtime.db, needles)
+    argument = {"type": "message", "user": IDS[ARGUER], "text": f"<@UBOT> {DELETED}"}
+
+    status, _ = await bot.deliver(
+        message_tombstoned_event(
+            team="T1",
+            event_id="EvTomb1",
+            channel=CHANNEL,
+            ts=ts,
+            previous=argument,
+            replies=[("UBOT", "1700000999.000100")],
+        )
+    )
+    assert status == 200
+    await until(taken_back(bot.runtime.db, ref), "the tombstoned argument to be taken back")
+
+    assert_same_opinions_rebased(agent.sponge, never_saw.sponge)
+    assert differs_somewhere(agent.sponge, heard_all)
+    versions = await bot.runtime.db.community("slack:T1").versions(limit=1000)
+    assert versions[0].cause == "message-deleted" and "deleted by its author" in versions[0].change
+    assert WORD not in versions[0].change
+    await agent.flush_episodes()
+    assert await tables_holding(bot.runtime.db, needles) == []
+    assert agent.episodes.stored([str(interaction_id)]) == []
+    settings = slack_settings(tmp_path / "data", bot.fake)
+    assert files_holding([settings.resolved_chroma_dir], [WORD]) == []
+
+    # The replies deleted too, Slack sends message_deleted for it: nothing left to take back.
+    taken = agent.sponge.model_copy(deep=True)
+    rows = await deletion_rows(bot.runtime.db)
+    status, _ = await bot.deliver(
+        message_deleted_event(
+            team="T1", event_id="EvGone3", channel=CHANNEL, deleted_ts=ts, previous=argument
+        )
+    )
+    assert status == 200
+
+    async def handled() -> bool:  # a finished row, taking back no answer
+        return await deletion_rows(bot.runtime.db) > rows
+
+    await until(handled, "the second deletion")
+    assert await bot.runtime.db.open_deletions() == []
+    assert len(await bot.runtime.db.community("slack:T1").versions(limit=1000)) == len(versions)
+    assert agent.sponge == taken
+    assert await tables_holding(bot.runtime.db, needles) == []
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
 
 
 async def test_an_edited_dm_argument_is_answered_again_as_a_new_message(
