@@ -1225,6 +1225,11 @@ class SlackAdapter:
         if is_dm and not self._settings.slack_allow_dms:
             return
         raw = str(edited.get("text") or "")
+        previous = event.get("previous_message")
+        if isinstance(previous, dict) and previous.get("text") == edited.get("text"):
+            # The same words as Slack holds them (an unfurl, a reaction's update): no
+            # edit, whatever names their mentions would render to now.
+            return
         addressed = is_dm or bool(context.bot_user_id and f"<@{context.bot_user_id}>" in raw)
         client = context.client
         assert client is not None

@@ -113,3 +113,33 @@ async def test_an_edit_full_of_made_up_mentions_is_read_with_a_few_lookups(
     await bot.runtime.drain()
     made_up = looked_up(fake)[before:]
     assert made_up == [f"UFAKE{i:03d}" for i in range(MAX_MENTION_LOOKUPS)], made_up
+
+
+async def test_an_update_with_the_same_words_is_no_edit_however_its_mentions_render(
+    bot: SlackBot, fake: FakeSlack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Slack resends a message with its words unchanged (an unfurl). Its mention of Bob
+    would now render as an id (the cached name expired, and Slack no longer knows him):
+    the words Slack holds are the same, so nothing is taken back or answered again."""
+    text = "<@UBOT> what does <@U2> think of bikes?"
+    await bot.mention(text, user="U1", team="T1")
+    ts = "1700000001.000100"  # the ts `mention` gave the message
+    await bot.runtime.drain()
+    posts, versions = len(fake.posts()), await bot.runtime.db.community("slack:T1").versions()
+    monkeypatch.setattr("adapters.slack.USER_CACHE_SECONDS", 0.0)
+    fake.users.pop("U2")
+    unfurled = message_changed_event(
+        team="T1",
+        event_id="EvUnfurl1",
+        channel="C0001",
+        ts=ts,
+        user="U1",
+        text=text,
+        previous_text=text,
+    )
+    assert (await bot.deliver(unfurled))[0] == 200
+    await fake.settle(quiet=0.2)
+    await bot.runtime.drain()
+    assert len(fake.posts()) == posts
+    assert await bot.runtime.db.community("slack:T1").versions() == versions
+    assert len(await bot.runtime.db.kept_messages(f"slack:C0001/{ts}")) == 1
