@@ -286,7 +286,7 @@ class _Hooks:
         await self._adapter._on_deleted(payload.guild_id, sorted(payload.message_ids), None)
 
     async def on_raw_message_edit(self, payload: discord.RawMessageUpdateEvent) -> None:
-        await self._adapter._on_edited(payload.message)
+        await self._adapter._on_edited(payload.message, payload.cached_message)
 
     # GUILD_DELETE without `unavailable` (kicked, banned, the guild deleted, or left);
     # an outage (`unavailable: true`) is on_guild_unavailable and changes nothing.
@@ -633,15 +633,21 @@ class DiscordAdapter:
         # community's agent together, and it takes them back in one replay.
         await asyncio.gather(*(take_back(message_id) for message_id in message_ids))
 
-    async def _on_edited(self, message: discord.Message) -> None:
+    async def _on_edited(
+        self, message: discord.Message, before: discord.Message | None = None
+    ) -> None:
         """A member edited a message: if the bot answered it and the words changed, the
         old words are taken back and the message is answered again as a new one (see
         bot/deletion.py). The bot's own edits (a streamed reply) and updates that are no
-        edit (a link preview arriving: no edited timestamp) are left alone."""
+        edit (a link preview arriving: no edited timestamp; or, on a message edited
+        before, content as Discord holds it unchanged since `before`, the cached copy,
+        however its mentions would render now) are left alone."""
         me = self._client.user if self._client is not None else None
         if message.author.bot or (me is not None and message.author.id == me.id):
             return
         if message.edited_at is None:
+            return
+        if before is not None and before.content == message.content:
             return
         incoming = self.to_incoming(message)
         try:

@@ -79,3 +79,28 @@ async def test_an_edit_is_handed_over_with_its_new_words_and_answered_again(
     ]
     assert [m.text for m in runtime.messages] == ["first words", "second words", "barrier"]
     assert {m.message_id for m in runtime.messages[:2]} == {said["id"]}
+
+
+async def test_an_update_of_an_edited_message_with_the_same_content_is_no_edit(
+    fake: FakeDiscord,
+    runtime: RecordingRuntime,
+    alice: FakeUser,
+) -> None:
+    """Once edited, every later update of a message (a link preview) keeps its edited
+    timestamp. Its mention of Bob would render under his new name now: the content
+    Discord holds is unchanged since the copy discord.py cached, so it is no edit."""
+    _, channel = guild_and_channel(fake)
+    bot, bob = fake.bot, FakeUser(9002, "bob", "Bob")
+    async with running(fake, runtime):
+        said = await fake.message_create(
+            channel=channel, author=alice, content=f"<@{bot.id}> hi", mentions=[bot]
+        )
+        await wait_sent(fake)
+        edited = await fake.message_edit(
+            said, f"<@{bot.id}> what does <@{bob.id}> say?", mentions=[bot, bob]
+        )
+        await wait_sent(fake, count=2)
+        edited["mentions"][1]["global_name"] = "Robert"  # Bob renamed himself since
+        await fake.message_preview(said)
+        await barrier(fake, alice, 3)
+    assert [text for _, _, text in runtime.edited] == ["what does @Bob say?"]
