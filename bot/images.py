@@ -16,6 +16,10 @@ Why so careful with a download:
 * The bytes are checked, not only the header: the format named to the model's API must
   be the one in the bytes and within its pixel limit, or the vendor refuses the whole
   request and the member gets no answer at all.
+* The check runs off the event loop, one file at a time bot-wide, and within a bound of
+  work: Pillow walks a file's header in Python, a step per piece (JPEG marker, PNG chunk,
+  GIF block), so a file within the size limit made of a million empty pieces would
+  otherwise cost seconds of CPU and a hundred MB while every community waits.
 
 Nothing here keeps an image: the bytes live as long as the message is being answered.
 """
@@ -27,8 +31,8 @@ import io
 import logging
 import mimetypes
 import re
-import warnings
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import get_args
 from urllib.parse import urlsplit
@@ -54,6 +58,16 @@ MAX_IMAGE_SIDE = 8000
 #: The longest one file's download may take, from request to last byte.
 FETCH_SECONDS = 15.0
 _CHUNK = 64 * 1024
+#: The most reads Pillow may make of one file while checking it. Its header walk reads
+#: once or a few times per piece (a JPEG marker, a PNG chunk, a GIF block, a stray byte
+#: between them): a real picture takes tens of reads, a PNG cut into 1 KB chunks about
+#: 11,000; a file of 980,000 empty markers would take millions (seconds, ~130 MB).
+_MAX_READS = 20_000
+#: The most PNG chunks before the pixels that Pillow inflates as it opens the file (a
+#: colour profile, compressed text; up to 1 MB each): a real picture has a few.
+_MAX_PACKED_CHUNKS = 16
+_PACKED_CHUNKS = frozenset({b"iCCP", b"zTXt", b"iTXt"})
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 IMAGE_TYPES: frozenset[str] = frozenset(get_args(ImageMediaType))
 #: Pillow's name of each format the vendors take.
@@ -86,6 +100,10 @@ def _too_large(name: str) -> str:
 
 def _not_fetched(name: str) -> str:
     return f"I couldn't fetch {_shown_name(name)}, so I answered without it."
+
+
+def _not_readable(name: str) -> str:
+    return f"I couldn't read {_shown_name(name)}, so I answered without it."
 
 
 def _too_many(count: int) -> str:
@@ -233,22 +251,78 @@ class ImageFetcher:
         except (aiohttp.ClientError, TimeoutError) as exc:
             why = f"download failed: {type(exc).__name__}"
             raise _Refused(_not_fetched(file.name), why) from None
-        return _checked(bytes(data), file.name)
+        # Off the event loop (every community's replies and the platforms' heartbeats
+        # wait on it), in the one checking thread: one file's check in memory at a time.
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(_CHECKER, _checked, bytes(data), file.name)
+
+
+#: The thread files are checked in, one at a time for the whole bot (every fetcher,
+#: every message), so their memory never adds up.
+_CHECKER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="image-check")
+
+
+class _Intricate(Exception):
+    """The file takes more reads than `_MAX_READS` to check."""
+
+
+class _Budgeted(io.BytesIO):
+    """The file's bytes, refusing to be read more than `_MAX_READS` times: Pillow's
+    walk of any format reads at least once per step, so this bounds its work, exactly
+    as Pillow walks (the file is never parsed twice by two readers that could differ)."""
+
+    reads = 0
+
+    def read(self, size: int | None = -1, /) -> bytes:
+        self.reads += 1
+        if self.reads > _MAX_READS:
+            raise _Intricate
+        return super().read(size)
+
+
+def _packed_chunks(data: bytes) -> int:
+    """How many chunks a PNG has, before its pixels, that Pillow inflates on opening
+    (0 for any other file). Counted from the chunk headers, so nothing is inflated; the
+    count stops where Pillow's reads would run out (two a chunk) or past the limit."""
+    packed, at = 0, len(_PNG_SIGNATURE)
+    if not data.startswith(_PNG_SIGNATURE):
+        return packed
+    for _ in range(_MAX_READS // 2):
+        kind = data[at + 4 : at + 8]
+        if kind == b"IDAT" or len(kind) < 4 or packed > _MAX_PACKED_CHUNKS:
+            break
+        packed += kind in _PACKED_CHUNKS
+        at += 12 + int.from_bytes(data[at : at + 4], "big")
+    return packed
 
 
 def _checked(data: bytes, name: str) -> ImagePart:
     """The bytes as an image of the format they really are, within the pixel limit.
 
     Pillow reads the header and checks the structure without decoding the pixels, so a
-    "decompression bomb" costs nothing and is refused by its size."""
+    "decompression bomb" costs nothing and is refused by its size. Blocking (up to some
+    tens of milliseconds for the most intricate file let through): run it in `_CHECKER`."""
+    if _packed_chunks(data) > _MAX_PACKED_CHUNKS:
+        raise _Refused(_not_readable(name), "more compressed PNG chunks than a picture has")
+    source = _Budgeted(data)
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            with Image.open(io.BytesIO(data)) as image:
-                kind, (width, height) = image.format, image.size
-                image.verify()  # a PNG's chunk checksums: a cut-off file fails here
-    except (UnidentifiedImageError, Image.DecompressionBombError, OSError, ValueError, SyntaxError):
+        # Limited to the formats the vendors take, so no other format's reader runs.
+        with Image.open(source, formats=list(_FORMATS)) as image:
+            kind, (width, height) = image.format, image.size
+            image.verify()  # a PNG's chunk checksums: a cut-off file fails here
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        # Either is far past MAX_IMAGE_SIDE. (The warning is raised only where warnings
+        # are errors; elsewhere it is shown once and the side refuses the file below.
+        # Not silenced here: the warning filters are the process's, not this thread's.)
+        raise _Refused(_too_large(name), "more pixels than Pillow's bomb limit") from None
+    except _Intricate:
+        raise _Refused(_not_readable(name), f"more than {_MAX_READS} reads to check") from None
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError):
+        if source.reads > _MAX_READS:  # a reader of Pillow's that took it for a bad file
+            raise _Refused(_not_readable(name), f"more than {_MAX_READS} reads") from None
         raise _Refused(_not_an_image(name), "its bytes are no image Pillow knows") from None
+    if source.reads > _MAX_READS:  # a reader of Pillow's that went on regardless
+        raise _Refused(_not_readable(name), f"more than {_MAX_READS} reads to check")
     media_type = _FORMATS.get(kind or "")
     if media_type is None:
         raise _Refused(_not_an_image(name), f"its bytes are {kind}")

@@ -4,20 +4,29 @@ The fetcher is the one place the bot downloads something because of a member's
 message, so these tests pin its limits with real HTTP (aiohttp, the client it uses):
 only the allowed hosts are ever asked, redirects are not followed, a slow or lying host
 costs at most the time limit and the size limit, and every refusal is a note for the
-member, never an exception.
+member, never an exception. Checking the bytes runs off the event loop, one file at a
+time, and a file whose header would take Pillow endless steps is refused unread.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import logging
+import os
+import struct
+import threading
+import time
+import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 import pytest
 from aiohttp import web
+from PIL import Image
 
+import bot.images
 from bot.images import (
     MAX_IMAGE_BYTES,
     MAX_IMAGES,
@@ -26,7 +35,8 @@ from bot.images import (
     ImageFetcher,
 )
 from bot.messages import Community, IncomingMessage, User
-from tests.fakes.images import blank_png, picture
+from sonality.llm import ImagePart
+from tests.fakes.images import blank_png, noise_png, picture
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -222,3 +232,184 @@ async def test_a_name_is_repeated_without_markup() -> None:
         odd = AttachedFile("<@U1> **x**`.pdf", host.url + "/x", 10, "application/pdf")
         got = await fetcher.attach(MESSAGE, [odd])
     assert got.file_notes == ("U1 x.pdf is not an image I can look at (PNG, JPEG, GIF or WebP).",)
+
+
+# Files within the size limit whose headers are endless: one piece after another (JPEG
+# markers, PNG chunks, GIF blocks, stray bytes), each a step of Pillow's walk in Python,
+# or chunks Pillow inflates as it opens the file; each ends in a real 8x8 picture.
+
+
+def _chunk(kind: bytes, body: bytes) -> bytes:
+    return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+
+def _filled(head: bytes, piece: bytes, tail: bytes) -> bytes:
+    """`head`, as many `piece`s as the size limit leaves room for, `tail`."""
+    return head + piece * ((MAX_IMAGE_BYTES - len(head) - len(tail)) // len(piece)) + tail
+
+
+def jpeg_of_markers() -> bytes:
+    jpeg = picture("image/jpeg", 8)
+    return _filled(jpeg[:2], b"\xff\xe1\x00\x02", jpeg[2:])  # empty APP1 segments
+
+
+def jpeg_of_stray_bytes() -> bytes:
+    jpeg = picture("image/jpeg", 8)
+    end = 4 + int.from_bytes(jpeg[4:6], "big")  # after the JFIF segment
+    return _filled(jpeg[:end], b"\x00", jpeg[end:])
+
+
+def png_of_text_chunks() -> bytes:
+    png = picture("image/png", 8)
+    return _filled(png[:33], _chunk(b"tEXt", b"a\x00"), png[33:])  # after IHDR
+
+
+def png_of_chunks_after_the_pixels() -> bytes:
+    png = picture("image/png", 8)  # walked only when the checksums are checked
+    return _filled(png[:-12], _chunk(b"zzZz", b""), png[-12:])  # before IEND
+
+
+def png_of_colour_profiles() -> bytes:
+    png = picture("image/png", 8)  # each ~1 KB, inflated to 1 MB as Pillow opens it
+    profile = b"p\x00\x00" + zlib.compress(bytes(1024 * 1024 - 1), 9)
+    return _filled(png[:33], _chunk(b"iCCP", profile), png[33:])
+
+
+def gif_of_blocks() -> bytes:
+    gif = picture("image/gif", 8)
+    palette = 3 << ((gif[10] & 7) + 1) if gif[10] & 0x80 else 0
+    at = 13 + palette  # a comment of one-byte blocks before the picture
+    return _filled(gif[:at] + b"!\xfe", b"\x01a", b"\x00" + gif[at:])
+
+
+ENDLESS = {
+    "markers.jpg": (jpeg_of_markers, "image/jpeg"),
+    "stray.jpg": (jpeg_of_stray_bytes, "image/jpeg"),
+    "chunks.png": (png_of_text_chunks, "image/png"),
+    "trailer.png": (png_of_chunks_after_the_pixels, "image/png"),
+    "profiles.png": (png_of_colour_profiles, "image/png"),
+    "blocks.gif": (gif_of_blocks, "image/gif"),
+}
+
+
+@pytest.mark.parametrize("name", ENDLESS)
+async def test_a_file_of_endless_pieces_is_refused_and_the_picture_beside_it_used(
+    name: str,
+) -> None:
+    make, kind = ENDLESS[name]
+    data, good = make(), picture("image/jpeg")
+    assert len(data) <= MAX_IMAGE_BYTES
+    async with file_host() as host:
+        fetcher = ImageFetcher([host.url], enabled=True)
+        got = await fetcher.attach(
+            MESSAGE, [file(host, name, data, kind), file(host, "fine.jpg", good, "image/jpeg")]
+        )
+    assert [(i.media_type, i.data) for i in got.images] == [("image/jpeg", good)]
+    assert got.file_notes == (f"I couldn't read {name}, so I answered without it.",)
+    assert got.text == "look"
+
+
+def png_of_small_chunks(side: int, size: int) -> bytes:
+    """A `side`-pixel PNG of random pixels, its compressed pixels cut into `size`-byte
+    IDAT chunks (libpng writes 8 KB ones; some writers smaller)."""
+    png, pixels, at = noise_png(side), b"", 8
+    while at < len(png):
+        length = int.from_bytes(png[at : at + 4], "big")
+        if png[at + 4 : at + 8] == b"IDAT":
+            pixels += png[at + 8 : at + 8 + length]
+        at += 12 + length
+    head = png[: 8 + 25]  # the signature and IHDR
+    cut = b"".join(_chunk(b"IDAT", pixels[i : i + size]) for i in range(0, len(pixels), size))
+    return head + cut + _chunk(b"IEND", b"")
+
+
+def animated_gif(frames: int) -> bytes:
+    images = [Image.frombytes("RGB", (64, 64), os.urandom(64 * 64 * 3)) for _ in range(frames)]
+    out = io.BytesIO()
+    images[0].save(out, "GIF", save_all=True, append_images=images[1:], comment=b"hello")
+    return out.getvalue()
+
+
+def jpeg_with_a_profile() -> bytes:
+    """A progressive JPEG with a 300 KB colour profile (five APP2 segments)."""
+    image = Image.frombytes("RGB", (800, 600), os.urandom(800 * 600 * 3))
+    out = io.BytesIO()
+    image.save(out, "JPEG", progressive=True, icc_profile=os.urandom(300_000), quality=50)
+    return out.getvalue()
+
+
+async def test_real_pictures_of_many_pieces_are_still_used() -> None:
+    """The bound is far from what real files take: a PNG at the size limit cut into
+    1 KB chunks (~3,600 of them), a GIF of 40 frames, a JPEG with a big colour profile."""
+    many = png_of_small_chunks(1100, 1024)
+    assert len(many) <= MAX_IMAGE_BYTES and many.count(b"IDAT") > 3000
+    async with file_host() as host:
+        fetcher = ImageFetcher([host.url], enabled=True)
+        got = await fetcher.attach(
+            MESSAGE,
+            [
+                file(host, "many.png", many),
+                file(host, "anim.gif", animated_gif(40), "image/gif"),
+                file(host, "photo.jpg", jpeg_with_a_profile(), "image/jpeg"),
+            ],
+        )
+    assert [i.media_type for i in got.images] == ["image/png", "image/gif", "image/jpeg"]
+    assert got.file_notes == ()
+
+
+async def test_the_event_loop_runs_on_while_a_file_is_checked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Checking a file may take Pillow a while; every community's replies and the
+    platforms' heartbeats wait on the event loop meanwhile, so the check is not on it.
+    Here the check waits for the loop to run a callback: on the loop itself it would
+    wait in vain (and give up after 5 s)."""
+    loop = asyncio.get_running_loop()
+    ticked: list[bool] = []
+    check = bot.images._checked
+
+    def checked(data: bytes, name: str) -> ImagePart:
+        tick = threading.Event()
+        loop.call_soon_threadsafe(tick.set)
+        ticked.append(tick.wait(timeout=5))
+        return check(data, name)
+
+    monkeypatch.setattr(bot.images, "_checked", checked)
+    png = picture()
+    async with file_host() as host:
+        fetcher = ImageFetcher([host.url], enabled=True)
+        got = await fetcher.attach(MESSAGE, [file(host, "a.png", png)])
+    assert ticked == [True]
+    assert [i.data for i in got.images] == [png]
+
+
+async def test_files_are_checked_one_at_a_time_off_the_event_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A message's four pictures (and other messages') are checked in turn, in a thread
+    of their own, so the memory of checking them never adds up."""
+    check = bot.images._checked
+    lock, threads = threading.Lock(), set[threading.Thread]()
+    running = most = 0
+
+    def checked(data: bytes, name: str) -> ImagePart:
+        nonlocal running, most
+        with lock:
+            running += 1
+            most = max(most, running)
+            threads.add(threading.current_thread())
+        time.sleep(0.05)  # room for another check to start alongside, were they parallel
+        with lock:
+            running -= 1
+        return check(data, name)
+
+    monkeypatch.setattr(bot.images, "_checked", checked)
+    async with file_host() as host:
+        fetcher = ImageFetcher([host.url], enabled=True)
+        files = [file(host, f"p{i}.png", picture()) for i in range(MAX_IMAGES)]
+        got, also = await asyncio.gather(
+            fetcher.attach(MESSAGE, files), fetcher.attach(MESSAGE, files[:2])
+        )
+    assert len(got.images) == MAX_IMAGES and len(also.images) == 2
+    assert most == 1
+    assert threading.current_thread() not in threads

@@ -6,8 +6,9 @@ image block (through either vendor), the reply's memory says a picture was share
 the picture changes no opinion. With a text-only model the words are answered and the
 member told the picture was not read. Files that cannot be used (too large, not an
 image, served as a web page, on a host that is not Discord's, the fifth picture and
-on) are each named in a short note, the rest of the message is answered, nothing
-crashes, and nothing is fetched from anywhere but Discord's CDN.
+on, a file whose header would take endless reading) are each named in a short note,
+the rest of the message is answered, nothing crashes, and nothing is fetched from
+anywhere but Discord's CDN.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from bot.images import NOT_READ
 from bot.runtime import Runtime
 from providers.openai import OpenAILLM
 from sonality.agent import SonalityAgent
+from tests.adapters.test_image_fetch import jpeg_of_markers
 from tests.fakes.discord_fixtures import restores_discord_endpoints  # noqa: F401
 from tests.fakes.discord_server import FakeDiscord, FakeGuild, FakeUser
 from tests.fakes.images import noise_png, picture
@@ -210,6 +212,22 @@ async def test_files_that_cannot_be_used_are_named_and_the_rest_answered(
         _, alone = await send(world, "", [attach(world, "a.pdf", b"%PDF", content_type=None)])
         assert alone == "a.pdf is not an image I can look at (PNG, JPEG, GIF or WebP)."
         assert len(anthropic_server.requests) == calls
+
+
+async def test_a_file_of_endless_markers_is_named_and_the_rest_answered(
+    tmp_path: Path, llm: Any, anthropic_server: LLMFake
+) -> None:
+    """A JPEG within the size limit of ~980,000 empty markers before a real 8x8 picture
+    (Pillow would walk them one by one, seconds while every community waits) is refused
+    unread: a note names it, and the words and the picture beside it are answered."""
+    async with discord_images(tmp_path, llm, anthropic_server) as world:
+        good = picture("image/png")
+        odd = attach(world, "odd.jpg", jpeg_of_markers(), content_type="image/jpeg")
+        _, reply = await send(world, "look at these", [odd, attach(world, "fine.png", good)])
+        assert reply.startswith("[reply] look at these")
+        assert reply.endswith("(I couldn't read odd.jpg, so I answered without it.)")
+        assert [r.images for r in chat_requests(anthropic_server)] == [[("image/png", good)]]
+        assert (await turns(world))[0] == ("user", "look at these\n[shared 1 image]")
 
 
 async def test_a_link_to_another_host_is_never_fetched(
