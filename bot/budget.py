@@ -590,6 +590,9 @@ class MeteredLLM(ForwardingLLM):
             await self.ledger.check_member(self.community_id, spender.member_id)
         return await super()._forward(purpose, model, call)
 
+    async def _spent(self, purpose: str, spent: TextResult) -> None:
+        await self._after(purpose, spent)  # paid for, though the call failed after
+
     async def _after(self, purpose: str, result: TextResult | ToolResult) -> None:
         spender = self._member(purpose)
         await self.ledger.record(

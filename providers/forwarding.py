@@ -11,7 +11,16 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from sonality.llm import ChatTurn, LLMClient, R, SystemBlock, TextResult, TextSink, ToolResult
+from sonality.llm import (
+    ChatTurn,
+    LLMClient,
+    LLMError,
+    R,
+    SystemBlock,
+    TextResult,
+    TextSink,
+    ToolResult,
+)
 
 
 class ForwardingLLM(LLMClient):
@@ -68,9 +77,18 @@ class ForwardingLLM(LLMClient):
         self, purpose: str, model: str | None, call: Callable[[], Awaitable[R]]
     ) -> R:
         """Make the call (`call()` starts it), then `_after`. Override to act around it."""
-        result = await call()
+        try:
+            result = await call()
+        except LLMError as err:
+            if err.spent is not None:
+                await self._spent(purpose, err.spent)
+            raise
         await self._after(purpose, result)
         return result
 
     async def _after(self, purpose: str, result: TextResult | ToolResult) -> None:
         """Called with each successful result; nothing by default."""
+
+    async def _spent(self, purpose: str, spent: TextResult) -> None:
+        """Called with what a failed call cost before it failed (`LLMError.spent`);
+        nothing by default."""

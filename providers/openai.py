@@ -219,6 +219,10 @@ class OpenAILLM(LLMClient):
             except _Unsupported as refused:
                 log.info("%s: model %s refused %s: %s", purpose, model, TOOL_LEVELS[level], refused)
                 continue
+            except LLMError as err:  # the levels before answered, and were paid for
+                if usage != Usage():
+                    err.spent = TextResult(text="", model=answered_by, usage=usage)
+                raise
             usage += _usage(completion.usage)
             answered_by = completion.model
             tool_input = _tool_input(completion, level, str(tool["name"]))

@@ -25,7 +25,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator
 from pydantic.dataclasses import dataclass
 
 from sonality.config import MAX_ESS_RETRIES
-from sonality.llm import ChatTurn, LLMClient, SystemBlock
+from sonality.llm import ChatTurn, LLMClient, LLMError, SystemBlock
 from sonality.prompts import ESS_GUIDE, ESS_MESSAGE_PROMPT, ESS_SYSTEM_PROMPT, escape_prompt_text
 from sonality.store import UsageRecord
 
@@ -244,14 +244,21 @@ async def classify(
                 "\n\nYour previous call to classify_evidence was invalid "
                 f"({problems[-1]}). Call it again with every field filled in correctly."
             )
-        result = await client.call_tool(
-            system=system,
-            messages=[ChatTurn(role="user", content=content)],
-            tool=ESS_TOOL,
-            max_tokens=ESS_MAX_TOKENS,
-            model=model,
-            purpose="ess",
-        )
+        try:
+            result = await client.call_tool(
+                system=system,
+                messages=[ChatTurn(role="user", content=content)],
+                tool=ESS_TOOL,
+                max_tokens=ESS_MAX_TOKENS,
+                model=model,
+                purpose="ess",
+            )
+        except LLMError as err:  # what answered before the failure was paid for
+            if usage_sink is not None and err.spent is not None:
+                usage_sink.append(
+                    UsageRecord(purpose="ess", model=err.spent.model, usage=err.spent.usage)
+                )
+            raise
         if usage_sink is not None:
             usage_sink.append(UsageRecord(purpose="ess", model=result.model, usage=result.usage))
         try:

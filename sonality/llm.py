@@ -84,11 +84,16 @@ class ToolResult(BaseModel):
 
 
 class LLMError(RuntimeError):
-    """No answer after the client's own retries; `retry_after` (seconds) if known."""
+    """No answer after the client's own retries; `retry_after` (seconds) if known.
+    `spent`: what calls that did answer cost before the failure (a client that tries
+    several ways in turn), so a spending limit can count it."""
 
-    def __init__(self, reason: str, *, retry_after: float | None = None) -> None:
+    def __init__(
+        self, reason: str, *, retry_after: float | None = None, spent: TextResult | None = None
+    ) -> None:
         super().__init__(reason)
         self.retry_after = retry_after
+        self.spent = spent
 
 
 #: Receives a streamed reply piece by piece.

@@ -20,14 +20,17 @@ import pytest
 
 from app.wiring import open_runtime
 from bot import budget
-from bot.budget import BudgetExceeded, BudgetLedger
+from bot.budget import BudgetExceeded, BudgetLedger, MeteredLLM
 from bot.messages import BUDGET_REACHED, IncomingMessage, Reply, ReplyKind, User
 from bot.runtime import Runtime
 from bot.scheduler import ReflectionScheduler
 from providers.pricing import ModelPrice
-from sonality.llm import Usage
+from sonality.ess import ESS_TOOL
+from sonality.llm import ChatTurn, LLMError, Usage
 from storage import Database
 from tests.fakes.anthropic_server import AnthropicFake
+from tests.fakes.openai_fixtures import openai_client_for
+from tests.fakes.openai_server import Fault, OpenAIFake, Text
 from tests.integration.conftest import (
     ALICE,
     BOB,
@@ -397,3 +400,29 @@ async def test_counting_a_call_waits_for_no_read_of_a_shared_database(
         assert "usage_days" in reads
     finally:
         await db.close()
+
+
+async def test_a_call_that_fails_after_an_answer_still_counts_the_answer(
+    budgeted: Runtime, openai_server: OpenAIFake
+) -> None:
+    """An OpenAI-compatible model asked for JSON answered in prose (the client then
+    tries the next way), and the server failed on that: the first answer was paid for,
+    so the community's day counts it although the call as a whole failed."""
+    client = openai_client_for(openai_server, max_retries=0)
+    metered = MeteredLLM(client, budgeted.budget, A.id)
+    before = await budgeted.budget.status(A.id)
+    openai_server.enqueue(Text("I'd rather chat."), Fault(status=503))
+    try:
+        with pytest.raises(LLMError):
+            await metered.call_tool(
+                system=[],
+                messages=[ChatTurn(role="user", content="<message>A survey.</message>")],
+                tool=ESS_TOOL,
+                max_tokens=100,
+            )
+    finally:
+        await client.aclose()
+    after = await budgeted.budget.status(A.id)
+    served = openai_server.responses[0]["usage"]
+    assert after.usage.output_tokens - before.usage.output_tokens == served["completion_tokens"]
+    assert after.usage.input_tokens > before.usage.input_tokens

@@ -20,7 +20,9 @@ import pytest
 import pytest_asyncio
 
 from providers.openai import OpenAILLM, first_json_object
+from sonality.ess import classify
 from sonality.llm import ChatTurn, LLMError, SystemBlock, Usage
+from sonality.store import UsageRecord
 from tests.fakes import openai_fixtures
 from tests.fakes.openai_fixtures import FAKE_OPENAI_KEY, OPENAI_TEST_MODEL, openai_client_for
 from tests.fakes.openai_server import Delay, Fault, OpenAIFake, Text, ToolUse
@@ -494,6 +496,26 @@ async def test_a_fault_during_the_tool_chain_is_an_error_not_a_fallback(
     finally:
         await client.aclose()
     assert [r.structure for r in openai_server.requests] == ["tool"]
+
+
+async def test_a_fault_after_a_level_that_answered_carries_what_it_cost(
+    openai_server: OpenAIFake,
+) -> None:
+    """The forced call answered in prose (no JSON: the next level is tried), then the
+    server failed: the error carries the first answer's usage, and the ESS records it,
+    so the spending limit counts a call that was paid for."""
+    client = openai_client_for(openai_server, max_retries=0)
+    openai_server.enqueue(Text("I'd rather chat."), Fault(status=503))
+    spent: list[UsageRecord] = []
+    try:
+        with pytest.raises(LLMError, match="status 503") as caught:
+            await classify(client, "The survey of 40 trials says so.", "", usage_sink=spent)
+    finally:
+        await client.aclose()
+    first = served_usage(openai_server, 0)
+    assert first.input_tokens > 0
+    assert caught.value.spent is not None and caught.value.spent.usage == first
+    assert [(r.purpose, r.usage) for r in spent] == [("ess", first)]
 
 
 async def test_slow_response_times_out(openai_server: OpenAIFake) -> None:
