@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -28,9 +29,13 @@ class DataDirLock:
         self._fd: int | None = fd
 
     @classmethod
-    def acquire(cls, data_dir: Path) -> Self:
-        """Take the lock or raise `StartupError` naming the process that holds it."""
-        path = data_dir / LOCK_FILE
+    def acquire(
+        cls, data_dir: Path, *, file: str = LOCK_FILE, setting: str = "SONALITY_DATA_DIR"
+    ) -> Self:
+        """Take the lock or raise `StartupError` naming the process that holds it.
+        `file` and `setting`: a lock beside a path set apart from the data directory
+        (`installation_locks`)."""
+        path = data_dir / file
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
@@ -41,8 +46,9 @@ class DataDirLock:
             holder = _read_pid(fd)
             os.close(fd)
             who = f"another Sonality Bot (pid {holder})" if holder else "another Sonality Bot"
+            where = data_dir if file == LOCK_FILE else data_dir / file.removesuffix(".lock")
             raise StartupError(
-                f"{who} is already running with SONALITY_DATA_DIR={data_dir}; "
+                f"{who} is already running with {setting}={where}; "
                 "stop it first or give this one another data directory"
             ) from None
         os.ftruncate(fd, 0)
@@ -74,3 +80,28 @@ def _read_pid(fd: int) -> int | None:
     with contextlib.suppress(OSError, ValueError):
         return int(os.pread(fd, 32, 0).decode().strip())
     return None
+
+
+def installation_locks(
+    data_dir: Path, elsewhere: Sequence[tuple[Path, str]]
+) -> contextlib.ExitStack:
+    """The data directory's lock, and one beside each of `elsewhere` (a path and its
+    setting: the SQLite file or Chroma's directory set apart from the data directory),
+    all released together: two bots with different data directories must not share a
+    database or a Chroma directory any more than one. Raises `StartupError` as
+    `DataDirLock.acquire` does, holding none."""
+    held = contextlib.ExitStack()
+    try:
+        held.enter_context(DataDirLock.acquire(data_dir))
+        for path, setting in elsewhere:
+            if path.parent.resolve() != data_dir.resolve():
+                try:  # made as the database and Chroma would make it
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                except OSError as exc:
+                    raise StartupError(f"cannot create {path.parent} ({exc.strerror})") from None
+                lock = DataDirLock.acquire(path.parent, file=f"{path.name}.lock", setting=setting)
+                held.enter_context(lock)
+    except BaseException:
+        held.close()
+        raise
+    return held

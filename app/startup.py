@@ -31,7 +31,7 @@ from pydantic_settings import SettingsError
 
 from adapters.slack_settings import check_slack_settings
 from app import logs, setting_names
-from app.lock import DataDirLock
+from app.lock import installation_locks
 from app.preflight import check_models, check_storage
 from bot.interface import StartupError
 from bot.settings import Settings
@@ -56,7 +56,7 @@ def run() -> int:
         if settings.slack_enabled:
             check_slack_settings(settings)
         prepare_data_dir(settings.data_dir)
-        lock = DataDirLock.acquire(settings.data_dir)
+        lock = installation_locks(settings.data_dir, _set_apart(settings))
     except StartupError as exc:
         return _refuse(exc)
     with lock:
@@ -78,6 +78,16 @@ def run() -> int:
             return _refuse(exc)
         except KeyboardInterrupt:
             return 130
+
+
+def _set_apart(settings: Settings) -> list[tuple[Path, str]]:
+    """The files the bot writes that a setting may put outside its data directory."""
+    paths = []
+    if settings.postgres_url is None:
+        paths.append((settings.resolved_database_path, "SONALITY_DATABASE_PATH"))
+    if settings.chroma_url is None:
+        paths.append((settings.resolved_chroma_dir, "SONALITY_CHROMA_DIR"))
+    return paths
 
 
 def _refuse(exc: StartupError) -> int:

@@ -223,3 +223,28 @@ def test_the_program_starts_once_more_under_the_glibc_settings_that_scrub_freed_
     assert "usage:" in proc.stdout
     starts = (tmp_path / "starts").read_text().splitlines()
     assert starts == ["(none)", ":".join(SCRUBBING_TUNABLES)]
+
+
+async def test_a_second_bot_sharing_the_first_ones_database_file_is_refused(
+    tmp_path: Path, anthropic_server
+) -> None:
+    """Two data directories, one SQLite file set apart (SONALITY_DATABASE_PATH): the
+    second bot would learn on the first one's communities behind its back."""
+    shared = tmp_path / "shared" / "sonality.sqlite3"
+    first = await _start_bot(
+        tmp_path / "one", anthropic_server.base_url, tmp_path, SONALITY_DATABASE_PATH=str(shared)
+    )
+    assert first.stdin is not None and first.stdout is not None
+    first.stdin.write(b"hello\n")
+    await first.stdin.drain()
+    assert (await asyncio.wait_for(first.stdout.readline(), 120)).decode().strip()
+
+    second = await _start_bot(
+        tmp_path / "two", anthropic_server.base_url, tmp_path, SONALITY_DATABASE_PATH=str(shared)
+    )
+    out, err = await asyncio.wait_for(second.communicate(b"hi from the second\n"), 120)
+    assert second.returncode == 2 and out == b""
+    [line] = [line for line in err.decode().splitlines() if line.strip()]
+    assert f"pid {first.pid}" in line and f"SONALITY_DATABASE_PATH={shared}" in line
+    first.stdin.close()
+    assert await asyncio.wait_for(first.wait(), 60) == 0
