@@ -26,7 +26,7 @@ def test_slack_oauth_without_a_secret_key_is_refused(tmp_path: Path) -> None:
 def test_a_malformed_secret_key_or_removal_delay_is_one_line(tmp_path: Path) -> None:
     for variable, value, allowed in [
         ("SONALITY_SECRET_KEY", "hunter2", "Fernet key"),
-        ("SONALITY_DELETE_AFTER_REMOVAL_DAYS", "-1", "at least 0"),
+        ("SONALITY_DELETE_AFTER_REMOVAL_DAYS", "-1", "between 0 and 36500"),
     ]:
         proc = run_bot_process(tmp_path, ANTHROPIC_API_KEY=FAKE_API_KEY, **{variable: value})
         assert proc.returncode == 2, proc.stderr
