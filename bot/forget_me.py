@@ -84,6 +84,11 @@ async def finish_forget(
     member = request.member_id
     if member is None:
         return request
+    current = await db.forget_request(request.id)
+    if current is not None and current.member_id is None:
+        # Finished meanwhile by another process: finishing it again would replay and
+        # erase what the member said after it.
+        return current
     cid = request.community_id
     # A message of theirs may be being learned right now (past the check that skips a
     # member being forgotten): read their words only once that commit is in.

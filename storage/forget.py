@@ -327,6 +327,14 @@ class ForgetStore(SqlBase):
         )
         return [_request(r) for r in rows]
 
+    async def forget_request(self, request_id: int) -> ForgetRequest | None:
+        """The request as it stands: another process (a double request, or one resuming
+        at its start) may have finished it since it was read (`member_id` None then)."""
+        row = await self._fetchone(
+            f"SELECT {_COLUMNS} FROM forget_requests WHERE id = ?", (request_id,)
+        )
+        return None if row is None else _request(row)
+
     async def forgets_after(self, community_id: str, version: int) -> bool:
         """Whether a forget-me of the community is under way, or finished in a version
         after `version`: a rollback to `version` must re-apply it. One under way counts
@@ -469,6 +477,12 @@ class ForgetStore(SqlBase):
         versions = await versions_to_redact(self, cid, redact)
 
         def work(conn: Conn) -> int:
+            if not fetchone(
+                conn,
+                "SELECT 1 FROM forget_requests WHERE id = ? AND finished_at IS NULL",
+                (request.id,),
+            ):
+                return 0  # finished by another process: what they said since stays
             ids = [
                 str(r[0])
                 for r in fetchall(
