@@ -23,6 +23,10 @@ from bot.interface import StartupError
 LOCK_FILE = "sonality.lock"
 
 
+class LockFileError(StartupError):
+    """The lock file cannot be made (a directory not writable)."""
+
+
 class DataDirLock:
     def __init__(self, path: Path, fd: int) -> None:
         self.path = path
@@ -39,7 +43,7 @@ class DataDirLock:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
-            raise StartupError(f"cannot create the lock file {path} ({exc.strerror})") from None
+            raise LockFileError(f"cannot create the lock file {path} ({exc.strerror})") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -94,13 +98,16 @@ def installation_locks(
     try:
         held.enter_context(DataDirLock.acquire(data_dir))
         for path, setting in elsewhere:
-            if path.parent.resolve() != data_dir.resolve():
-                try:  # made as the database and Chroma would make it
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                except OSError as exc:
-                    raise StartupError(f"cannot create {path.parent} ({exc.strerror})") from None
+            if path.parent.resolve() == data_dir.resolve():
+                continue
+            try:  # made as the database and Chroma would make it
+                path.parent.mkdir(parents=True, exist_ok=True)
                 lock = DataDirLock.acquire(path.parent, file=f"{path.name}.lock", setting=setting)
-                held.enter_context(lock)
+            except (OSError, LockFileError):
+                # A directory the bot cannot write in: the storage check that follows
+                # says so, in its own words, for the file the bot would write there.
+                continue
+            held.enter_context(lock)
     except BaseException:
         held.close()
         raise
