@@ -11,7 +11,9 @@ wake-up found the lease taken).
 
 A model outage is not the interaction's fault: it is retried in order until the model
 answers, so no evidence is lost or reordered. Other failures count as attempts; the
-store parks a row after `MAX_LEARNING_ATTEMPTS`.
+store parks a row after `MAX_LEARNING_ATTEMPTS`. While learning waits to try again, the
+lease is let go: a community over its spending limit waits until midnight, and a
+forget-me in another process must not wait with it.
 
 A member's forget-me deletes the messages they sent before it, also those waiting
 here, and a deleted message goes the same way: `skip` is asked under the agent's lock,
@@ -25,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 from sonality.llm import LLMError
@@ -43,10 +46,30 @@ log = logging.getLogger(__name__)
 LEARNING_RETRY_FIRST = 1.0
 LEARNING_RETRY_CAP = 300.0
 
+#: With a lease other processes share, a holder learning a long outbox lets go after
+#: this many seconds, for `LEASE_GAP_SECONDS`, so a forget-me, deletion, rollback or
+#: reflection waiting in another process gets its turn (it polls every 0.2 s).
+LEASE_TURN_SECONDS = 10.0
+LEASE_GAP_SECONDS = 0.5
+
 Learn = Callable[[InteractionRecord, list[UsageRecord]], Awaitable[None]]
 
 #: Adopts a newer stored state; True if there was one.
 CatchUp = Callable[[], Awaitable[bool]]
+
+
+class _Paused(Exception):
+    """Learning waits `seconds` (the model down, or a failed attempt): with the lease
+    let go meanwhile, so a forget-me, deletion, rollback or reflection in another
+    process can take it (they wait two minutes at most, `LEASE_WAIT_SECONDS`)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(seconds)
+        self.seconds = seconds
+
+
+class _Turn(Exception):
+    """The holder's turn with a shared lease is over (`LEASE_TURN_SECONDS`)."""
 
 
 class LearningQueue:
@@ -76,6 +99,7 @@ class LearningQueue:
         self._current: InteractionRecord | None = None
         self._held = asyncio.Event()
         self._resume = asyncio.Event()
+        self._delay = LEARNING_RETRY_FIRST  # the next pause after a failure, doubling
 
     def wake(self) -> None:
         """Have the outbox looked at (a message was recorded, or another process may
@@ -159,8 +183,18 @@ class LearningQueue:
                     async with self._lock:
                         await self._catch_up()
                 tried = await self._learn_outbox()
+            except _Paused as paused:
+                tried, wait, held = None, paused.seconds, True
+            except _Turn:
+                tried, wait, held = None, LEASE_GAP_SECONDS, False
             finally:
                 await lease.release()
+            if tried is None:  # the lease let go meanwhile
+                if held:
+                    await self._hold(wait)
+                else:
+                    await asyncio.sleep(wait)
+                continue
             if not lease.shared:
                 # Rows recorded here came with a wake-up. (Another store of the
                 # community in this process, refused meanwhile, learns its rows at its
@@ -175,6 +209,7 @@ class LearningQueue:
         store only this process writes, rows recorded after a read came with a
         wake-up: without one there is nothing to read again for."""
         tried: set[str] = set()
+        turn_ends = time.monotonic() + LEASE_TURN_SECONDS
         while True:
             self._take_wakeups()
             self._left = 1
@@ -189,12 +224,17 @@ class LearningQueue:
                     await self._learn(record)
                 finally:
                     self._current = None
-                    self._left -= 1
+                # Not when paused: the row is still to learn, and counts (an agent with
+                # work in sight is not evicted).
+                self._left -= 1
+                if self._lease.shared and time.monotonic() >= turn_ends:
+                    raise _Turn
             if self._queue.empty() and not self._lease.shared:
                 return tried
 
     async def _learn(self, record: InteractionRecord) -> None:
-        delay = LEARNING_RETRY_FIRST
+        """Learn `record`, or raise `_Paused` to be tried again (in order) after a
+        pause: the round lets the lease go for it."""
         while True:
             usage: list[UsageRecord] = []
             try:
@@ -205,11 +245,13 @@ class LearningQueue:
                             self.label,
                             record.id,
                         )
+                        self._delay = LEARNING_RETRY_FIRST
                         return
                     await self._learn_one(record, usage)
+                self._delay = LEARNING_RETRY_FIRST
                 return
             except LLMError as exc:
-                wait = exc.retry_after if exc.retry_after is not None else delay
+                wait = exc.retry_after if exc.retry_after is not None else self._delay
                 wait = min(max(wait, LEARNING_RETRY_FIRST), LEARNING_RETRY_CAP)
                 log.warning(
                     "%s: learning of %s waits %.0fs for the model (%s)",
@@ -219,7 +261,8 @@ class LearningQueue:
                     exc,
                 )
                 await self._record_spent(usage)
-                await self._hold(wait)
+                self._delay = min(self._delay * 2, LEARNING_RETRY_CAP)
+                raise _Paused(wait) from None
             except Exception as exc:
                 if await self._overtaken(record):
                     # Another process committed meanwhile: not this interaction's fault.
@@ -239,9 +282,11 @@ class LearningQueue:
                     log.error(
                         "%s: gave up on %s after %d attempts", self.label, record.id, attempts
                     )
+                    self._delay = LEARNING_RETRY_FIRST
                     return
-                await self._hold(delay)
-            delay = min(delay * 2, LEARNING_RETRY_CAP)
+                wait = self._delay
+                self._delay = min(self._delay * 2, LEARNING_RETRY_CAP)
+                raise _Paused(wait) from None
 
     async def _overtaken(self, record: InteractionRecord) -> bool:
         """Whether another process learned `record` or committed a newer state (then
