@@ -41,6 +41,13 @@ Each member's figure is kept like the community's, in memory as calls return, an
 written to `member_spend` right after (in the background, so a reply waits for no
 write): a restart starts from the stored figures, and with several processes on one
 PostgreSQL database each takes the others' figures in at the same sync.
+
+A forgotten member (forget-me, forget-user) loses their figure: their stored rows are
+deleted (`storage.forget`), the process that forgot them drops its own at once
+(`forget_member`), and every other process at its next sync, where a member counted
+here whose stored row is gone, with nothing of theirs waiting to be written, is
+dropped. The community's own spend stays as it was (the money was spent): what the
+member spent is nobody's now, like reflection.
 """
 
 from __future__ import annotations
@@ -184,6 +191,9 @@ class _Day:
     # was logged.
     members: dict[str, float] = field(default_factory=dict)
     stopped: set[str] = field(default_factory=set)
+    # Members forgotten today in this process, and when: a call for a message of theirs
+    # from before then (a reply in flight) is not theirs any more.
+    forgotten: dict[str, datetime] = field(default_factory=dict)
 
 
 class BudgetLedger:
@@ -219,6 +229,8 @@ class BudgetLedger:
         self._rolled: set[str] = set()
         # Members' spend not yet written to `member_spend`, and the task writing it.
         self._unwritten: dict[tuple[str, date, str], MemberSpend] = {}
+        # What the writes under way hold (neither unwritten nor stored yet).
+        self._in_flight: list[dict[tuple[str, date, str], MemberSpend]] = []
         self._writing: asyncio.Task[None] | None = None
         self._write_failed = False
 
@@ -334,7 +346,7 @@ class BudgetLedger:
         entry = await self._entry(community_id, sync=False)
         entry.spent_usd += cost
         entry.usage = entry.usage + usage
-        if member_id is not None:
+        if member_id is not None and not _forgotten_since(entry, member_id, since):
             entry.members[member_id] = entry.members.get(member_id, 0.0) + cost
             self._write_later(community_id, entry.day, member_id, cost, total_tokens(usage), since)
         self._maybe_warn(community_id, await self._status(community_id, entry))
@@ -353,6 +365,18 @@ class BudgetLedger:
         """Today's spend of each member who spent anything (USD)."""
         entry = await self._entry(community_id)
         return {m: usd for m, usd in entry.members.items() if usd > 0}
+
+    def forget_member(self, community_id: str, member_id: str) -> None:
+        """The member was forgotten (their stored figures are deleted): today's spend
+        is no longer theirs, here (see the module docstring for the other processes).
+        The community's spend stays."""
+        for key in [k for k in self._unwritten if k[0] == community_id and k[2] == member_id]:
+            del self._unwritten[key]
+        entry = self._days.get(community_id)
+        if entry is not None:
+            entry.members.pop(member_id, None)
+            entry.stopped.discard(member_id)
+            entry.forgotten[member_id] = utcnow()
 
     async def member_over_share(self, community_id: str, member_id: str) -> bool:
         """Whether the member has spent their share of the community's day."""
@@ -418,6 +442,7 @@ class BudgetLedger:
         call (or `flush`), with one warning per outage."""
         while self._unwritten:
             batch, self._unwritten = self._unwritten, {}
+            self._in_flight.append(batch)
             try:
                 await self.db.add_member_spend([batch[k] for k in sorted(batch)])
             except Exception as exc:
@@ -428,6 +453,8 @@ class BudgetLedger:
                     log.warning("could not store the members' spend (kept for later): %s", exc)
                 self._write_failed = True
                 return
+            finally:
+                self._in_flight.remove(batch)
             if self._write_failed:
                 log.info("the members' spend is stored again")
             self._write_failed = False
@@ -510,7 +537,8 @@ class BudgetLedger:
                         spent_usd=sum(cost_usd(r.model, r.usage, self.prices) for r in rows),
                         usage=sum((r.usage for r in rows), Usage()),
                     )
-                    self._take_members(entry, await self.db.member_spend(community_id, today))
+                    stored = await self.db.member_spend(community_id, today)
+                    self._take_members(entry, community_id, stored, set())
                     self._days[community_id] = entry
             self._loading.pop(community_id, None)
         if entry.day != today:
@@ -540,17 +568,37 @@ class BudgetLedger:
         if stored > entry.spent_usd:
             entry.spent_usd = stored
             entry.usage = sum((r.usage for r in rows), Usage())
-        self._take_members(entry, await self.db.member_spend(community_id, entry.day))
+        waiting = self._waiting(community_id, entry.day)  # before the read: see below
+        stored_members = await self.db.member_spend(community_id, entry.day)
+        self._take_members(entry, community_id, stored_members, waiting)
         self._limits.pop(community_id, None)  # read again: it may have changed elsewhere
 
-    def _take_members(self, entry: _Day, stored: list[MemberSpend]) -> None:
+    def _take_members(
+        self, entry: _Day, community_id: str, stored: list[MemberSpend], waiting: set[str]
+    ) -> None:
         """Take each member's stored figure, plus what this process has not written
-        yet, where it is higher than the one counted here (the other processes' calls)."""
+        yet, where it is higher than the one counted here (the other processes' calls);
+        drop a member counted here whose stored row is gone (forgotten, in any process)
+        and who has nothing waiting to be written, before the read (`waiting`: an amount
+        written while the figures were read) or now."""
         for row in stored:
-            waiting = self._unwritten.get((row.community_id, entry.day, row.member_id))
-            figure = row.usd + (waiting.usd if waiting else 0.0)
+            unwritten = self._unwritten.get((row.community_id, entry.day, row.member_id))
+            figure = row.usd + (unwritten.usd if unwritten else 0.0)
             if figure > entry.members.get(row.member_id, 0.0):
                 entry.members[row.member_id] = figure
+        kept = {row.member_id for row in stored} | waiting | self._waiting(community_id, entry.day)
+        for member in [m for m in entry.members if m not in kept]:
+            del entry.members[member]
+            entry.stopped.discard(member)
+
+    def _waiting(self, community_id: str, day: date) -> set[str]:
+        """The members whose spend of the day this process has yet to store."""
+        return {
+            member
+            for pending in (self._unwritten, *self._in_flight)
+            for (cid, when, member) in pending
+            if cid == community_id and when == day
+        }
 
 
 class MeteredLLM(ForwardingLLM):
@@ -609,6 +657,15 @@ REPLY = "reply"
 REFLECTION = "reflection"
 
 
+def _forgotten_since(entry: _Day, member_id: str, since: datetime | None) -> bool:
+    """Whether the member was forgotten after the message a call was made for came in
+    (`since`; None: not known, the call is theirs)."""
+    forgotten = entry.forgotten.get(member_id)
+    if forgotten is None or since is None:
+        return False
+    return (since if since.tzinfo is not None else since.replace(tzinfo=UTC)) <= forgotten
+
+
 def _added(a: MemberSpend, b: MemberSpend) -> MemberSpend:
     """Two amounts of one member's day as one; the forget check goes by the earlier
     message (`since`), so an amount holding an in-flight reply's cost is never stored."""
@@ -637,7 +694,13 @@ def format_usd(value: float) -> str:
 
 #: Members listed by name in `usage`; the rest are summed on one line.
 MAX_MEMBERS_SHOWN = 10
-NAME_WIDTH = 20
+#: Column of a member's name in `usage`: a name (or `UNNAMED`, or `SHARED`) up to one
+#: character less reads whole, and a line stays within 60 characters.
+NAME_WIDTH = 31
+#: A member whose name is not stored (they never spoke under one here).
+UNNAMED = "a member (no name stored)"
+#: What no member listed spent: shared work (reflection) and the forgotten members'.
+SHARED = "shared (reflection, forgotten)"
 
 
 def member_share_lines(
@@ -647,13 +710,13 @@ def member_share_lines(
     share_usd: float | None,
 ) -> list[str]:
     """Moderators' view: today's spend of each member, largest first, by name, against
-    the community's limit; what no member caused (reflection) on a line of its own.
-    At most 60 characters wide."""
+    the community's limit; what no member listed caused (reflection, and what forgotten
+    members spent) on a line of its own. At most 60 characters wide."""
     limit = status.limit.usd
     lines = ["", f"Member share: {_share_rule(status, share_usd)}", "Members today:"]
     ranked = sorted(spent.items(), key=lambda kv: (-kv[1], kv[0]))
     for member, usd in ranked[:MAX_MEMBERS_SHOWN]:
-        name = _short_name(names.get(member) or "a member (no name stored)")
+        name = _short_name(names.get(member) or UNNAMED)
         part = f"{usd / limit:>5.0%}" if limit else ""
         mark = "  stopped" if share_usd is not None and usd >= share_usd else ""
         lines.append(f"  {name:<{NAME_WIDTH}}{format_usd(usd):>9} {part}{mark}".rstrip())
@@ -666,7 +729,7 @@ def member_share_lines(
         lines.append("  nobody has spent anything yet")
     shared = status.spent_usd - sum(spent.values())
     if shared >= 0.0005:
-        lines.append(f"  {'shared (reflection)':<{NAME_WIDTH}}{format_usd(shared):>9}")
+        lines.append(f"  {SHARED:<{NAME_WIDTH}}{format_usd(shared):>9}")
     return lines
 
 

@@ -36,7 +36,7 @@ from bot.messages import (
     is_dm,
 )
 from bot.mydata import run_my_data
-from bot.timeline import Timelines
+from bot.timeline import UNNAMED_MEMBER, Timelines, member_names
 from providers.pricing import ModelPrice, cost_usd
 from sonality.agent import RollbackError, SonalityAgent, cumulative_shift
 from sonality.ess import ESSResult, normalize_topic
@@ -246,14 +246,14 @@ class CommandHandlers:
         return CommandResult(text="\n".join(lines), title="History")
 
     async def _member_names(self, community: Community, *states: SpongeState) -> dict[str, str]:
-        """Names of the members credited in `states`, as stored with their messages."""
+        """How the members credited in `states` are shown (`member_names`)."""
         members = {
             source.member
             for state in states
             for meta in state.belief_meta.values()
             for source in meta.moved_by
         }
-        return await self._db.speaker_names(community.id, members)
+        return await member_names(self._db, community.id, members)
 
     async def _move_credits(
         self, community: Community, versions: list[VersionInfo], ratings: Mapping[int, str]
@@ -491,6 +491,9 @@ class CommandHandlers:
             reason=reason,
             journal=self._forget_journal,
         )
+        # Their part of today's spend goes as their stored rows did (a process starting
+        # reads the stored figures, so a forget-me finished at start needs nothing more).
+        self._budget.forget_member(request.community.id, member)
         if done.version is None:
             return CommandResult(
                 text="Nothing to forget: I keep nothing of theirs in this community."
@@ -796,11 +799,12 @@ def credit_text(
 ) -> str:
     """ "Alice (v5, ESS 0.90), Bob (v7)": the members whose updates were netted into one
     move, the versions that staged them and, where known, their rating, largest
-    contribution first. A member is shown by the name stored with their messages (a
-    forgotten member's pseudonym), else by the key."""
+    contribution first. A member is shown as `names` has them (`bot.timeline.member_names`:
+    the name stored with their messages, or a forgotten member's pseudonym), else as
+    "a member": never by their platform id."""
     parts = []
     for source in sources:
-        who = names.get(source.member) or source.member or "unknown member"
+        who = names.get(source.member) or UNNAMED_MEMBER
         where = [f"v{source.version}"] if source.version else []
         if source.version in ratings:
             where.append(ratings[source.version])

@@ -33,8 +33,11 @@ commit, the dot takes the colour of the member whose update had the largest |del
 the others are kept in `CommittedMove.contributors`. A move whose argument is no
 longer in the audit trail is drawn grey, as "not recorded".
 
-Names are the ones stored with the member's messages (`Database.speaker_names`), so a
-member forgotten under a pseudonym shows only as that pseudonym.
+Names are the ones stored with the member's messages (`member_names`), so a member
+forgotten under a pseudonym shows only as that pseudonym, and a member with no name
+known any more (their messages were deleted) is never shown by their platform id: the
+legend groups them with the members past `MAX_MEMBERS`. Nothing drawn is read as
+matplotlib mathtext (`STYLE`), so a name such as "Tom$$" is drawn as typed.
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from bot.command_table import TIMELINE_MAX_DAYS
+from bot.command_table import BY_NAME, TIMELINE_MAX_DAYS
 from bot.messages import TIMELINE_FILE_PREFIX, Attachment, CommandRequest, CommandResult
 from bot.offload import Worker
 from sonality import config
@@ -165,8 +168,9 @@ class Member(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     id: str
-    name: str  # as stored with their messages; the id when no name is stored
+    name: str  # as stored with their messages (`member_names`), else UNNAMED_MEMBER
     moves: int
+    named: bool = True  # False: no name known, drawn among the grouped "other members"
 
 
 class Timeline(BaseModel):
@@ -319,18 +323,48 @@ def _answer_error(exc: TimelineError) -> CommandResult:
     )
 
 
+#: How much of a bad argument an answer repeats (as `bot.commands` does).
+MAX_SHOWN_ARG = 24
+_USAGE = f"Usage: `/sonality {BY_NAME['timeline'].usage()}`."
+#: Signs a typed number may start with (a dash, a plus, the Unicode minus).
+_SIGNS = "+-\u2212"
+
+
 def parse_args(args: Sequence[str]) -> tuple[str | None, int | None]:
-    """`[topic words...] [days]`: a trailing whole number is the days, the rest the topic
-    (so a topic may be several words, as on Slack; a topic that is only a number cannot
-    be asked for, which no engine topic is)."""
+    """`[topic words...] [days]`: a trailing number is the days, the rest the topic (so
+    a topic may be several words, as on Slack; a topic that is only a number cannot be
+    asked for, which no engine topic is).
+
+    A trailing word of digits, with or without signs, is always meant as the days, so
+    anything of that shape that is not a whole number from 1 to `MAX_DAYS` is answered
+    with the usage: "²", "--5", "-3", or a number too long for `int` to read. Decimal
+    digits of any script count, as `int` reads them ("٣" is 3), as the other commands'
+    numbers do (`bot.commands._int_arg`)."""
     words = [w for a in args for w in a.split()]
     days = None
-    if words and words[-1].lstrip("-").isdigit():
-        days = int(words.pop())
-        if not 1 <= days <= MAX_DAYS:
-            raise TimelineError(f"days must be in 1..{MAX_DAYS}.", ok=False)
+    if words and _looks_numeric(words[-1]):
+        raw = words.pop()
+        try:
+            days = int(raw)
+        except ValueError:  # "²", "--5", "−5", or more than 4,300 digits
+            days = None
+        if days is None or not 1 <= days <= MAX_DAYS:
+            raise TimelineError(
+                f"`{_shown_arg(raw)}` is not a number of days: use a whole number from 1 to "
+                f"{MAX_DAYS}. {_USAGE}",
+                ok=False,
+            )
     topic = normalize_topic(" ".join(words)) or None
     return topic, days
+
+
+def _looks_numeric(word: str) -> bool:
+    digits = word.lstrip(_SIGNS)
+    return bool(digits) and all(c.isdigit() for c in digits)
+
+
+def _shown_arg(text: str) -> str:
+    return text if len(text) <= MAX_SHOWN_ARG else text[: MAX_SHOWN_ARG - 1] + "…"
 
 
 async def _stored_name(db: Database, community_id: str) -> str:
@@ -693,10 +727,35 @@ async def _members(
         for move in s.moves:
             if move.member_id is not None:
                 counts[move.member_id] = counts.get(move.member_id, 0) + 1
-    names = await db.speaker_names(community_id, counts)
-    members = [Member(id=i, name=names.get(i) or i, moves=n) for i, n in counts.items()]
-    members.sort(key=lambda m: (-m.moves, m.name.casefold(), m.id))
+    names = await member_names(db, community_id, counts)
+    members = [
+        Member(id=i, name=names.get(i) or UNNAMED_MEMBER, moves=n, named=i in names)
+        for i, n in counts.items()
+    ]
+    # Named members first: they get the colours; the unnamed are grouped (`_legend_entries`).
+    members.sort(key=lambda m: (not m.named, -m.moves, m.name.casefold(), m.id))
     return tuple(members)
+
+
+#: How a credited member is shown when no name is known for them any more (their
+#: messages were deleted): never by their platform id.
+UNNAMED_MEMBER = "a member"
+
+
+async def member_names(
+    db: Database, community_id: str, member_ids: Iterable[str]
+) -> dict[str, str]:
+    """How each credited member may be shown, for the timeline and for `history` and
+    `beliefs` (`bot.commands.credit_text`): the latest name stored with their messages
+    (`Database.speaker_names`), or, for a forgotten member, their pseudonym, which is
+    shown as it is (the forget-me journal holds it; their messages are gone). A member
+    left out has no known name, and is shown as UNNAMED_MEMBER, not by their id."""
+    wanted = {m for m in member_ids if m}
+    names = await db.speaker_names(community_id, wanted)
+    missing = wanted - names.keys()
+    if missing:
+        names.update({p: p for p in missing & await db.journal_pseudonyms()})
+    return names
 
 
 # ---------------------------------------------------------------------- the picture
@@ -717,6 +776,10 @@ MARKER_STYLES: dict[MarkerKind, tuple[str, LineStyleType, float]] = {
     "forget-me": ("#000000", "-.", 2.2),
 }
 STYLE: dict[RcKeyType, Any] = {
+    # Members' and communities' names are drawn as typed: "Tom$$" or "$\\x$" read as
+    # mathtext would fail the whole picture (or draw something else).
+    "text.parse_math": False,
+    "text.usetex": False,
     "font.size": 15,
     "axes.titlesize": 16,
     "axes.labelsize": 15,
@@ -826,13 +889,15 @@ def _legend_entries(
     """Members (whose arguments the dots are), then the kinds of events marked."""
     handles: list[Any] = []
     labels: list[str] = []
-    for member in timeline.members[:MAX_MEMBERS]:
+    own = _own_style(timeline.members)
+    for member in own:
         colour, marker = styles[member.id]
         handles.append(_dot(line2d, colour, marker))
         labels.append(_short(member.name, LEGEND_NAME_CHARS))
-    if len(timeline.members) > MAX_MEMBERS:
+    rest = len(timeline.members) - len(own)
+    if rest:
         handles.append(_dot(line2d, OTHERS_COLOUR, "h"))
-        labels.append(f"{len(timeline.members) - MAX_MEMBERS} others")
+        labels.append(_others_label(rest, after_names=bool(own)))
     if any(m.member_id is None for s in timeline.series for m in s.moves):
         handles.append(_dot(line2d, UNKNOWN_COLOUR, "o"))
         labels.append("not recorded")
@@ -877,13 +942,24 @@ def _dot(line2d: Any, colour: str, marker: str) -> Any:
     )
 
 
+def _own_style(members: Sequence[Member]) -> list[Member]:
+    """The members with a colour and a legend entry of their own: the first
+    `MAX_MEMBERS` named ones. The others (more, or with no name known) share one."""
+    return [m for m in members if m.named][:MAX_MEMBERS]
+
+
+def _others_label(count: int, *, after_names: bool) -> str:
+    """The shared legend entry: "2 other members", or without named members before it
+    "a member" / "3 members"."""
+    if after_names:
+        return f"{count} other member{'s' if count != 1 else ''}"
+    return UNNAMED_MEMBER if count == 1 else f"{count} members"
+
+
 def _member_styles(members: Sequence[Member]) -> dict[str, tuple[str, str]]:
-    styles = {}
-    for index, member in enumerate(members):
-        if index < MAX_MEMBERS:
-            styles[member.id] = (MEMBER_COLOURS[index], MEMBER_MARKERS[index])
-        else:
-            styles[member.id] = (OTHERS_COLOUR, "h")
+    styles = {m.id: (OTHERS_COLOUR, "h") for m in members}
+    for index, member in enumerate(_own_style(members)):
+        styles[member.id] = (MEMBER_COLOURS[index], MEMBER_MARKERS[index])
     return styles
 
 

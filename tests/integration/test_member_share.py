@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from app.wiring import open_runtime
 from bot import budget
 from bot.messages import BUDGET_REACHED, SHARE_REACHED, Community, IncomingMessage, ReplyKind
 from bot.runtime import Runtime
+from sonality.llm import Usage
 from tests.fakes.anthropic_server import AnthropicFake
 from tests.fakes.discord_fixtures import (
     MANAGE_GUILD,
@@ -213,7 +215,7 @@ async def test_a_members_share_counts_their_reply_ess_and_insight_and_not_reflec
         spent = await rt.budget.member_spent(A.id)
         assert spent == {ALICE.id: pytest.approx(before)}  # ...and no member
         usage = await command(rt, "usage")
-        assert "shared (reflection)" in usage.text
+        assert budget.SHARED in usage.text
 
         await say(rt, "hello from Bob", user=BOB)
         spent = await rt.budget.member_spent(A.id)
@@ -285,6 +287,65 @@ async def test_forget_me_erases_the_members_stored_spend(
         assert (await rt.db.member_rows(A.id, ALICE.id)).spend == ()
 
 
+async def test_a_forgotten_members_spend_leaves_the_usage_list_and_stays_the_communitys(
+    tmp_path: Path, llm: Any, anthropic_server: AnthropicFake
+) -> None:
+    """Forget-me and forget-user take the member's figure out of the ledger too (not
+    only out of the database): moderators' `usage` no longer lists them, by name or as
+    a nameless member, and what they spent stays in the community's day, nobody's."""
+    price_replies(anthropic_server, 3, 1)
+    async with open_runtime(priced(tmp_path / "data", **LIMIT), llm=llm) as rt:
+        await say(rt, "cost3 hello")
+        await say(rt, "cost1 hello from Bob", user=BOB)
+        await rt.budget.flush()
+        total = (await rt.budget.status(A.id)).spent_usd
+        assert total == 4.0
+        before_forget = datetime.now(UTC)
+
+        done = await command(rt, "forget-me", "confirm", moderator=False)
+        assert done.ok, done.text
+        assert await rt.budget.member_spent(A.id) == {BOB.id: 1.0}
+        shown = (await command(rt, "usage", user=BOB)).text
+        assert "Alice" not in shown and budget.UNNAMED not in shown, shown
+        [bob_line] = [line for line in shown.splitlines() if "Bob" in line]
+        assert "$1.00" in bob_line
+        [shared] = [line for line in shown.splitlines() if budget.SHARED in line]
+        assert "$3.00" in shared  # hers, nobody's now
+        assert (await rt.budget.status(A.id)).spent_usd == total  # the money was spent
+
+        # A call for a message of hers from before the forget (a reply in flight) is
+        # the community's only; one for a message she sends after it is hers again.
+        await rt.budget.record(
+            A.id, REPLY_MODEL, Usage(output_tokens=2), ALICE.id, since=before_forget
+        )
+        assert ALICE.id not in await rt.budget.member_spent(A.id)
+        await say(rt, "cost1 I am back")
+        assert (await rt.budget.member_spent(A.id))[ALICE.id] == 1.0
+
+        forgot = await command(rt, "forget-user", BOB.id, "asked by email", user=ALICE)
+        assert forgot.ok, forgot.text
+        assert BOB.id not in await rt.budget.member_spent(A.id)
+        assert "Bob" not in (await command(rt, "usage", user=ALICE)).text
+        assert (await rt.budget.status(A.id)).spent_usd == total + 3.0
+        await asyncio.wait_for(rt.drain(), WAIT)
+
+
+def test_a_member_without_a_stored_name_reads_whole_in_usage() -> None:
+    status = budget.BudgetStatus(
+        day=date(2026, 3, 10),
+        spent_usd=9.0,
+        usage=Usage(),
+        limit=budget.SpendLimit(usd=10.0, source="default"),
+    )
+    lines = budget.member_share_lines(
+        {"u-1": 6.0, "u-2": 1.0}, {"u-2": "Bob"}, status, share_usd=5.0
+    )
+    [nameless] = [line for line in lines if "$6.00" in line]
+    assert "a member (no name stored)" in nameless and "stopped" in nameless
+    assert any(budget.SHARED in line and "$2.00" in line for line in lines)
+    assert all(len(line) <= 60 for line in lines), lines
+
+
 # --------------------------------------------------------------------------- PostgreSQL
 
 
@@ -316,5 +377,43 @@ async def test_two_processes_tell_a_member_once_and_stop_them_both(
             for rt in (one, two):
                 await command(rt, "budget", "off")
                 await asyncio.wait_for(rt.drain(), WAIT)
+    finally:
+        postgres_server.drop(url)
+
+
+async def test_a_member_forgotten_in_one_process_leaves_the_others_ledger(
+    tmp_path: Path,
+    postgres_server: PostgresServer,
+    anthropic_server: AnthropicFake,
+    llm: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two runtimes on one PostgreSQL database: Alice's spend through one is taken in by
+    the other; her forget-me through the first drops her figure from the second at its
+    next sync, and the community's spend stays in both."""
+    monkeypatch.setattr(budget, "SHARED_SYNC_SECONDS", 0.0)  # take in stored spend at once
+    price_replies(anthropic_server, 3, 1)
+    url = postgres_server.new_database()
+    shared = {"DATABASE_URL": url, **LIMIT}
+    try:
+        async with (
+            open_runtime(priced(tmp_path / "a", **shared), llm=llm) as one,
+            open_runtime(priced(tmp_path / "b", **shared), llm=llm) as two,
+        ):
+            assert kind(await send(two, "cost1 I am Bob", user=BOB)) is ReplyKind.ANSWER
+            assert kind(await send(one, "cost3 hello")) is ReplyKind.ANSWER
+            await one.budget.flush()
+            await two.budget.flush()
+            assert await two.budget.member_spent(A.id) == {ALICE.id: 3.0, BOB.id: 1.0}
+            for rt in (one, two):
+                await asyncio.wait_for(rt.drain(), WAIT)
+            totals = [(await rt.budget.status(A.id)).spent_usd for rt in (one, two)]
+
+            done = await command(one, "forget-me", "confirm", moderator=False)
+            assert done.ok, done.text
+            for rt in (one, two):
+                assert await rt.budget.member_spent(A.id) == {BOB.id: 1.0}
+                assert "Alice" not in (await command(rt, "usage", user=BOB)).text
+            assert [(await rt.budget.status(A.id)).spent_usd for rt in (one, two)] == totals
     finally:
         postgres_server.drop(url)
