@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
+import threading
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,7 @@ from sonality.llm import Usage
 from sonality.state import SpongeState
 from sonality.store import StateCommit, UsageRecord
 from storage import Database, StorageError, VersionConflictError
+from storage import community as community_module
 from storage.history import MAX_CHAIN, merge_apply, merge_diff
 
 from .conftest import Backend, record
@@ -124,6 +127,28 @@ async def test_many_versions_read_in_one_go_equal_each_read_alone(db: Database) 
     }
     assert await store.states_at([]) == {}
     assert await db.community("discord:none").states_at([0, 1]) == {}
+
+
+async def test_many_versions_are_rebuilt_while_the_event_loop_runs(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rebuilding a history view's states is CPU (a replay and a parse per version):
+    it runs off the event loop, which other communities' replies need meanwhile. Each
+    parse here waits for a callback of the loop's; on the loop it would wait in vain."""
+    committed = await play(db, seed=9, steps=40)
+    loop = asyncio.get_running_loop()
+    parse = community_module._load_state
+    ran: list[bool] = []
+
+    def waiting_parse(text: str) -> SpongeState:
+        ticked = threading.Event()
+        loop.call_soon_threadsafe(ticked.set)
+        ran.append(all(ran) and ticked.wait(5))  # after one in vain, fail fast
+        return parse(text)
+
+    monkeypatch.setattr(community_module, "_load_state", waiting_parse)
+    assert await db.community(CID).states_at(committed) == committed
+    assert ran and all(ran)
 
 
 async def test_history_survives_reopen_and_goes_on_from_it(backend: Backend) -> None:
