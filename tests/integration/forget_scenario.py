@@ -32,7 +32,7 @@ from sonality.state import SpongeState
 from storage import Database
 from storage.export import MemberRows
 from tests.fakes.anthropic_server import AnthropicFake, Brain, Delay
-from tests.integration.conftest import eventually
+from tests.integration.conftest import command, eventually
 
 #: The forgotten member's unique word: in their messages and in the summaries of them.
 TOKEN = "zebraquokka42"
@@ -227,3 +227,46 @@ async def reply_in_flight(
     task = asyncio.create_task(runtime.handle(message))
     assert await eventually(lambda: server.in_flight > 0, 10)
     return task
+
+
+#: A summary word only the rule below writes: whether a prompt holds it says whether
+#: the memory reached the model.
+GLIMMER = "glimmerfox"
+
+
+def rate_glimmer(server: AnthropicFake) -> None:
+    """A message with "(glimmer)" is strong evidence whose summary names GLIMMER."""
+    server.brain.ess_rule(
+        contains="(glimmer)",
+        score=0.8,
+        direction="supports",
+        topics=["rent_control"],
+        novelty=0.8,
+        reasoning_type="empirical_data",
+        source_reliability="peer_reviewed",
+        summary=f"The sender cites the {GLIMMER} housing survey.",
+    )
+
+
+def reflect_at_the_delete(
+    runtime: Runtime,
+    agent: SonalityAgent,
+    monkeypatch: pytest.MonkeyPatch,
+    community: Community,
+    moderator: User,
+) -> list[asyncio.Task[Any]]:
+    """A moderator's `reflect` arrives as the agent's next memory delete begins (a
+    forget-me's or a deletion's, after its replay), with time enough to run were the
+    agent let go; the task (one, once the delete came) is in the list returned."""
+    delete = agent.memory.forget
+    reflecting: list[asyncio.Task[Any]] = []
+
+    async def reflect_first(ids: Any) -> None:
+        if not reflecting:
+            asked = command(runtime, "reflect", community=community, user=moderator)
+            reflecting.append(asyncio.create_task(asked))
+            await asyncio.sleep(0.3)
+        await delete(ids)
+
+    monkeypatch.setattr(agent.memory, "forget", reflect_first)
+    return reflecting

@@ -29,7 +29,13 @@ from tests.integration.conftest import (
     prompt_of,
     say,
 )
-from tests.integration.forget_scenario import file_bytes, reply_in_flight
+from tests.integration.forget_scenario import (
+    GLIMMER,
+    file_bytes,
+    rate_glimmer,
+    reflect_at_the_delete,
+    reply_in_flight,
+)
 
 WORD = "lanternquince91"
 
@@ -149,31 +155,13 @@ async def test_a_reflection_asked_during_forget_me_never_reads_the_members_memor
     its memories are deleted from Chroma. The reflection reads the recent memories'
     summaries into its prompt: it must wait until hers are gone, or her words live on
     in the narrative and in the insights it writes."""
-    anthropic_server.brain.ess_rule(
-        contains="(glimmer)",
-        score=0.8,
-        direction="supports",
-        topics=["rent_control"],
-        novelty=0.8,
-        reasoning_type="empirical_data",
-        source_reliability="peer_reviewed",
-        summary="The sender cites the glimmerfox housing survey.",
-    )
+    rate_glimmer(anthropic_server)
     await say(runtime, "The survey favours rent control (glimmer).")
     await say(runtime, "Nice weather today.", user=BOB)
     agent = runtime.registry.get(A.id)
     assert agent is not None
     await agent.flush_episodes()
-    delete = agent.memory.forget
-    reflecting: list[asyncio.Task[Any]] = []
-
-    async def reflect_first(ids: Any) -> None:
-        if not reflecting:
-            reflecting.append(asyncio.create_task(command(runtime, "reflect", user=BOB)))
-            await asyncio.sleep(0.3)  # time enough to run, were the agent let go
-        await delete(ids)
-
-    monkeypatch.setattr(agent.memory, "forget", reflect_first)
+    reflecting = reflect_at_the_delete(runtime, agent, monkeypatch, A, BOB)
     before = len(anthropic_server.requests)
     done = await command(runtime, "forget-me", "confirm", moderator=False)
     assert done.ok and "Forgotten" in done.text
@@ -181,4 +169,4 @@ async def test_a_reflection_asked_during_forget_me_never_reads_the_members_memor
     assert reflected.ok, reflected.text
     asked = [prompt_of(r) for r in anthropic_server.requests[before:]]
     assert asked, "the reflection asked the model nothing"
-    assert not [p for p in asked if "glimmerfox" in p]
+    assert not [p for p in asked if GLIMMER in p]

@@ -59,9 +59,12 @@ from tests.integration.deletion_scenario import (
     teach,
 )
 from tests.integration.forget_scenario import (
+    GLIMMER,
     assert_same_opinions_rebased,
     differs_somewhere,
     no_automatic_reflection,  # noqa: F401 (fixture)
+    rate_glimmer,
+    reflect_at_the_delete,
 )
 from tests.integration.test_backup import bot_command
 from tests.stack import on_every_stack
@@ -539,16 +542,7 @@ async def test_a_reflection_asked_during_a_deletion_never_reads_its_memory(
     """As with forget-me (test_forget_inflight.py): a reflect that arrives once the
     deletion's replay is in, before the message's memory is deleted from Chroma, waits
     for it, so the summary never reaches the reflection's prompt."""
-    anthropic_server.brain.ess_rule(
-        contains="(glimmer)",
-        score=0.8,
-        direction="supports",
-        topics=["rent_control"],
-        novelty=0.8,
-        reasoning_type="empirical_data",
-        source_reliability="peer_reviewed",
-        summary="The sender cites the glimmerfox housing survey.",
-    )
+    rate_glimmer(anthropic_server)
     ari, chas = USERS[ARGUER], USERS[CHATTER]
     said = IncomingMessage(
         community=A, channel_id="c1", user=ari, text="A survey (glimmer).", message_id="g1"
@@ -559,20 +553,11 @@ async def test_a_reflection_asked_during_a_deletion_never_reads_its_memory(
     agent = runtime.registry.get(A.id)
     assert agent is not None
     await agent.flush_episodes()
-    delete = agent.memory.forget
-    reflecting: list[asyncio.Task[Any]] = []
-
-    async def reflect_first(ids: Any) -> None:
-        if not reflecting:
-            reflecting.append(asyncio.create_task(command(runtime, "reflect", user=chas)))
-            await asyncio.sleep(0.3)  # time enough to run, were the agent let go
-        await delete(ids)
-
-    monkeypatch.setattr(agent.memory, "forget", reflect_first)
+    reflecting = reflect_at_the_delete(runtime, agent, monkeypatch, A, chas)
     before = len(anthropic_server.requests)
     assert await runtime.message_deleted(PLATFORM, "g1") == 1
     [reflected] = await asyncio.gather(*reflecting)
     assert reflected.ok, reflected.text
     asked = [prompt_of(r) for r in anthropic_server.requests[before:]]
     assert asked, "the reflection asked the model nothing"
-    assert not [p for p in asked if "glimmerfox" in p]
+    assert not [p for p in asked if GLIMMER in p]
