@@ -163,12 +163,17 @@ async def finish_deletion(
     return deletion.model_copy(update={"version": version, "interaction_id": None})
 
 
-async def resume_deletions(db: Database, agent_for: AgentFor) -> list[MessageDeletion]:
+async def resume_deletions(
+    db: Database, agent_for: AgentFor, *, started_before: datetime | None = None
+) -> list[MessageDeletion]:
     """Finish every deletion a crash interrupted (run on start, before any message of
     the community is learned); returns those finished. A community's are handed over
-    at once, so those still to replay share one replay (`withdraw_message`)."""
+    at once, so those still to replay share one replay (`withdraw_message`). With
+    `started_before`, only those begun before then (as `resume_forgets`)."""
     by_community: dict[str, list[MessageDeletion]] = {}
     for deletion in await db.open_deletions():
+        if started_before is not None and deletion.started_at >= started_before:
+            continue
         log.warning(
             "%s: finishing an interrupted message deletion (%s)",
             deletion.community_id,

@@ -211,12 +211,19 @@ async def resume_forgets(
     db: Database,
     agent_for: Callable[[str], Awaitable[SonalityAgent]],
     journal: ForgetJournal | None = None,
+    *,
+    started_before: datetime | None = None,
 ) -> list[ForgetRequest]:
     """Finish every forget-me a crash interrupted or a restore journaled again (run on
     start, before any message of the community is learned); returns the requests
-    finished."""
+    finished. With `started_before`, only those begun before then (the housekeeping's
+    sweep, for one left by a process that died and was not started again)."""
     done = []
     for request in await db.open_forgets():
+        if started_before is not None and (
+            request.started_at is None or request.started_at >= started_before
+        ):
+            continue
         log.warning(
             "%s: finishing an interrupted forget-me (%s)",
             request.community_id,

@@ -26,6 +26,8 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
+from bot.deletion import resume_deletions
+from bot.forget_me import resume_forgets
 from bot.messages import Community
 from bot.runtime import Runtime
 from sonality.agent import SonalityAgent
@@ -38,6 +40,11 @@ Clock = Callable[[], datetime]
 
 RETENTION_EVERY = timedelta(hours=1)
 """How often housekeeping applies the retention settings (they count in days)."""
+
+ABANDONED_AFTER = timedelta(minutes=15)
+"""A forget-me or message deletion still open this long after it began was abandoned
+(its process died, or it failed): housekeeping finishes it. Far longer than one takes
+(seconds, on a community of 100,000 interactions)."""
 
 ORPHAN_AFTER = timedelta(seconds=5)
 """An interaction answered this long ago and still not learned, with several processes,
@@ -228,6 +235,25 @@ class ReflectionScheduler:
             await self.runtime.removals.erase_due(now)
         except Exception:
             log.exception("erasing removed communities failed; tried again next time")
+        try:
+            await self.finish_abandoned_erasures(now)
+        except Exception:
+            log.exception("finishing abandoned forget-mes failed; tried again next time")
+
+    async def finish_abandoned_erasures(self, now: datetime) -> None:
+        """Forget-mes and message deletions begun `ABANDONED_AFTER` ago and still open:
+        the process running them died and was not started again (several processes), or
+        the request failed (the member saw an error). Start-up finishes them too; this
+        does it without waiting for a start, while replies would still recall them."""
+        before = now - ABANDONED_AFTER
+        registry = self.runtime.registry
+        await resume_forgets(
+            self.runtime.db,
+            registry.agent_by_id,
+            self.runtime.forget_journal,
+            started_before=before,
+        )
+        await resume_deletions(self.runtime.db, registry.agent_by_id, started_before=before)
 
     async def wake_orphans(self, now: datetime) -> list[str]:
         """With several processes: wake learning for communities whose outbox has rows

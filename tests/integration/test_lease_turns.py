@@ -39,7 +39,7 @@ PRICED = {
 
 @pytest.fixture(autouse=True)
 def short_waits(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(agent_module, "LEASE_WAIT_SECONDS", 3.0)
+    monkeypatch.setattr(agent_module, "LEASE_WAIT_SECONDS", 10.0)  # production: 120
     monkeypatch.setattr(learning, "LEASE_TURN_SECONDS", 1.0)
 
 
