@@ -110,6 +110,9 @@ class MemberWords(BaseModel):
 
     texts: tuple[str, ...] = ()
     topics: tuple[str, ...] = ()
+    #: The names they spoke or ran commands under: a moderator's free text (a rollback's
+    #: reason, a forget-user reason) may name them so ("undo Tom's trolling").
+    names: tuple[str, ...] = ()
 
 
 class KnownMember(BaseModel):
@@ -171,6 +174,11 @@ _TOPIC_MAPS = frozenset({"opinion_vectors", "belief_meta", "topic_engagement"})
 _DROP = object()
 
 
+#: The shortest name a forget-me replaces in free text: a shorter one ("Bo", "Al") is
+#: too often part of other words' spelling or an abbreviation.
+MIN_REDACTED_NAME = 3
+
+
 @dataclass(frozen=True)
 class Redaction:
     """How one forgotten member's id and words are replaced in the rows that stay."""
@@ -179,7 +187,12 @@ class Redaction:
     pseudonym: str
     texts: frozenset[str]
     topics: frozenset[str]
+    #: Names of theirs (`MemberWords.names`), replaced as whole words, case aside, in
+    #: free text only; a name under `MIN_REDACTED_NAME` characters is left (it would
+    #: take too many other words with it).
+    names: frozenset[str] = frozenset()
     _id: re.Pattern[str] = field(init=False, repr=False)
+    _names: re.Pattern[str] | None = field(init=False, repr=False)
     _quoted: frozenset[str] = field(init=False, repr=False)
     _text_forms: frozenset[str] = field(init=False, repr=False)
 
@@ -194,6 +207,17 @@ class Redaction:
         )
         object.__setattr__(
             self, "_text_forms", frozenset(f for t in self.texts for f in _json_forms(t))
+        )
+        names = sorted(
+            {n.strip() for n in self.names if len(n.strip()) >= MIN_REDACTED_NAME},
+            key=len,
+            reverse=True,
+        )
+        pattern = "|".join(re.escape(n) for n in names)
+        object.__setattr__(
+            self,
+            "_names",
+            re.compile(rf"(?<!\w)(?:{pattern})(?!\w)", re.IGNORECASE) if names else None,
         )
 
     # ------------------------------------------------------------------ finding rows
@@ -214,7 +238,11 @@ class Redaction:
         )
 
     def in_text(self, text: str) -> bool:
-        return self.member in text or any(t in text for t in self.topics)
+        return (
+            self.member in text
+            or any(t in text for t in self.topics)
+            or (self._names is not None and self._names.search(text) is not None)
+        )
 
     def versions_in(self, rows: Iterable[Sequence[Any]]) -> list[int]:
         """Of (version, state_json, change, actor) rows, the versions to look at."""
@@ -241,6 +269,8 @@ class Redaction:
             value = head + sep + FORGOTTEN_TEXT  # a provenance line
         if self.member in value:
             value = self._id.sub(self.pseudonym, value)
+        if free and self._names is not None:
+            value = self._names.sub(self.pseudonym, value)
         return without_labels(value, self.topics) if labels else value
 
     def value(self, data: Any, labels: bool = True, topic_keys: bool = False) -> Any:
@@ -435,9 +465,21 @@ class ForgetStore(SqlBase):
             ):
                 rating_words(str(payload), words, topics)
             own = topics - used_by_others(conn, community_id, "member", member_id, topics)
+            names = {
+                str(name)
+                for sql in (
+                    "SELECT DISTINCT speaker_name FROM interactions "
+                    "WHERE community_id = ? AND speaker_id = ?",
+                    "SELECT DISTINCT actor_name FROM moderator_actions "
+                    "WHERE community_id = ? AND actor_id = ?",
+                )
+                for (name,) in fetchall(conn, sql, (community_id, member_id))
+                if name
+            }
             return MemberWords(
                 texts=tuple(sorted(set(words), key=len, reverse=True)),
                 topics=tuple(sorted(own)),
+                names=tuple(sorted(names - {member_id})),
             )
 
         return await self._run_read(work)
@@ -471,7 +513,13 @@ class ForgetStore(SqlBase):
         if member is None:
             return 0
         cid, pseudonym = request.community_id, request.pseudonym
-        redact = Redaction(member, pseudonym, frozenset(words.texts), frozenset(words.topics))
+        redact = Redaction(
+            member,
+            pseudonym,
+            frozenset(words.texts),
+            frozenset(words.topics),
+            frozenset(words.names),
+        )
         # Found outside the transaction (versions never change but by a forget-me, which
         # re-reads each one below): reading every version is the slow part.
         versions = await versions_to_redact(self, cid, redact)
@@ -533,12 +581,11 @@ class ForgetStore(SqlBase):
                 ("DELETE FROM reply_feedback WHERE community_id = ? AND member_key = ?", key),
             ):
                 changed += execute(conn, sql, (cid, who))
-            has = conn.dialect.contains
+            # Every row of the community: a reason may name them by a name, not the id.
             for row_id, args, reason in fetchall(
                 conn,
-                "SELECT id, args, reason FROM moderator_actions WHERE community_id = ? "
-                f"AND ({has('args')} OR {has('reason')})",
-                (cid, member, member),
+                "SELECT id, args, reason FROM moderator_actions WHERE community_id = ?",
+                (cid,),
             ):
                 new = (
                     redact.text(str(args), labels=False, free=True),
@@ -553,9 +600,13 @@ class ForgetStore(SqlBase):
             changed += redact_history(conn, cid, redact, versions, ("forget_requests", request.id))
             execute(
                 conn,
-                "UPDATE forget_requests SET redacting = 0, member_id = NULL, finished_at = ? "
-                "WHERE id = ?",
-                (to_db_time(at), request.id),
+                "UPDATE forget_requests SET redacting = 0, member_id = NULL, finished_at = ?, "
+                "reason = ? WHERE id = ?",
+                (
+                    to_db_time(at),
+                    redact.text(request.reason, labels=False, free=True),  # "Tom asked"
+                    request.id,
+                ),
             )
             return changed
 

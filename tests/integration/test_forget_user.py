@@ -147,3 +147,21 @@ async def test_a_refused_line_leaves_no_part_of_a_name_in_the_moderator_log(runt
     assert not refused.ok and "Nothing was forgotten" in refused.text
     [logged, *_] = await runtime.db.moderator_actions(A.id)
     assert "Smith" not in logged.reason and logged.reason == "refused: no single member named"
+
+
+async def test_a_moderators_words_that_name_the_member_are_redacted_too(runtime: Any) -> None:
+    """A rollback's reason and a moderator's logged reason are free text: "undo Tom's
+    trolling" names Tom by the name he spoke under, not by his id. After his forget-me
+    they name his pseudonym; a name of two letters is left (it is in too many words)."""
+    tom, mo = User(id="u-tom-7", name="Tom"), User(id="u-mod", name="Mo")
+    await say(runtime, "hello from tom", user=tom)
+    version = (await runtime.db.community(A.id).versions(limit=1))[0].version
+    assert (await command(runtime, "rollback", str(version), "undo", "TOM's", "trolling")).ok
+    done = await command(runtime, "forget-user", tom.id, "Tom asked by email", user=mo)
+    assert done.ok and "Forgotten" in done.text
+    history = await command(runtime, "history", "all", "50")
+    assert "tom" not in history.text.lower(), history.text
+    assert "undo member-" in history.text
+    reasons = [a.reason for a in await runtime.db.moderator_actions(A.id)]
+    reasons += [str(r) for (r,) in await runtime.db._fetchall("SELECT reason FROM forget_requests")]
+    assert not [r for r in reasons if "tom" in r.lower()], reasons
