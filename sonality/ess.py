@@ -46,6 +46,19 @@ def fallback_summary(user_message: str) -> str:
     return f"A message of {words} word{'' if words == 1 else 's'} that could not be summarised."
 
 
+#: The summary of a message without words (`wordless_ess`).
+WORDLESS_SUMMARY = "The sender wrote no words."
+_FALLBACK = re.compile(r"A message of \d+ words? that could not be summarised\.")
+
+
+def made_summary(summary: str) -> bool:
+    """Whether `summary` is one the bot writes itself (`fallback_summary`,
+    `WORDLESS_SUMMARY`), the same for every member's message and quoting none: a
+    forget-me or deletion has nothing of the member's to take out of it, and must not
+    take it from another member's rows."""
+    return summary == WORDLESS_SUMMARY or _FALLBACK.fullmatch(summary) is not None
+
+
 class ReasoningType(StrEnum):
     LOGICAL_ARGUMENT = "logical_argument"
     EMPIRICAL_DATA = "empirical_data"
@@ -195,7 +208,7 @@ def wordless_ess() -> ESSResult:
     return dataclasses.replace(
         safe_default_ess(""),
         internal_consistency=True,
-        summary="The sender wrote no words.",
+        summary=WORDLESS_SUMMARY,
         used_defaults=False,
     )
 

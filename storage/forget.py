@@ -42,6 +42,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from sonality.ess import made_summary
 from sonality.replay import FORGOTTEN_TEXT, without_labels
 from storage.base import (
     Conn,
@@ -748,7 +749,7 @@ def step_words(step_json: str, words: list[str], topics: set[str]) -> None:
     """Add what an evidence step quotes of its message (the ESS summary, also cut as a
     provenance line cuts it) and the topics it produced."""
     ess = from_json(step_json).get("ess") or {}
-    if ess.get("summary"):
+    if ess.get("summary") and not made_summary(str(ess["summary"])):
         words.append(str(ess["summary"]))
         words.append(str(ess["summary"])[:160])
     topics.update(str(t) for t in ess.get("topics") or () if t)
@@ -758,11 +759,11 @@ def rating_words(payload_json: str, words: list[str], topics: set[str]) -> None:
     """Add what an "ess" audit event quotes of its message (summary and insight) and
     its topics."""
     event = from_json(payload_json)
-    for key in ("summary", "insight"):
-        if event.get(key):
-            words.append(str(event[key]))
-    if event.get("summary"):
-        words.append(str(event["summary"])[:160])
+    summary = str(event.get("summary") or "")
+    if summary and not made_summary(summary):
+        words += [summary, summary[:160]]
+    if event.get("insight"):
+        words.append(str(event["insight"]))
     topics.update(str(t) for t in event.get("topics") or () if t)
 
 
