@@ -157,6 +157,10 @@ CUT_OFF = (
     "Please ask again in a moment.)"
 )
 SLOW_DOWN = "You're sending messages faster than I can think. Please slow down a little."
+REMOVED = (
+    "I'm no longer part of this community, so I don't answer commands here. If I'm added "
+    "back, everything I kept will be as it was, until it is erased."
+)
 SHARE_REACHED = (
     "You've used your share of today's spending limit here, so I'll leave the rest of "
     "today to the others and answer you again tomorrow."

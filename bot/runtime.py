@@ -29,6 +29,7 @@ from bot.messages import (
     CUT_OFF,
     INTERNAL_ERROR,
     LLM_DOWN,
+    REMOVED,
     SHARE_REACHED,
     SLOW_DOWN,
     CommandRequest,
@@ -494,6 +495,11 @@ class Runtime:
         # so they count with the caller's messages, moderators' included. A command over
         # the limit is still answered, privately: a slash command left unanswered shows
         # the caller an error, and nobody else sees the answer.
+        if self.removals.is_removed(request.community.id):
+            # The bot left: its data there only waits for erasure. A client's cached
+            # command list can still send commands; they must neither show nor change it.
+            log.info("/sonality %s refused in %s: removed", request.name, request.community.id)
+            return CommandResult(text=REMOVED, ok=False, private=True)
         verdict = await self._flood_verdict(
             request.community.id, request.caller.id, request.trusted
         )
@@ -524,6 +530,8 @@ class Runtime:
     async def complete(
         self, community: Community, kind: Literal["version", "topic"], prefix: str
     ) -> list[str]:
+        if self.removals.is_removed(community.id):
+            return []  # as `run_command`: nothing of a community the bot left
         try:
             if kind == "version":
                 prefix = prefix.strip()

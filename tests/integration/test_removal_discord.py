@@ -22,9 +22,10 @@ from bot.messages import Community, IncomingMessage, User
 from bot.scheduler import ReflectionScheduler
 from providers.anthropic import AnthropicLLM
 from tests.fakes.anthropic_server import AnthropicFake
-from tests.fakes.discord_fixtures import running
+from tests.fakes.discord_fixtures import MANAGE_GUILD, running
 from tests.fakes.discord_server import FakeDiscord, FakeUser
 from tests.integration.conftest import make_settings
+from tests.integration.discord_guild import slash
 from tests.integration.forget_scenario import files_holding
 from tests.integration.test_discord_e2e import (  # noqa: F401
     TOPIC,
@@ -204,3 +205,27 @@ async def test_a_kick_while_the_bot_was_offline_is_noticed_at_the_next_connect(
                 assert [r.community_id for r in removals] == [World.community(left)]
     finally:
         await fake.close()
+
+
+async def test_commands_from_a_guild_the_bot_left_neither_show_nor_change_anything(
+    world: World,
+) -> None:
+    """A client's cached command list (or the command integration, which outlives the
+    bot user) can still send `/sonality` from a guild the bot left. Nothing of the
+    community is shown, changed, or loaded again; the caller is told privately."""
+    await teach_canary(world)
+    gone = world.community(world.guild_a)
+    store = world.runtime.db.community(gone)
+    await world.fake.remove_bot(world.guild_a)
+    await until(lambda: world.runtime.removals.is_removed(gone))
+    versions = await store.versions(limit=100)
+
+    looked, private = await slash(world.fake, world.guild_a, world.member, "beliefs")
+    assert private and "no longer part of this community" in looked and TOPIC not in looked
+    version_0 = [{"name": "version", "type": 4, "value": 0}]
+    rolled, _ = await slash(
+        world.fake, world.guild_a, world.moderator, "rollback", MANAGE_GUILD, options=version_0
+    )
+    assert "no longer part of this community" in rolled
+    assert await store.versions(limit=100) == versions
+    assert world.runtime.registry.get(gone) is None
