@@ -43,6 +43,7 @@ class ConfirmView(discord.ui.View):
         self.command = command
         self._question = question  # its token edits the question when it expires
         self._on_confirm = on_confirm
+        self._pressed = False
 
     async def interaction_check(self, interaction: discord.Interaction) -> bool:
         if interaction.user.id == self.owner_id:
@@ -60,7 +61,8 @@ class ConfirmView(discord.ui.View):
     async def confirm(
         self, interaction: discord.Interaction, button: discord.ui.Button[ConfirmView]
     ) -> None:
-        self.stop()  # a second press finds no view: the command runs once
+        if not await self._first(interaction):
+            return
         await interaction.response.edit_message(content=WORKING, view=None)
         await self._on_confirm(interaction)
 
@@ -68,8 +70,20 @@ class ConfirmView(discord.ui.View):
     async def cancel(
         self, interaction: discord.Interaction, button: discord.ui.Button[ConfirmView]
     ) -> None:
-        self.stop()
+        if not await self._first(interaction):
+            return
         await interaction.response.edit_message(content=CANCELLED, view=None)
+
+    async def _first(self, interaction: discord.Interaction) -> bool:
+        """Whether this is the question's first press. `stop()` alone does not make it
+        so: discord.py starts a callback for every press it has read before either runs
+        (a double click), so a later one is only acknowledged, and nothing runs twice."""
+        if self._pressed:
+            await interaction.response.defer()
+            return False
+        self._pressed = True
+        self.stop()
+        return True
 
     async def on_timeout(self) -> None:
         try:

@@ -11,6 +11,7 @@ last test checks on the fake itself.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from typing import Any
@@ -102,6 +103,44 @@ async def test_forget_me_asks_with_buttons_and_forgets_on_confirm(world: World) 
     assert "Forgotten" in question["content"] and world.fake.buttons(question) == {}
     data = await _export(world)
     assert TOKEN.encode() not in data and json.loads(data)["messages"] == []
+
+
+async def test_a_double_click_on_confirm_forgets_once(world: World) -> None:  # noqa: F811
+    """Two presses read before either callback runs (a double click): discord.py starts
+    a callback for each; the second is only acknowledged, the forget-me runs once."""
+    _rate(world)
+    await mention(world, world.guild_a, ARGUMENT)
+    question, _ = await _ask(world)
+    ran: list[tuple[str, tuple[str, ...]]] = []
+    run = world.runtime.run_command
+
+    async def counted(request: Any) -> Any:
+        ran.append((request.name, request.args))
+        return await run(request)
+
+    world.runtime.run_command = counted  # type: ignore[method-assign]
+    presses = await asyncio.gather(
+        *(
+            world.fake.press(
+                guild=world.guild_a, user=world.member, message=question, label="Confirm"
+            )
+            for _ in range(2)
+        )
+    )
+    callbacks = [
+        (
+            await world.fake.wait_for(
+                lambda r, iid=iid, token=token: (
+                    r.method == "POST" and r.path == f"/interactions/{iid}/{token}/callback"
+                ),
+                seconds=WAIT,
+            )
+        )[0]
+        for iid, token in presses
+    ]
+    await settle(world)
+    assert ran == [("forget-me", ("confirm",))]
+    assert sorted(c.json["type"] for c in callbacks) == [6, 7]  # acknowledged, answered
 
 
 async def test_cancel_and_expiry_forget_nothing(world: World) -> None:  # noqa: F811
