@@ -310,6 +310,10 @@ class _ShardedClient(_Hooks, discord.AutoShardedClient):
     pass
 
 
+#: The answer to a slash command in a DM while the operator keeps DMs off.
+DMS_OFF = "I don't take commands in direct messages here: use `/sonality` in a server."
+
+
 class DiscordAdapter:
     """The `Adapter` for Discord: `await start()` serves until `await close()`.
 
@@ -852,6 +856,16 @@ class DiscordAdapter:
         refusal should only be seen by them, and an ephemeral flag cannot be added later.
         A command about the caller alone (`PRIVATE_COMMANDS`) is always deferred so.
         """
+        if interaction.guild_id is None and not self._settings.discord_allow_dms:
+            # Only a registration from when DMs were allowed still offers the command
+            # here (one synced to a development guild is never replaced).
+            try:
+                await interaction.response.send_message(
+                    DMS_OFF, ephemeral=True, allowed_mentions=NO_MENTIONS
+                )
+            except discord.HTTPException as exc:
+                _log_discord_error(f"/sonality {name} in a DM", exc, None, interaction.channel_id)
+            return
         moderator = self.is_moderator(interaction)
         ephemeral = (needs_moderator(name, tuple(args)) and not moderator) or (
             name in PRIVATE_COMMANDS

@@ -649,3 +649,26 @@ async def test_usage_and_budget_pass_their_options_through(
     [request] = runtime.commands
     assert (request.name, request.args, request.is_moderator) == (subcommand, args, False)
     assert (patch.json["content"] == REFUSAL) is ephemeral
+
+
+async def test_a_dm_command_with_dms_off_is_answered_and_not_run(
+    fake: FakeDiscord,
+    runtime: RecordingRuntime,
+    alice: FakeUser,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A registration from when DMs were allowed still offers `/sonality` in DMs (one
+    synced to a development guild is never replaced): with DMs off the command is
+    answered privately and never reaches the runtime."""
+    monkeypatch.setattr(fake, "_offered_in_dms", lambda command: True)
+    dm = FakeChannel(fake.snowflake(), "dm")
+    async with running(fake, runtime):
+        iid, token = await fake.interaction_create(
+            guild=None, channel=dm, user=alice, subcommand="beliefs"
+        )
+        [callback] = await fake.wait_for(
+            lambda r: r.method == "POST" and r.path == f"/interactions/{iid}/{token}/callback"
+        )
+    assert runtime.commands == []
+    assert callback.json["type"] == 4 and is_ephemeral(callback)
+    assert "direct messages" in callback.json["data"]["content"]

@@ -127,17 +127,14 @@ async def test_a_double_click_on_confirm_forgets_once(world: World) -> None:  # 
             for _ in range(2)
         )
     )
-    callbacks = [
-        (
-            await world.fake.wait_for(
-                lambda r, iid=iid, token=token: (
-                    r.method == "POST" and r.path == f"/interactions/{iid}/{token}/callback"
-                ),
-                seconds=WAIT,
-            )
-        )[0]
-        for iid, token in presses
-    ]
+    callbacks = []
+    for iid, token in presses:
+        path = f"/interactions/{iid}/{token}/callback"
+
+        def answered(r: RecordedRequest, path: str = path) -> bool:
+            return r.method == "POST" and r.path == path
+
+        callbacks += await world.fake.wait_for(answered, seconds=WAIT)
     await settle(world)
     assert ran == [("forget-me", ("confirm",))]
     assert sorted(c.json["type"] for c in callbacks) == [6, 7]  # acknowledged, answered
