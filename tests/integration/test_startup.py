@@ -55,6 +55,10 @@ def stderr_lines(proc: subprocess.CompletedProcess[str]) -> list[str]:
         ("SONALITY_NIGHTLY_TIME", "4pm", "HH:MM or HH:MM:SS"),
         ("SONALITY_ANSWER_BOTS", "123,@helper", "'@helper' is not a bot id"),
         ("SONALITY_BOT_EXCHANGES", "0", "between 1 and 100"),
+        # "Forever" values: they passed the lower bound, then overflowed `datetime`.
+        ("SONALITY_AUDIT_RETENTION_DAYS", "999999", "must be a whole number between 1 and 36500"),
+        ("SONALITY_BUFFER_TTL_MINUTES", "1e10", "must be a number, greater than 0 and at most"),
+        ("SONALITY_MEMBER_BUDGET_SHARE", "0", "must be a number, greater than 0 and at most 1"),
     ],
 )
 def test_a_bad_setting_is_one_line_and_exit_code_2(
