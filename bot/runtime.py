@@ -228,11 +228,7 @@ class Runtime:
         # while its pictures download or its agent loads takes it back as well
         # (`message_edited`, and `asked_at` for the record).
         arrived = datetime.now(UTC)
-        limit = self.settings.max_message_chars
-        truncated = len(text) > limit
-        if truncated:
-            log.info("cut a %d-char message from %s in %s", len(text), user.id, community.id)
-            text = text[:limit]
+        text = text[: self.settings.max_message_chars]
         ref = (
             ""
             if message.message_id is None
@@ -240,24 +236,39 @@ class Runtime:
         )
         with self._answering_now(ref, _Answering(community.id, text)):
             return await self._answer_now(
-                message, text, ref, arrived, truncated, unprompted, on_text, on_start, attach, learn
+                message,
+                text,
+                ref=ref,
+                arrived=arrived,
+                unprompted=unprompted,
+                on_text=on_text,
+                on_start=on_start,
+                attach=attach,
+                learn=learn,
             )
 
     async def _answer_now(
         self,
         message: IncomingMessage,
         text: str,
+        *,
         ref: str,
         arrived: datetime,
-        truncated: bool,
         unprompted: bool,
         on_text: TextSink | None,
         on_start: Started | None,
         attach: Attach | None,
         learn: bool,
     ) -> Reply | None:
-        """`_answer` once the message is let through: its files, the budget, the model."""
+        """`_answer` once the message is let through (`text`: its words, cut to the
+        longest the bot reads): its files, the budget, the model."""
         community, user = message.community, message.user
+        limit = self.settings.max_message_chars
+        truncated = len(message.text.strip()) > limit
+        if truncated:
+            log.info(
+                "cut a %d-char message from %s in %s", len(message.text), user.id, community.id
+            )
         if attach is not None:
             message = await attach(message)
             if not text and not message.images and not message.file_notes:
@@ -336,7 +347,6 @@ class Runtime:
             "answered %s in %s: %d chars in, %d out", user.id, community.id, len(text), len(reply)
         )
         if truncated:
-            limit = self.settings.max_message_chars
             reply += (
                 f"\n\n(Your message was very long, so I only read its first {limit:,} characters.)"
             )
