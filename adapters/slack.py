@@ -32,7 +32,6 @@ Design notes (the WHY):
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import logging
 import re
@@ -97,6 +96,7 @@ from bot.messages import (
     User,
     dm_community_id,
 )
+from bot.ratelimit import RateLimiter, Verdict
 from bot.settings import Settings
 from sonality.store import utcnow
 
@@ -736,8 +736,8 @@ class SlackAdapter:
         self._moderators = settings.slack_moderators
         self._answer_bots = settings.answer_bot_ids
         self._users: dict[tuple[str, str], _UserInfo] = {}
-        # team -> when its mentions were last looked up (`MENTION_LOOKUPS_PER_MINUTE`).
-        self._mention_lookups: dict[str, collections.deque[float]] = {}
+        # Each workspace's mention lookups of the last minute (`MENTION_LOOKUPS_PER_MINUTE`).
+        self._mention_lookups = RateLimiter(MENTION_LOOKUPS_PER_MINUTE, 60.0)
         # (team, user) -> the channel of that user's DM with the bot (it never changes).
         self._bot_dms: dict[tuple[str, str], str] = {}
         # Teams whose workspace answered `unknown_method` to chat.startStream.
@@ -1423,22 +1423,15 @@ class SlackAdapter:
         mentioned.pop(context.bot_user_id or "", None)
         for i, uid in enumerate(mentioned):
             info = await self._user(client, team, uid, ask=False)
-            if info is None and i < MAX_MENTION_LOOKUPS and self._may_look_up(team):
+            if (
+                info is None
+                and i < MAX_MENTION_LOOKUPS
+                and self._mention_lookups.check(team, "mentions") is Verdict.ALLOW
+            ):
                 info = await self._user(client, team, uid)
             if info is not None and info.name:
                 names[uid] = info.name
         return clean_text(from_slack_text(raw, context.bot_user_id, names))
-
-    def _may_look_up(self, team: str) -> bool:
-        """Whether one more mention of `team` may be looked up this minute (and count it)."""
-        now = time.monotonic()
-        recent = self._mention_lookups.setdefault(team, collections.deque())
-        while recent and now - recent[0] >= 60.0:
-            recent.popleft()
-        if len(recent) >= MENTION_LOOKUPS_PER_MINUTE:
-            return False
-        recent.append(now)
-        return True
 
     async def _post_reply(
         self,
