@@ -435,20 +435,18 @@ class CommandHandlers:
         target = resolve_member(members, request.args)
         reason = target.reason.strip()
         allowed = request.is_moderator
+        logged = reason
+        if not allowed:
+            logged = "refused: not a moderator"
+        elif target.member is None:  # the "reason" may hold part of a name then
+            logged = "refused: no single member named"
         await self._db.record_moderator_action(
             request.community.id,
             actor_id=request.caller.id,
             actor_name=request.caller.name,
             action="forget-user",
             args="(member withheld)",
-            # A line that named nobody may hold part of a name in its "reason".
-            reason=(
-                "refused: not a moderator"
-                if not allowed
-                else reason
-                if target.member is not None
-                else "refused: no single member named"
-            ),
+            reason=logged,
             allowed=allowed,
         )
         if not allowed:
